@@ -1,0 +1,159 @@
+"""What each socket op does. Handlers take validated params and return a JSON-able result;
+errors are raised as ``AgentdError``s and turned into error replies by the server."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+from agentd import __version__
+from agentd.agents import Agents
+from agentd.requests import (
+    AgentCreate,
+    AgentTarget,
+    AgentUpdate,
+    Chat,
+    MemoryLog,
+    MemoryShow,
+    MessagesList,
+    Params,
+)
+from agentd.turns import Turns
+from shared.agent.loop import Emit
+from shared.errors import PayloadTooLarge, UnknownMessage
+from shared.models.agents import AgentRecord
+from shared.models.messages import Message
+from shared.protocol import PROTOCOL_VERSION
+from shared.settings import Settings
+
+
+class Handlers:
+    def __init__(self, settings: Settings, agents: Agents, turns: Turns) -> None:
+        self.settings = settings
+        self.agents = agents
+        self.turns = turns
+        self.started_at = time.time()
+        self.connections = 0
+
+    async def hello(self, _params: Params, _emit: Emit) -> dict[str, Any]:
+        return {
+            "service": "agentd",
+            "version": __version__,
+            "protocol": PROTOCOL_VERSION,
+            "pid": os.getpid(),
+        }
+
+    async def status(self, _params: Params, _emit: Emit) -> dict[str, Any]:
+        return {
+            "version": __version__,
+            "pid": os.getpid(),
+            "uptime_s": round(time.time() - self.started_at, 1),
+            "home": str(self.settings.home),
+            "socket": str(self.settings.socket_path),
+            "model": self.settings.model,
+            "agents": len(self.agents.store.list()),
+            "active_turns": self.turns.active,
+            "connections": self.connections,
+            "ready": True,
+        }
+
+    async def agent_create(self, params: AgentCreate, _emit: Emit) -> dict[str, Any]:
+        return self._agent_view(await self.agents.create(params))
+
+    async def agent_list(self, _params: Params, _emit: Emit) -> dict[str, Any]:
+        return {"agents": [self._agent_view(r) for r in self.agents.store.list()]}
+
+    async def agent_show(self, params: AgentTarget, _emit: Emit) -> dict[str, Any]:
+        return self._agent_view(await self.agents.resolve(params.agent))
+
+    async def agent_update(self, params: AgentUpdate, _emit: Emit) -> dict[str, Any]:
+        record = await self.agents.resolve(params.agent)
+        return self._agent_view(self.agents.update(record, params))
+
+    async def chat(self, params: Chat, emit: Emit) -> dict[str, Any]:
+        if len(params.text) > self.settings.max_message_chars:
+            raise PayloadTooLarge(
+                f"the message has {len(params.text):,} characters; the limit is "
+                f"{self.settings.max_message_chars:,} (AGENTD_MAX_MESSAGE_CHARS). Put long "
+                "text in a file in the agent's workspace and refer to it instead"
+            )
+        record = await self.agents.resolve(params.agent)
+        conversation = self.agents.conversation(record, params.conversation)
+        repo = self.agents.memory(record.id)
+        result = await self.turns.chat(record, repo, conversation, params.text, emit)
+        return result.model_dump(mode="json")
+
+    async def conversation_create(self, params: AgentTarget, _emit: Emit) -> dict[str, Any]:
+        record = await self.agents.resolve(params.agent)
+        conversation = self.agents.new_conversation(record)
+        return conversation.record.model_dump(mode="json")
+
+    async def conversation_list(self, params: AgentTarget, _emit: Emit) -> dict[str, Any]:
+        record = await self.agents.resolve(params.agent)
+        return {"agent_id": record.id, "conversations": self.agents.conversations(record)}
+
+    async def messages_list(self, params: MessagesList, _emit: Emit) -> dict[str, Any]:
+        record = await self.agents.resolve(params.agent)
+        conversation = self.agents.conversation(record, params.conversation)
+        messages = await asyncio.to_thread(list, conversation.log)
+        page = _page(messages, params)
+        return {
+            "agent_id": record.id,
+            "conversation_id": conversation.id,
+            "messages": [m.model_dump(mode="json", exclude_none=True) for m in page],
+        }
+
+    async def memory_log(self, params: MemoryLog, _emit: Emit) -> dict[str, Any]:
+        record = await self.agents.resolve(params.agent)
+        commits = await asyncio.to_thread(self.agents.memory(record.id).log, params.limit)
+        return {"agent_id": record.id, "commits": [_plain(c) for c in commits]}
+
+    async def memory_path(self, params: AgentTarget, _emit: Emit) -> dict[str, Any]:
+        record = await self.agents.resolve(params.agent)
+        return {"agent_id": record.id, "path": str(self.agents.memory(record.id).path)}
+
+    async def memory_show(self, params: MemoryShow, _emit: Emit) -> dict[str, Any]:
+        record = await self.agents.resolve(params.agent)
+        repo = self.agents.memory(record.id)
+        if params.path is not None:
+            text = await asyncio.to_thread(repo.show, params.path)
+            return {"agent_id": record.id, "path": params.path, "text": text}
+        files = await asyncio.to_thread(repo.read_tree)
+        return {"agent_id": record.id, "files": files}
+
+    def _agent_view(self, record: AgentRecord) -> dict[str, Any]:
+        return {
+            **record.model_dump(mode="json"),
+            "effective_model": record.model or self.settings.model,
+            "memory_dir": str(self.agents.layout.memory_dir(record.id)),
+        }
+
+
+def _page(messages: list[Message], params: MessagesList) -> list[Message]:
+    """Cut at the cursors (resolved against the whole log), then take ``limit`` from the
+    chosen end; the page is always oldest first."""
+    positions = {m.id: i for i, m in enumerate(messages)}
+    start, end = 0, len(messages)
+    for cursor, is_before in ((params.before, True), (params.after, False)):
+        if cursor is None:
+            continue
+        if cursor not in positions:
+            raise UnknownMessage(f"no message {cursor} in this conversation")
+        if is_before:
+            end = min(end, positions[cursor])
+        else:
+            start = max(start, positions[cursor] + 1)
+    window = messages[start:end] if start < end else []
+    return window[-params.limit :] if params.order == "desc" else window[: params.limit]
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(value)
+    return value

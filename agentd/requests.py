@@ -1,0 +1,119 @@
+"""The socket's requests, validated at the boundary: one pydantic model per op.
+
+Unknown fields are refused (``extra="forbid"``) so a typo is an error, not a silent
+default. Ids are checked by :func:`shared.ids.validate_id` before anything uses them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from shared.errors import MalformedRequest
+from shared.ids import validate_id
+
+
+def _id(what: str) -> AfterValidator:
+    return AfterValidator(lambda value: validate_id(value, what))
+
+
+AgentRef = Annotated[str, _id("agent")]
+"""An agent id or name (names follow the same safe pattern as ids)."""
+ConversationId = Annotated[str, _id("conversation id")]
+MessageId = Annotated[str, _id("message id")]
+AgentName = Annotated[str, _id("agent name")]
+
+
+class Envelope(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1, max_length=64)
+    op: str = Field(min_length=1, max_length=64)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NoParams(Params):
+    pass
+
+
+class AgentTarget(Params):
+    agent: AgentRef | None = None
+    """None means the default agent, created on first use."""
+
+
+class AgentCreate(Params):
+    name: AgentName
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    system_prompt: str | None = Field(default=None, min_length=1, max_length=50_000)
+    persona: str | None = Field(default=None, max_length=20_000)
+    human: str | None = Field(default=None, max_length=20_000)
+    context_window: int | None = Field(default=None, gt=0)
+
+
+class AgentUpdate(AgentTarget):
+    name: AgentName | None = None
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    system_prompt: str | None = Field(default=None, min_length=1, max_length=50_000)
+    context_window: int | None = Field(default=None, gt=0)
+
+
+class Chat(AgentTarget):
+    conversation: ConversationId | None = None
+    """None means the agent's default conversation, created on first use."""
+    text: str = Field(min_length=1)
+
+
+class MessagesList(AgentTarget):
+    conversation: ConversationId | None = None
+    before: MessageId | None = None
+    after: MessageId | None = None
+    limit: int = Field(default=20, ge=1, le=10_000)
+    order: Literal["asc", "desc"] = "desc"
+    """``desc`` takes the newest ``limit`` messages; the page is returned oldest first."""
+
+
+class MemoryLog(AgentTarget):
+    limit: int = Field(default=20, ge=1, le=1000)
+
+
+class MemoryShow(AgentTarget):
+    path: str | None = Field(default=None, min_length=1, max_length=1000)
+
+
+PARAMS: dict[str, type[Params]] = {
+    "hello": NoParams,
+    "status": NoParams,
+    "agent.create": AgentCreate,
+    "agent.list": NoParams,
+    "agent.show": AgentTarget,
+    "agent.update": AgentUpdate,
+    "chat": Chat,
+    "conversation.create": AgentTarget,
+    "conversation.list": AgentTarget,
+    "messages.list": MessagesList,
+    "memory.log": MemoryLog,
+    "memory.path": AgentTarget,
+    "memory.show": MemoryShow,
+    "shutdown": NoParams,
+}
+
+
+def parse_params(model: type[Params], params: dict[str, Any]) -> Params:
+    """Validate ``params``; a bad id raises ``InvalidId`` (pydantic lets it through, as it is
+    not a ``ValueError``), anything else ``MalformedRequest``."""
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        raise MalformedRequest(describe(exc, prefix="params")) from exc
+
+
+def describe(exc: ValidationError, *, prefix: str) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in (prefix, *first["loc"]))
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{more}"

@@ -1,0 +1,184 @@
+"""Chat turns in the daemon: one at a time per conversation, many conversations at once.
+
+Around the shared agent loop this adds what only the daemon knows: the per-conversation
+lock (a second request waits its turn and is told so), the ``<memory_update>`` reminder
+when the memory HEAD moved since the conversation last looked, the compiled system
+prompt (cached per memory commit, so an unchanged memory costs no git call), and the
+ids bound to every log line of the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import structlog
+
+from shared.agent.loop import Emit, Turn, run_turn
+from shared.agent.tools.base import MemoryEdit, ToolContext
+from shared.agent.tools.registry import main_agent_tools
+from shared.ids import new_id
+from shared.memory.changes import memory_update_reminder
+from shared.memory.compile import compile_system_prompt
+from shared.memory.repo import MemoryRepo
+from shared.models.agents import AgentRecord
+from shared.models.messages import Message, MessageKind, utc_now
+from shared.models.turns import TurnResult
+from shared.protocol import EVENT_MEMORY_UPDATE, EVENT_WAITING
+from shared.providers.factory import ProviderFactory
+from shared.settings import Settings
+from shared.store.conversations import Conversation
+from shared.store.layout import Layout
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class _SeenHead:
+    """The memory commit a conversation has seen; its own edits move it along."""
+
+    sha: str
+
+
+class PromptCache:
+    """Compiled system prompts keyed by (memory commit, base prompt)."""
+
+    def __init__(self, max_entries: int = 256) -> None:
+        self._entries: dict[tuple[str, str, str], str] = {}
+        self._max_entries = max_entries
+
+    async def get(self, agent: AgentRecord, repo: MemoryRepo) -> str:
+        head = repo.head()
+        base_hash = hashlib.sha256(agent.system_prompt.encode()).hexdigest()
+        key = (agent.id, head, base_hash)
+        prompt = self._entries.get(key)
+        if prompt is None:
+            files = await asyncio.to_thread(repo.read_tree, head)
+            prompt = compile_system_prompt(agent.system_prompt, files, repo.path)
+            if len(self._entries) >= self._max_entries:
+                self._entries.pop(next(iter(self._entries)))
+            self._entries[key] = prompt
+        return prompt
+
+
+class Turns:
+    def __init__(self, settings: Settings, layout: Layout, providers: ProviderFactory) -> None:
+        self.settings = settings
+        self.layout = layout
+        self.providers = providers
+        self.prompts = PromptCache()
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self.active = 0
+
+    async def chat(
+        self,
+        agent: AgentRecord,
+        repo: MemoryRepo,
+        conversation: Conversation,
+        text: str,
+        emit: Emit,
+    ) -> TurnResult:
+        lock = self._locks.setdefault((agent.id, conversation.id), asyncio.Lock())
+        if lock.locked():
+            await emit(EVENT_WAITING, {"reason": "another turn of this conversation is running"})
+        async with lock:
+            turn_id = new_id("turn")
+            with structlog.contextvars.bound_contextvars(
+                agent_id=agent.id, conversation_id=conversation.id, turn_id=turn_id
+            ):
+                self.active += 1
+                try:
+                    return await self._run(agent, repo, conversation, text, emit, turn_id)
+                finally:
+                    self.active -= 1
+
+    async def _run(
+        self,
+        agent: AgentRecord,
+        repo: MemoryRepo,
+        conversation: Conversation,
+        text: str,
+        emit: Emit,
+        turn_id: str,
+    ) -> TurnResult:
+        started = asyncio.get_running_loop().time()
+        head = repo.head()
+        inputs: list[Message] = []
+        seen = conversation.record.memory_head_seen
+        if seen is not None and seen != head:
+            files = await asyncio.to_thread(repo.changed_files, seen, head)
+            inputs.append(
+                _message(
+                    conversation,
+                    turn_id,
+                    memory_update_reminder(seen, head, files),
+                    kind="reminder",
+                )
+            )
+            await emit(EVENT_MEMORY_UPDATE, {"from": seen, "to": head, "files": files})
+        inputs.append(_message(conversation, turn_id, text))
+        seen_head = _SeenHead(head)
+        provider = self.providers.get(agent.model, agent.context_window)
+        turn = Turn(
+            conversation=conversation,
+            provider=provider,
+            tools=main_agent_tools(),
+            tool_context=ToolContext(
+                agent_id=agent.id,
+                workspace=self.layout.workspace_dir(agent.id),
+                memory_dir=repo.path,
+                home=self.layout.home,
+                bash_timeout_s=self.settings.bash_timeout_s,
+                bash_output_chars=self.settings.bash_output_chars,
+                memory_edit=_memory_edit(agent, repo, seen_head),
+            ),
+            system_prompt=lambda: self.prompts.get(agent, repo),
+            max_steps=self.settings.max_steps,
+            emit=emit,
+            turn_id=turn_id,
+        )
+        result = await run_turn(turn, inputs)
+        if conversation.record.memory_head_seen != seen_head.sha:
+            conversation.record.memory_head_seen = seen_head.sha
+            conversation.save_record()
+        log.info(
+            "turn_finished",
+            stop_reason=result.stop_reason,
+            steps=result.steps,
+            duration_ms=round((asyncio.get_running_loop().time() - started) * 1000, 1),
+        )
+        return result
+
+
+def _memory_edit(agent: AgentRecord, repo: MemoryRepo, seen: _SeenHead) -> MemoryEdit:
+    """A ``MemoryEdit`` committing as the agent; its own commits don't trigger a reminder."""
+
+    @contextlib.asynccontextmanager
+    async def edit(message: str) -> AsyncIterator[None]:
+        before = repo.head()
+        async with repo.edit(
+            message, author_name=agent.name, author_email=f"{agent.id}@agentd.local"
+        ):
+            yield
+        if before == seen.sha:
+            seen.sha = repo.head()
+
+    return edit
+
+
+def _message(
+    conversation: Conversation, turn_id: str, text: str, *, kind: MessageKind = "message"
+) -> Message:
+    return Message(
+        id=new_id("msg"),
+        agent_id=conversation.agent_id,
+        conversation_id=conversation.id,
+        role="user",
+        kind=kind,
+        content=text,
+        turn_id=turn_id,
+        created_at=utc_now(),
+    )

@@ -1,0 +1,232 @@
+"""One turn of an agent: call the model, run its tools, repeat until it answers.
+
+The rule (seed 002, letta v3): a reply that calls tools continues the turn, a reply
+without a tool call ends it. Around that rule sit the limits and tool rules, each exit
+named by a :data:`StopReason`. Every message is appended (and fsync'd) the moment it
+exists: the assistant reply before its tools run, each tool result as it returns, so a
+crash at any point loses nothing that was complete.
+
+The same loop runs chat turns in agentd and reflection sub-agents in the workers, with
+other tools, prompts, rules and limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from shared.agent.request import shape_messages, tool_result_cap, truncate_tool_output
+from shared.agent.rules import ToolRules
+from shared.agent.tools.base import Tool, ToolContext
+from shared.errors import AgentdError, ToolError
+from shared.ids import new_id
+from shared.models.messages import Message, StopReason, ToolCall, utc_now
+from shared.models.turns import TurnResult
+from shared.protocol import EVENT_ASSISTANT, EVENT_TOOL_CALL, EVENT_TOOL_RESULT
+from shared.providers.base import ModelRequest, ModelResponse, Provider
+from shared.store.conversations import Conversation
+
+log = structlog.get_logger(__name__)
+
+Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+async def _discard(_event: str, _data: dict[str, Any]) -> None:
+    return None
+
+
+@dataclass
+class Turn:
+    """Everything one turn needs; built by the caller (the daemon or a reflection job)."""
+
+    conversation: Conversation
+    provider: Provider
+    tools: list[Tool]
+    tool_context: ToolContext
+    system_prompt: Callable[[], Awaitable[str]]
+    """Called before every step: memory edited mid-turn shows in the next step's prompt."""
+    max_steps: int = 50
+    rules: ToolRules = field(default_factory=ToolRules)
+    emit: Emit = _discard
+    turn_id: str = field(default_factory=lambda: new_id("turn"))
+
+
+async def run_turn(turn: Turn, inputs: list[Message]) -> TurnResult:
+    """Append ``inputs`` (the user's message and any reminders) and run the turn."""
+    runner = _TurnRunner(turn)
+    return await runner.run(inputs)
+
+
+class _TurnRunner:
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        self.conversation = turn.conversation
+        self.tools = {tool.name: tool for tool in turn.tools}
+        self.called: set[str] = set()
+        self.result = TurnResult(
+            turn_id=turn.turn_id,
+            agent_id=turn.conversation.agent_id,
+            conversation_id=turn.conversation.id,
+            stop_reason="end_turn",
+        )
+
+    async def run(self, inputs: list[Message]) -> TurnResult:
+        self._persist(inputs)
+        try:
+            stop = await self._steps()
+        except AgentdError as exc:
+            log.warning("turn_failed", error_code=exc.code, error=exc.message)
+            self.result.error = exc.to_dict()
+            stop = self._persist_stop("error", exc.message, exc.code)
+        except asyncio.CancelledError:
+            self._persist_stop("cancelled", "the turn was cancelled", "cancelled")
+            raise
+        except Exception as exc:
+            log.exception("turn_crashed")
+            error = AgentdError(f"internal error during the turn: {exc!r}; see the agentd log")
+            self.result.error = error.to_dict()
+            stop = self._persist_stop("error", error.message, error.code)
+        self.result.stop_reason = stop
+        return self.result
+
+    async def _steps(self) -> StopReason:
+        max_steps = self.turn.max_steps
+        for step in range(max_steps):
+            response = await self.turn.provider.complete(await self._request())
+            self.result.steps += 1
+            self.result.usage = self.result.usage + response.usage
+            is_last_step = step == max_steps - 1
+            if not response.tool_calls:
+                missing = self.turn.rules.uncalled_required(self.called)
+                if missing and not is_last_step:
+                    await self._persist_assistant(response, stop=None)
+                    self._persist_note(
+                        "[automated] Do not end the turn yet: first call "
+                        + ", ".join(missing)
+                        + "."
+                    )
+                    continue
+                stop: StopReason = (
+                    "max_tokens" if response.finish_reason == "length" else "end_turn"
+                )
+                await self._persist_assistant(response, stop=stop)
+                return stop
+            stop_after_tools = self._stop_after_tools(response.tool_calls, is_last_step)
+            await self._persist_assistant(response, stop=stop_after_tools)
+            await self._run_tool_calls(response.tool_calls)
+            if stop_after_tools is not None:
+                return stop_after_tools
+        raise AssertionError("unreachable: the last step always decides a stop reason")
+
+    def _stop_after_tools(self, calls: list[ToolCall], is_last_step: bool) -> StopReason | None:
+        names = {call.name for call in calls}
+        if names & self.turn.rules.requires_approval:
+            return "requires_approval"
+        if names & self.turn.rules.terminal:
+            return "tool_rule"
+        if is_last_step:
+            return "max_steps"
+        return None
+
+    async def _request(self) -> ModelRequest:
+        return ModelRequest(
+            system=await self.turn.system_prompt(),
+            messages=shape_messages(self.conversation.context),
+            tools=[tool.schema for tool in self.turn.tools],
+        )
+
+    async def _run_tool_calls(self, calls: list[ToolCall]) -> None:
+        cap = tool_result_cap(self.turn.provider.context_window)
+        for call in calls:
+            if call.name in self.turn.rules.requires_approval:
+                await self.turn.emit(EVENT_TOOL_CALL, _call_event(call, awaiting_approval=True))
+                continue
+            await self.turn.emit(EVENT_TOOL_CALL, _call_event(call))
+            text, is_error = await self._run_tool(call)
+            self.called.add(call.name)
+            message = self._message(
+                role="tool",
+                content=truncate_tool_output(text, cap),
+                tool_call_id=call.id,
+                name=call.name,
+                is_error=is_error,
+            )
+            self._persist([message])
+            await self.turn.emit(
+                EVENT_TOOL_RESULT,
+                {
+                    "tool_call_id": call.id,
+                    "name": call.name,
+                    "content": message.content,
+                    "is_error": is_error,
+                },
+            )
+
+    async def _run_tool(self, call: ToolCall) -> tuple[str, bool]:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            available = ", ".join(sorted(self.tools)) or "none"
+            return f"unknown tool {call.name!r}; available tools: {available}", True
+        try:
+            args = call.parsed_arguments()
+        except ValueError as exc:
+            return f"could not call {call.name}: {exc}", True
+        try:
+            with structlog.contextvars.bound_contextvars(tool=call.name, tool_call_id=call.id):
+                return await tool.run(args, self.turn.tool_context), False
+        except ToolError as exc:
+            return str(exc), True
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("tool_crashed", tool=call.name)
+            return f"{call.name} failed unexpectedly: {exc!r}", True
+
+    async def _persist_assistant(self, response: ModelResponse, stop: StopReason | None) -> None:
+        message = self._message(
+            role="assistant",
+            content=response.text,
+            tool_calls=response.tool_calls,
+            usage=response.usage,
+            model=response.model or self.turn.provider.model,
+            stop_reason=stop,
+        )
+        self._persist([message])
+        if response.text:
+            self.result.text = response.text
+            await self.turn.emit(EVENT_ASSISTANT, {"text": response.text})
+
+    def _persist_note(self, text: str) -> None:
+        self._persist([self._message(role="user", kind="note", content=text)])
+
+    def _persist_stop(self, stop: StopReason, text: str, code: str) -> StopReason:
+        message = self._message(
+            role="assistant", kind="stop", content=text, stop_reason=stop, metadata={"code": code}
+        )
+        self._persist([message])
+        return stop
+
+    def _persist(self, messages: list[Message]) -> None:
+        self.conversation.append(messages)
+        self.result.message_ids.extend(m.id for m in messages)
+
+    def _message(self, **fields: Any) -> Message:
+        return Message(
+            id=new_id("msg"),
+            agent_id=self.conversation.agent_id,
+            conversation_id=self.conversation.id,
+            turn_id=self.turn.turn_id,
+            created_at=utc_now(),
+            **fields,
+        )
+
+
+def _call_event(call: ToolCall, *, awaiting_approval: bool = False) -> dict[str, Any]:
+    event: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": call.arguments}
+    if awaiting_approval:
+        event["awaiting_approval"] = True
+    return event

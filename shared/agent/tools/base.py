@@ -1,0 +1,58 @@
+"""What every tool has: a schema the model sees, and ``run`` with a per-turn context.
+
+A tool returns text for the model or raises :class:`shared.errors.ToolError`, whose
+message becomes the (error) tool result: tool failures are the model's to handle, not
+the daemon's.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shared.providers.base import ToolSchema
+
+MemoryEdit = Callable[[str], contextlib.AbstractAsyncContextManager[None]]
+"""``async with memory_edit("what changed"):`` holds the agent's memory lock for the body,
+then commits every change in the memory repo with that message (nothing to commit: no
+commit). Tools that may touch memory wrap their writes in it."""
+
+
+@contextlib.asynccontextmanager
+async def no_memory_edit(_message: str) -> AsyncIterator[None]:
+    """A ``MemoryEdit`` for contexts without a memory repo (some tests)."""
+    yield
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Where a tool runs and what it may touch; built once per turn."""
+
+    agent_id: str
+    workspace: Path
+    """The agent's scratch directory: bash's cwd and the base for relative paths."""
+    memory_dir: Path
+    """The agent's memory repo (its main checkout)."""
+    home: Path
+    """``AGENTD_HOME``: reads inside it are limited to this agent's own directories."""
+    bash_timeout_s: float = 60.0
+    bash_output_chars: int = 30_000
+    memory_edit: MemoryEdit = no_memory_edit
+    extra_env: dict[str, str] = field(default_factory=dict)
+    """Variables added to bash's scrubbed environment (e.g. ``MEMORY_DIR``)."""
+
+
+class Tool(abc.ABC):
+    schema: ToolSchema
+
+    @property
+    def name(self) -> str:
+        return self.schema.name
+
+    @abc.abstractmethod
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """Do the work; return the text the model sees, or raise ``ToolError``."""

@@ -1,0 +1,249 @@
+"""The bash tool: the model's general-purpose hands, fenced in time, output and environment.
+
+A command gets its own session (process group) so a timeout, a cancelled turn, or the end
+of the command can stop everything it started, background children included; nothing it
+spawns outlives the call. Its environment is built from an allowlist, never inherited,
+because the daemon's environment holds provider API keys the model must not see. Output
+is capped (head and tail kept) so one noisy command cannot flood the context. Bash may
+change memory files, so whatever it changed there is committed when it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from shared.agent.tools.base import Tool, ToolContext
+from shared.errors import ToolError
+from shared.providers.base import ToolSchema
+
+MAX_TIMEOUT_S = 600.0
+TIMEOUT_FACTOR = 10
+"""The model may ask for up to this many times the configured timeout (within the max)."""
+KILL_GRACE_S = 2.0
+"""Between SIGTERM and SIGKILL of a process group."""
+DRAIN_GRACE_S = 1.0
+"""How long to wait for the output pipe to close once the group is gone."""
+
+ENV_ALLOWLIST = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TERM",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TMPDIR",
+)
+SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+SECRET_NAME_PREFIXES = ("AWS_", "AGENTD_", "OPENAI", "ANTHROPIC")
+PROC = Path("/proc")
+
+
+class Bash(Tool):
+    schema = ToolSchema(
+        name="bash",
+        description=(
+            "Run a bash command in your workspace; returns stdout+stderr. "
+            "Background processes are killed when it returns."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "command": {"type": "string"},
+                "timeout_s": {"type": "number", "description": "default set by agentd"},
+            },
+            "required": ["command"],
+        },
+    )
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        command = args.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise ToolError("command is required and must be a non-empty string")
+        timeout = _timeout(args.get("timeout_s"), ctx.bash_timeout_s)
+        try:
+            ctx.workspace.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ToolError(f"cannot create workspace {ctx.workspace}: {e.strerror}") from None
+        output, returncode, timed_out = await _run(command, ctx, timeout)
+        async with ctx.memory_edit(f"bash: {' '.join(command.split())[:60]}"):
+            pass
+        return _report(output.render(), returncode, timed_out, timeout)
+
+
+def scrubbed_env(ctx: ToolContext) -> dict[str, str]:
+    """The command's environment: allowlisted variables, ``extra_env``, the agent's paths."""
+    env = {name: os.environ[name] for name in ENV_ALLOWLIST if name in os.environ}
+    env.update(ctx.extra_env)
+    env.update(WORKSPACE=str(ctx.workspace), MEMORY_DIR=str(ctx.memory_dir), AGENT_ID=ctx.agent_id)
+    return {name: value for name, value in env.items() if not _looks_secret(name)}
+
+
+def _looks_secret(name: str) -> bool:
+    upper = name.upper()
+    return any(part in upper for part in SECRET_NAME_PARTS) or upper.startswith(
+        SECRET_NAME_PREFIXES
+    )
+
+
+def _timeout(requested: object, default: float) -> float:
+    ceiling = min(default * TIMEOUT_FACTOR, MAX_TIMEOUT_S)
+    if requested is None:
+        return min(default, ceiling)
+    if isinstance(requested, bool) or not isinstance(requested, int | float) or requested <= 0:
+        raise ToolError("timeout_s must be a positive number of seconds")
+    return min(float(requested), ceiling)
+
+
+class _Output:
+    """Decoded output keeping only the first and last ``limit / 2`` chars, and a count."""
+
+    def __init__(self, limit: int) -> None:
+        self._head_limit = limit // 2
+        self._tail_limit = limit - self._head_limit
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._head = ""
+        self._tail = ""
+        self._total = 0
+
+    def feed(self, data: bytes, *, final: bool = False) -> None:
+        text = self._decoder.decode(data, final)
+        self._total += len(text)
+        room = self._head_limit - len(self._head)
+        self._head += text[:room]
+        if len(text) > room:
+            tail = self._tail + text[room:]
+            self._tail = tail[max(len(tail) - self._tail_limit, 0) :]
+
+    def render(self) -> str:
+        omitted = self._total - len(self._head) - len(self._tail)
+        if omitted <= 0:
+            return self._head + self._tail
+        return f"{self._head}\n... [{omitted} chars omitted] ...\n{self._tail}"
+
+
+class _Protocol(asyncio.SubprocessProtocol):
+    """Feeds output as it arrives; tells apart "bash exited" from "every pipe closed".
+
+    The two differ when a background child still holds the output pipe, and
+    ``Process.wait()`` waits for both, so it cannot tell us when to stop the group.
+    """
+
+    def __init__(self, output: _Output) -> None:
+        loop = asyncio.get_running_loop()
+        self.output = output
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.closed: asyncio.Future[None] = loop.create_future()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self.output.feed(data)
+
+    def process_exited(self) -> None:
+        self.exited.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed.set_result(None)
+
+
+async def _run(command: str, ctx: ToolContext, timeout: float) -> tuple[_Output, int, bool]:
+    """Run ``command``; return its output, exit status, and whether it timed out."""
+    output = _Output(ctx.bash_output_chars)
+    try:
+        transport, protocol = await asyncio.get_running_loop().subprocess_exec(
+            lambda: _Protocol(output),
+            "bash",
+            "-c",
+            command,
+            cwd=ctx.workspace,
+            env=scrubbed_env(ctx),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as e:
+        raise ToolError(f"cannot start bash: {e.strerror or e}") from None
+    pgid = transport.get_pid()
+    try:
+        try:
+            await asyncio.wait_for(asyncio.shield(protocol.exited), timeout)
+            timed_out = False
+        except TimeoutError:
+            timed_out = True
+        await _stop_group(pgid)
+        await protocol.exited
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(protocol.closed), DRAIN_GRACE_S)
+    except asyncio.CancelledError:
+        _signal_group(pgid, signal.SIGKILL)
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            # Reap bash (dying of SIGKILL) now, so no zombie is left behind.
+            await asyncio.wait_for(asyncio.shield(protocol.exited), KILL_GRACE_S)
+        raise
+    finally:
+        transport.close()
+    output.feed(b"", final=True)
+    returncode = transport.get_returncode()
+    assert returncode is not None
+    return output, returncode, timed_out
+
+
+async def _stop_group(pgid: int) -> None:
+    """SIGTERM the group, then SIGKILL whatever is left after ``KILL_GRACE_S``."""
+    if not _signal_group(pgid, signal.SIGTERM):
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + KILL_GRACE_S
+    while loop.time() < deadline:
+        await asyncio.sleep(0.05)
+        if not _group_alive(pgid):
+            return
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Send ``sig`` to the group; ``False`` if it has no process we may signal."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of the group still runs.
+
+    Killed orphans stay zombies until init reaps them, which some container inits do
+    slowly; they still count for ``killpg``, so on Linux ``/proc`` tells them apart.
+    """
+    if not _signal_group(pgid, 0):
+        return False
+    if not PROC.is_dir():
+        return True
+    for stat in PROC.glob("[0-9]*/stat"):
+        try:
+            state, _ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError, ValueError):
+            continue
+        if state != "Z" and int(pgrp) == pgid:
+            return True
+    return False
+
+
+def _report(text: str, returncode: int, timed_out: bool, timeout: float) -> str:
+    lines = [text.removesuffix("\n")] if text else []
+    if timed_out:
+        lines.append(f"[timed out after {timeout:g} s; the command and its children were killed]")
+    elif returncode != 0:
+        lines.append(f"[exit code {returncode}]")
+    return "\n".join(lines) or "(no output)"

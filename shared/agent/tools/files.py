@@ -1,0 +1,217 @@
+"""read_file, write_file and edit_file: the model's precise way to look at and change files.
+
+Bash could do all of this, but these tools give the model line numbers to cite, exact
+replacements that fail loudly instead of silently mangling a file, atomic writes, and a
+commit per change when the file is in the agent's memory repo.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from pathlib import Path
+from typing import Any
+
+from shared.agent.tools.base import Tool, ToolContext
+from shared.agent.tools.paths import memory_relative, resolve_for_read, resolve_for_write
+from shared.errors import ToolError
+from shared.providers.base import ToolSchema
+
+MAX_READ_BYTES = 10 * 1024 * 1024
+DEFAULT_READ_LINES = 2000
+MAX_LINE_CHARS = 2000
+"""Longer lines (minified code, data dumps) are cut so one line cannot flood the context."""
+
+
+class ReadFile(Tool):
+    schema = ToolSchema(
+        name="read_file",
+        description="Read a UTF-8 text file, lines numbered like cat -n.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "offset": {"type": "integer", "description": "first line, 1-based"},
+                "limit": {"type": "integer", "description": f"max lines ({DEFAULT_READ_LINES})"},
+            },
+            "required": ["path"],
+        },
+    )
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        path = resolve_for_read(_str_arg(args, "path"), ctx)
+        offset = _int_arg(args, "offset", 1)
+        limit = _int_arg(args, "limit", DEFAULT_READ_LINES)
+        return _numbered(path, _read_text(path), offset, limit)
+
+
+class WriteFile(Tool):
+    schema = ToolSchema(
+        name="write_file",
+        description="Create or overwrite a file with content (parent dirs are created).",
+        parameters={
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    )
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        path = resolve_for_write(_str_arg(args, "path"), ctx)
+        content = _str_arg(args, "content", allow_empty=True)
+        if path.is_dir():
+            raise ToolError(f"{path} is a directory")
+        verb = "update" if path.exists() else "create"
+        async with _memory_scope(path, ctx, f"write_file: {verb}"):
+            _atomic_write(path, content)
+        return f"wrote {len(content)} chars to {path}"
+
+
+class EditFile(Tool):
+    schema = ToolSchema(
+        name="edit_file",
+        description="Replace old_string (exact, unique unless replace_all) with new_string.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "path": {"type": "string"},
+                "old_string": {"type": "string"},
+                "new_string": {"type": "string"},
+                "replace_all": {"type": "boolean"},
+            },
+            "required": ["path", "old_string", "new_string"],
+        },
+    )
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        path = resolve_for_write(_str_arg(args, "path"), ctx)
+        old = _str_arg(args, "old_string")
+        new = _str_arg(args, "new_string", allow_empty=True)
+        replace_all = _bool_arg(args, "replace_all")
+        if old == new:
+            raise ToolError("old_string and new_string are the same; nothing to change")
+        async with _memory_scope(path, ctx, "edit_file: update"):
+            text = _read_text(path)
+            count = _count_matches(path, text, old, replace_all)
+            _atomic_write(path, text.replace(old, new, -1 if replace_all else 1))
+        return f"edited {path}: {count} replacement{'s' if count > 1 else ''}"
+
+
+def _count_matches(path: Path, text: str, old: str, replace_all: bool) -> int:
+    count = text.count(old)
+    if count == 0:
+        raise ToolError(
+            f"old_string not found in {path}; copy it exactly from read_file output "
+            "(without the line-number prefix), including whitespace"
+        )
+    if count > 1 and not replace_all:
+        raise ToolError(
+            f"old_string occurs {count} times in {path}; add surrounding context to make it "
+            "unique, or set replace_all to replace every occurrence"
+        )
+    return count
+
+
+def _memory_scope(
+    path: Path, ctx: ToolContext, action: str
+) -> contextlib.AbstractAsyncContextManager[None]:
+    """``ctx.memory_edit`` for a file in memory (so the change is committed), else nothing."""
+    rel = memory_relative(path, ctx)
+    if rel is None:
+        return contextlib.nullcontext()
+    return ctx.memory_edit(f"{action} {rel}")
+
+
+def _read_text(path: Path) -> str:
+    try:
+        if path.is_dir():
+            raise ToolError(f"{path} is a directory, not a file; list it with bash `ls`")
+        size = path.stat().st_size
+        if size > MAX_READ_BYTES:
+            raise ToolError(
+                f"{path} is {size} bytes, over the 10 MiB limit; "
+                "use bash (head, sed -n, grep) to look at parts of it"
+            )
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ToolError(f"file not found: {path}") from None
+    except OSError as e:
+        raise ToolError(f"cannot read {path}: {e.strerror or e}") from None
+    if b"\0" in data:
+        raise ToolError(f"{path} looks binary (contains NUL bytes); inspect it with bash")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ToolError(f"{path} is not UTF-8 (byte {e.start}); inspect it with bash") from None
+
+
+def _numbered(path: Path, text: str, offset: int, limit: int) -> str:
+    if not text:
+        return f"{path} is empty"
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    if offset > len(lines):
+        raise ToolError(f"offset {offset} is past the end of {path} ({len(lines)} lines)")
+    shown = lines[offset - 1 : offset - 1 + limit]
+    out = "\n".join(f"{n:6d}\t{_cut(line)}" for n, line in enumerate(shown, start=offset))
+    last = offset + len(shown) - 1
+    if last < len(lines):
+        out += f"\n[lines {offset}-{last} of {len(lines)}; use offset={last + 1} to read on]"
+    return out
+
+
+def _cut(line: str) -> str:
+    if len(line) <= MAX_LINE_CHARS:
+        return line
+    return f"{line[:MAX_LINE_CHARS]}... [line cut, {len(line) - MAX_LINE_CHARS} more chars]"
+
+
+def _atomic_write(path: Path, content: str) -> None:
+    """Write via a temp file in the same directory and ``os.replace``: all or nothing."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else None
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            # 0o666 lets the umask pick a new file's mode, as a plain open() would.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                f.write(content)
+                f.flush()
+                os.fsync(f.fileno())
+            if mode is not None:
+                os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as e:
+        raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _str_arg(args: dict[str, Any], name: str, *, allow_empty: bool = False) -> str:
+    value = args.get(name)
+    if not isinstance(value, str):
+        raise ToolError(f"{name} is required and must be a string")
+    if not value and not allow_empty:
+        raise ToolError(f"{name} must not be empty")
+    return value
+
+
+def _int_arg(args: dict[str, Any], name: str, default: int) -> int:
+    value = args.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ToolError(f"{name} must be a positive integer")
+    return value
+
+
+def _bool_arg(args: dict[str, Any], name: str) -> bool:
+    value = args.get(name, False)
+    if not isinstance(value, bool):
+        raise ToolError(f"{name} must be true or false")
+    return value

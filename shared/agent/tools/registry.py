@@ -1,0 +1,18 @@
+"""The main agent's toolset in one place, so the loop and tests agree on what it is."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from shared.agent.tools.base import Tool
+from shared.agent.tools.bash import Bash
+from shared.agent.tools.files import EditFile, ReadFile, WriteFile
+from shared.providers.base import ToolSchema
+
+
+def main_agent_tools() -> list[Tool]:
+    return [ReadFile(), WriteFile(), EditFile(), Bash()]
+
+
+def tool_schemas(tools: Sequence[Tool]) -> list[ToolSchema]:
+    return [tool.schema for tool in tools]

@@ -1,0 +1,1 @@
+"""Context budgeting: how big a request is, and how much room it may take."""

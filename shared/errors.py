@@ -1,0 +1,144 @@
+"""The one error tree of agentd.
+
+Every error that may cross the socket derives from :class:`AgentdError` and carries a
+stable ``code`` (what scripts match on) and a message that says what to do::
+
+    AgentdError
+    ├── RequestError                 the caller sent something we refuse; nothing changed
+    │   ├── MalformedRequest         not JSON, not an object, missing or mistyped fields
+    │   ├── UnknownOp
+    │   ├── InvalidId                an id that is not [A-Za-z0-9_-]{1,64} (path tricks included)
+    │   ├── PayloadTooLarge          a request line or a message over its limit
+    │   ├── UnknownAgent
+    │   ├── UnknownConversation
+    │   ├── UnknownMessage
+    │   ├── NameTaken
+    │   └── MemoryPathError          a memory file path outside the repo or not present
+    ├── StoreError                   the data directory is not as we left it
+    │   └── CorruptStateFile
+    ├── ProviderError                the model call failed
+    │   ├── ContextOverflowError     the request is larger than the model's window
+    │   ├── ProviderAuthError        missing or rejected credentials
+    │   ├── ProviderConfigError      unknown model, bad api base, missing dependency
+    │   ├── ProviderHTTPError        any other HTTP failure, after our retries
+    │   └── ProviderMisbehaved       a response we cannot use (no choices, bad shape)
+    ├── ShuttingDown                 the daemon is stopping and takes no new turns
+    └── ReflectionError
+
+Tool failures are not daemon errors: a tool raises :class:`ToolError`, which the agent
+loop hands back to the model as the tool's result (the turn goes on).
+"""
+
+from __future__ import annotations
+
+
+class AgentdError(Exception):
+    """Base of every error agentd reports to a caller. Catch this at process boundaries."""
+
+    code = "internal_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+class RequestError(AgentdError):
+    code = "bad_request"
+
+
+class MalformedRequest(RequestError):
+    code = "malformed_request"
+
+
+class UnknownOp(RequestError):
+    code = "unknown_op"
+
+
+class InvalidId(RequestError):
+    code = "invalid_id"
+
+
+class PayloadTooLarge(RequestError):
+    code = "payload_too_large"
+
+
+class UnknownAgent(RequestError):
+    code = "unknown_agent"
+
+
+class UnknownConversation(RequestError):
+    code = "unknown_conversation"
+
+
+class UnknownMessage(RequestError):
+    code = "unknown_message"
+
+
+class NameTaken(RequestError):
+    code = "name_taken"
+
+
+class MemoryPathError(RequestError):
+    code = "memory_path"
+
+
+class StoreError(AgentdError):
+    code = "store_error"
+
+
+class CorruptStateFile(StoreError):
+    code = "corrupt_state_file"
+
+    def __init__(self, path: object, reason: str) -> None:
+        super().__init__(
+            f"state file {path} is corrupt ({reason}); move it aside and restart agentd, "
+            "or restore it from a backup"
+        )
+        self.path = str(path)
+
+
+class ProviderError(AgentdError):
+    code = "provider_error"
+
+
+class ContextOverflowError(ProviderError):
+    code = "context_overflow"
+
+
+class ProviderAuthError(ProviderError):
+    code = "provider_auth"
+
+
+class ProviderConfigError(ProviderError):
+    code = "provider_config"
+
+
+class ProviderHTTPError(ProviderError):
+    code = "provider_http"
+
+    def __init__(self, message: str, *, status_code: int | None, model: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.model = model
+
+
+class ProviderMisbehaved(ProviderError):
+    code = "provider_misbehaved"
+
+
+class ShuttingDown(AgentdError):
+    code = "shutting_down"
+
+    def __init__(self) -> None:
+        super().__init__("agentd is shutting down; start it again with `agentd up`")
+
+
+class ReflectionError(AgentdError):
+    code = "reflection_error"
+
+
+class ToolError(Exception):
+    """Raised by a tool to tell the model what went wrong; never reaches the socket."""

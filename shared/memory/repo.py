@@ -1,0 +1,338 @@
+"""One agent's memory repo: every memory edit is a git commit on ``main``.
+
+All writes shell out to ``git`` through GitPython's command interface (``repo.git.<cmd>``):
+its pure-Python index commit is slower, skips hooks and writes the index on its own (see
+stack.md §5). Reads that run on every turn avoid git altogether (:meth:`MemoryRepo.head`
+reads ``.git`` files) or use one batched call (:meth:`MemoryRepo.read_tree`).
+
+Writers serialise on a ``flock`` beside the repo (:attr:`MemoryRepo.lock_path`); two writers
+in one checkout otherwise collide on ``index.lock``. A commit is refused while a merge is
+in progress, because git would happily conclude it with conflict markers in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Self, TypeVar
+
+import structlog
+from git import GitCommandError, Repo
+
+from shared.errors import AgentdError, MemoryPathError
+from shared.memory import frontmatter
+from shared.store.locks import async_file_lock
+
+log = structlog.get_logger(__name__)
+
+INITIAL_COMMIT_MESSAGE = "chore: initialize local memory"
+STALE_INDEX_LOCK_S = 60.0
+_BRANCH = "main"
+_LOG_FORMAT = "%H%x00%h%x00%an%x00%ae%x00%aI%x00%s"
+_FILE_MODES = frozenset({b"100644", b"100755"})
+
+T = TypeVar("T")
+
+
+class MemoryRepoError(AgentdError):
+    """A git operation on a memory repo failed, or the repo is in a state we refuse."""
+
+    code = "memory_repo"
+
+
+@dataclass(frozen=True, slots=True)
+class CommitInfo:
+    sha: str
+    short_sha: str
+    author: str
+    email: str
+    date: str
+    """Author date, strict ISO 8601 with offset."""
+    subject: str
+
+
+def validate_memory_path(path: str) -> str:
+    """Return ``path`` normalised if it names a place inside the repo's tracked tree.
+
+    Refuses absolute paths, ``..`` segments and anything under ``.git``: the path comes from
+    a model or a user and must not reach outside memory or into git's own files.
+    """
+    pure = PurePosixPath(path)
+    if "\0" in path or not pure.parts or pure.is_absolute() or {"..", ".git"} & set(pure.parts):
+        raise MemoryPathError(
+            f"memory path {path!r} is not allowed: use a path relative to the memory "
+            "directory, without '..' or '.git' (e.g. 'system/human.md')"
+        )
+    return str(pure)
+
+
+class MemoryRepo:
+    """A memory repo's main checkout. Close it (or use ``with``) to stop git helpers."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path.absolute()
+        self._git_dir = self.path / ".git"
+        if not self._git_dir.is_dir():
+            raise MemoryRepoError(
+                f"{self.path} is not a memory repository (no .git directory); "
+                "it is created with the agent"
+            )
+        self._repo = Repo(self.path)
+        self._repo.git.update_environment(GIT_TERMINAL_PROMPT="0")
+
+    @classmethod
+    def create(
+        cls, path: Path, *, agent_id: str, agent_name: str, persona: str, human: str
+    ) -> MemoryRepo:
+        """Initialise a repo at ``path`` with ``system/persona.md`` and ``system/human.md``."""
+        if (path / ".git").exists():
+            raise MemoryRepoError(
+                f"{path} already holds a git repository; refusing to re-initialise memory"
+            )
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            Repo.init(path, initial_branch=_BRANCH).close()
+        except GitCommandError as exc:
+            raise MemoryRepoError(f"git init failed in {path}: {_stderr(exc)}") from exc
+        repo = cls(path)
+        try:
+            email = f"{agent_id}@agentd.local"
+            repo._configure(agent_name, email)
+            repo._write_system_file("persona", "Who I am and how I behave.", persona)
+            repo._write_system_file("human", "What I know about the user.", human)
+            repo.commit_all(INITIAL_COMMIT_MESSAGE, author_name=agent_name, author_email=email)
+        except BaseException:
+            repo.close()
+            raise
+        log.info("memory_repo_created", path=str(repo.path), agent_id=agent_id)
+        return repo
+
+    def close(self) -> None:
+        self._repo.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    @property
+    def lock_path(self) -> Path:
+        """The memory lock: a sibling of the repo, so it never shows up as untracked."""
+        return self.path.parent / "memory.lock"
+
+    def head(self) -> str:
+        """The sha HEAD points at, read from ``.git`` files (no git process: every turn)."""
+        content = (self._git_dir / "HEAD").read_text().strip()
+        if not content.startswith("ref: "):
+            return content
+        ref = content.removeprefix("ref: ")
+        loose = self._git_dir / ref
+        if loose.is_file():
+            return loose.read_text().strip()
+        sha = self._packed_ref(ref)
+        if sha is None:
+            raise MemoryRepoError(f"{self.path}: HEAD points to {ref}, which has no commit")
+        return sha
+
+    def commit_all(self, message: str, *, author_name: str, author_email: str) -> str | None:
+        """Stage everything and commit it; the new sha, or None when nothing changed.
+
+        The caller holds :attr:`lock_path` (see :meth:`edit`).
+        """
+        if (self._git_dir / "MERGE_HEAD").exists():
+            raise MemoryRepoError(
+                f"a merge is in progress in {self.path}; committing now would seal conflict "
+                f"markers into memory. Run `git -C {self.path} merge --abort` (agentd does "
+                "this on restart) and retry"
+            )
+        self._git("add", "-A")
+        if self._git_status("diff", "--cached", "--quiet") == 0:
+            return None
+        self._git("commit", "-q", "-m", message, f"--author={author_name} <{author_email}>")
+        return self.head()
+
+    @contextlib.asynccontextmanager
+    async def edit(
+        self, message: str, *, author_name: str, author_email: str
+    ) -> AsyncIterator[None]:
+        """Hold the memory lock for the body, then commit what it changed as ``message``.
+
+        The commit runs in a thread so the event loop keeps serving other agents. Nothing is
+        committed if the body raises.
+        """
+        async with async_file_lock(self.lock_path):
+            yield
+            sha = await _run_to_completion(
+                asyncio.to_thread(
+                    self.commit_all, message, author_name=author_name, author_email=author_email
+                )
+            )
+        if sha is None:
+            log.info("memory_edit_unchanged", path=str(self.path), message=message)
+        else:
+            log.info("memory_committed", path=str(self.path), sha=sha, message=message)
+
+    def is_dirty(self) -> bool:
+        """Whether the checkout differs from HEAD, untracked files included."""
+        return bool(self._git("status", "--porcelain").strip())
+
+    def log(self, limit: int = 20) -> list[CommitInfo]:
+        """The last ``limit`` commits of HEAD, newest first."""
+        output = self._git("log", f"-n{limit}", f"--format={_LOG_FORMAT}")
+        return [CommitInfo(*line.split("\0")) for line in output.split("\n") if line]
+
+    def changed_files(self, old: str, new: str) -> list[str]:
+        """Paths that differ between commits ``old`` and ``new``, sorted.
+
+        An ``old`` that no longer resolves (garbage-collected, or from another repo) counts
+        as "everything changed": every file at ``new``.
+        """
+        _check_rev(old)
+        _check_rev(new)
+        if self._git_status("cat-file", "-e", f"{old}^{{commit}}") != 0:
+            output = self._git("ls-tree", "-r", "-z", "--name-only", new)
+        else:
+            output = self._git("diff", "--name-only", "--no-renames", "-z", old, new)
+        return sorted(name for name in output.split("\0") if name)
+
+    def read_tree(self, rev: str = "HEAD") -> dict[str, str]:
+        """Every committed ``*.md`` file at ``rev`` by path; the checkout is never read."""
+        _check_rev(rev)
+        listing: bytes = self._git("ls-tree", "-r", "-z", rev, stdout_as_string=False)
+        blobs: dict[str, bytes] = {}
+        for entry in listing.split(b"\0"):
+            if not entry:
+                continue
+            info, name = entry.split(b"\t", 1)
+            mode, kind, sha = info.split(b" ")
+            if kind == b"blob" and mode in _FILE_MODES and name.endswith(b".md"):
+                blobs[name.decode("utf-8", "replace")] = sha
+        contents = self._cat_blobs(list(blobs.values()))
+        return {path: contents[blobs[path]] for path in sorted(blobs)}
+
+    def show(self, path: str, rev: str = "HEAD") -> str:
+        """The committed text of memory file ``path`` at ``rev``."""
+        path = validate_memory_path(path)
+        _check_rev(rev)
+        status, out, _ = self._git(
+            "cat-file",
+            "blob",
+            f"{rev}:{path}",
+            with_extended_output=True,
+            with_exceptions=False,
+            stdout_as_string=False,
+            strip_newline_in_stdout=False,
+        )
+        if status == 0:
+            return out.decode("utf-8", "replace")
+        if self._git_status("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}") != 0:
+            raise MemoryRepoError(f"{self.path}: unknown revision {rev!r}")
+        raise MemoryPathError(f"no memory file {path!r} at {rev} (list files with read_tree)")
+
+    def recover(self) -> list[str]:
+        """Undo what a killed git left behind; what was done, also logged. Hold the lock."""
+        done: list[str] = []
+        index_lock = self._git_dir / "index.lock"
+        with contextlib.suppress(FileNotFoundError):
+            age = time.time() - index_lock.stat().st_mtime
+            if age > STALE_INDEX_LOCK_S:
+                index_lock.unlink()
+                done.append(f"removed a stale .git/index.lock ({age:.0f} s old)")
+        if (self._git_dir / "MERGE_HEAD").exists():
+            self._git("merge", "--abort")
+            done.append("aborted an unfinished merge")
+        for action in done:
+            log.warning("memory_repo_recovered", path=str(self.path), action=action)
+        return done
+
+    def _configure(self, agent_name: str, email: str) -> None:
+        settings = {
+            "user.name": agent_name,
+            "user.email": email,
+            "commit.gpgsign": "false",
+            "gc.auto": "0",
+        }
+        for key, value in settings.items():
+            self._git("config", "--local", key, value)
+
+    def _write_system_file(self, name: str, description: str, body: str) -> None:
+        target = self.path / "system" / f"{name}.md"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        meta: frontmatter.Meta = {"name": name, "description": description}
+        target.write_text(frontmatter.render(meta, body.strip() + "\n"), encoding="utf-8")
+
+    def _packed_ref(self, ref: str) -> str | None:
+        packed = self._git_dir / "packed-refs"
+        if not packed.is_file():
+            return None
+        for line in packed.read_text().splitlines():
+            sha, _, name = line.partition(" ")
+            if name == ref and not line.startswith(("#", "^")):
+                return sha
+        return None
+
+    def _cat_blobs(self, shas: list[bytes]) -> dict[bytes, str]:
+        """Contents of blobs ``shas`` from a single ``git cat-file --batch``."""
+        if not shas:
+            return {}
+        with tempfile.TemporaryFile() as request:
+            request.write(b"\n".join(shas) + b"\n")
+            request.seek(0)
+            output: bytes = self._git(
+                "cat-file",
+                "--batch",
+                istream=request,
+                stdout_as_string=False,
+                strip_newline_in_stdout=False,
+            )
+        contents: dict[bytes, str] = {}
+        pos = 0
+        while pos < len(output):
+            header_end = output.index(b"\n", pos)
+            sha, _kind, size = output[pos:header_end].split(b" ")
+            start = header_end + 1
+            contents[sha] = output[start : start + int(size)].decode("utf-8", "replace")
+            pos = start + int(size) + 1
+        return contents
+
+    def _git(self, cmd: str, *args: str, **options: Any) -> Any:
+        try:
+            return getattr(self._repo.git, cmd.replace("-", "_"))(*args, **options)
+        except GitCommandError as exc:
+            raise MemoryRepoError(f"git {cmd} failed in {self.path}: {_stderr(exc)}") from exc
+
+    def _git_status(self, cmd: str, *args: str) -> int:
+        """Run a git command whose exit code is the answer (``diff --quiet``, ``cat-file -e``)."""
+        status, _, _ = self._git(cmd, *args, with_extended_output=True, with_exceptions=False)
+        return int(status)
+
+
+def _check_rev(rev: str) -> None:
+    if not rev or rev.startswith("-"):
+        raise MemoryRepoError(f"invalid revision {rev!r}")
+
+
+def _stderr(exc: GitCommandError) -> str:
+    """Git's own message: GitPython wraps it as ``"\\n  stderr: '<text>'"``."""
+    text = str(exc.stderr).strip().removeprefix("stderr: '").removesuffix("'").strip()
+    return text or f"exit code {exc.status}"
+
+
+async def _run_to_completion(awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` to its end even if we are cancelled meanwhile, then re-raise.
+
+    A cancelled turn must not release the memory lock while its commit still runs in a
+    thread: the next writer would collide with it on ``index.lock``.
+    """
+    task = asyncio.ensure_future(awaitable)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        raise

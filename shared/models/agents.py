@@ -1,0 +1,51 @@
+"""Agent and conversation records (``agent.json``, ``conversation.json``, ``context.json``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from shared.models.messages import utc_now
+
+AGENT_SCHEMA_VERSION = 1
+CONVERSATION_SCHEMA_VERSION = 1
+CONTEXT_SCHEMA_VERSION = 1
+
+
+class AgentRecord(BaseModel):
+    schema_version: int = AGENT_SCHEMA_VERSION
+    id: str
+    name: str
+    model: str | None = None
+    """litellm model string, or None to follow the daemon's ``AGENTD_MODEL``."""
+    system_prompt: str
+    """The base prompt; compiled memory is appended to it on every turn."""
+    context_window: int | None = None
+    """Per-agent override of the model's context window, in tokens."""
+    default_conversation_id: str | None = None
+    created_at: datetime = Field(default_factory=utc_now)
+    updated_at: datetime = Field(default_factory=utc_now)
+
+
+class ConversationRecord(BaseModel):
+    schema_version: int = CONVERSATION_SCHEMA_VERSION
+    id: str
+    agent_id: str
+    created_at: datetime = Field(default_factory=utc_now)
+    memory_head_seen: str | None = None
+    """The memory commit this conversation's last turn was built from; when HEAD moves
+    past it, the next turn carries a ``<memory_update>`` reminder."""
+
+
+class ContextState(BaseModel):
+    """Which messages of the log are in the context window, oldest first.
+
+    Appends always enter the window, so messages in the log newer than the last listed
+    id belong to it too (a crash between an append and this file's replace loses
+    nothing). Only compaction removes ids.
+    """
+
+    schema_version: int = CONTEXT_SCHEMA_VERSION
+    message_ids: list[str] = Field(default_factory=list)
+    updated_at: datetime = Field(default_factory=utc_now)

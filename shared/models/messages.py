@@ -1,0 +1,125 @@
+"""Messages: one line of ``messages.jsonl`` each, and the unit of the context window.
+
+One model with a ``role`` (what the provider sees) and a ``kind`` (who made it):
+
+- ``message``  ordinary user speech, assistant replies and tool results;
+- ``summary``  a compaction summary (role user), never user speech;
+- ``reminder`` a harness reminder such as ``<memory_update>`` (role user), never user speech;
+- ``note``     a harness note to the model inside a turn (e.g. a tool rule was broken);
+- ``stop``     how a turn ended when no assistant message could say so (error, cancelled);
+  it is kept in the transcript but never sent to a model.
+
+Recall and reflection treat only ``kind == "message"`` with role user as user speech.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["user", "assistant", "tool"]
+MessageKind = Literal["message", "summary", "reminder", "note", "stop"]
+StopReason = Literal[
+    "end_turn",
+    "max_steps",
+    "max_tokens",
+    "tool_rule",
+    "requires_approval",
+    "error",
+    "cancelled",
+]
+"""Why a turn ended; a closed set shared by the loop, the transcript and the client."""
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Usage(BaseModel):
+    """Token usage of one model call, normalised so the four parts never overlap."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input_tokens: int = 0
+    """Prompt tokens that were neither read from nor written to a cache."""
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    """Part of ``output_tokens`` spent on reasoning; informational."""
+
+    @property
+    def context_tokens(self) -> int:
+        """Size of the context this call saw plus what it wrote: the budget's anchor."""
+        return (
+            self.input_tokens
+            + self.output_tokens
+            + self.cache_read_tokens
+            + self.cache_write_tokens
+        )
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: str = "{}"
+    """The arguments exactly as the model wrote them (a JSON object, if the model behaved)."""
+
+    def parsed_arguments(self) -> dict[str, Any]:
+        """The arguments as a dict; raises ``ValueError`` with a reason the model can act on."""
+        try:
+            value = json.loads(self.arguments or "{}")
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"arguments are not valid JSON ({exc.msg} at {exc.pos})") from exc
+        if not isinstance(value, dict):
+            raise ValueError("arguments must be a JSON object")
+        return value
+
+
+class Message(BaseModel):
+    """One message of a conversation, exactly as stored in ``messages.jsonl``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    """Sortable, unique (``msg-<ulid>``); order of ids is order of creation."""
+    agent_id: str
+    conversation_id: str
+    role: Role
+    kind: MessageKind = "message"
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    """On tool results: the id of the call this answers."""
+    name: str | None = None
+    """On tool results: the tool's name."""
+    is_error: bool = False
+    """On tool results: the tool failed (its content says why)."""
+    created_at: datetime = Field(default_factory=utc_now)
+    turn_id: str | None = None
+    model: str | None = None
+    usage: Usage | None = None
+    stop_reason: StopReason | None = None
+    """Set on the message that ended a turn."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def sent_to_model(self) -> bool:
+        return self.kind != "stop"
+
+    def to_line(self) -> bytes:
+        return (self.model_dump_json(exclude_defaults=True) + "\n").encode()

@@ -1,0 +1,22 @@
+"""The result of one chat turn, as returned over the socket."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from shared.models.messages import StopReason, Usage
+
+
+class TurnResult(BaseModel):
+    turn_id: str
+    agent_id: str
+    conversation_id: str
+    stop_reason: StopReason
+    text: str = ""
+    """The assistant's last words to the user in this turn."""
+    steps: int = 0
+    usage: Usage = Field(default_factory=Usage)
+    message_ids: list[str] = Field(default_factory=list)
+    """Every message this turn appended, in order."""
+    error: dict[str, str] | None = None
+    """``{code, message}`` when the turn stopped with ``error``."""

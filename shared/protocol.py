@@ -1,0 +1,69 @@
+"""The agentd socket protocol: JSON lines over a Unix socket. Standard library only.
+
+``agentctl`` imports this module and nothing else of ours, so it must stay cheap to
+import (no pydantic, no litellm, no git). The daemon validates requests with pydantic
+models in ``agentd/requests.py``; this module holds what both sides agree on.
+
+A request is one line: ``{"id": "r1", "op": "chat", "params": {...}}``.
+The daemon answers with zero or more event lines for that id,
+``{"id": "r1", "event": "tool_call", "data": {...}}``, then exactly one final line,
+``{"id": "r1", "ok": true, "result": {...}}`` or
+``{"id": "r1", "ok": false, "error": {"code": "unknown_agent", "message": "..."}}``.
+Several requests may be in flight on one connection; the id tells their lines apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+PROTOCOL_VERSION = 1
+MAX_REQUEST_BYTES = 1024 * 1024
+"""Largest request line the daemon reads (1 MiB); longer lines are discarded with an error."""
+
+SOCKET_NAME = "agentd.sock"
+
+OPS = (
+    "hello",
+    "status",
+    "agent.create",
+    "agent.list",
+    "agent.show",
+    "agent.update",
+    "chat",
+    "conversation.create",
+    "conversation.list",
+    "messages.list",
+    "memory.log",
+    "memory.path",
+    "memory.show",
+    "shutdown",
+)
+
+EVENT_USER_MESSAGE = "user_message"
+EVENT_ASSISTANT = "assistant"
+EVENT_TOOL_CALL = "tool_call"
+EVENT_TOOL_RESULT = "tool_result"
+EVENT_MEMORY_UPDATE = "memory_update"
+EVENT_WAITING = "waiting"
+
+
+def agentd_home() -> Path:
+    """The data directory: ``$AGENTD_HOME``, else ``~/.agentd``."""
+    configured = os.environ.get("AGENTD_HOME")
+    return Path(configured).expanduser() if configured else Path.home() / ".agentd"
+
+
+def socket_path(home: Path | None = None) -> Path:
+    return (home or agentd_home()) / "run" / SOCKET_NAME
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """One protocol line: compact JSON, UTF-8, newline-terminated."""
+    return (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+
+def request(request_id: str, op: str, params: dict[str, Any] | None = None) -> bytes:
+    return encode({"id": request_id, "op": op, "params": params or {}})

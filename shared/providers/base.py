@@ -1,0 +1,62 @@
+"""The model seam: a request, a response and the one-method ``Provider`` interface."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.models.messages import Message, ToolCall, Usage
+
+FinishReason = Literal["stop", "tool_calls", "length"]
+
+
+class ToolSchema(BaseModel):
+    """A tool as the model sees it (OpenAI function-calling shape)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+    def to_openai(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+class ModelRequest(BaseModel):
+    """Everything one model call sees, in the order the provider receives it."""
+
+    system: str
+    messages: list[Message]
+    """In-context messages, oldest first; ``kind == "stop"`` records are never included."""
+    tools: list[ToolSchema] = Field(default_factory=list)
+    max_output_tokens: int | None = None
+
+
+class ModelResponse(BaseModel):
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    finish_reason: FinishReason = "stop"
+    model: str = ""
+
+
+class Provider(abc.ABC):
+    """One model behind one async method. Implementations raise only ``ProviderError``s."""
+
+    model: str
+    context_window: int
+    """Tokens the model accepts per request (prompt and output together)."""
+
+    @abc.abstractmethod
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Run one model call. Raise ``ContextOverflowError`` when the request is too big."""

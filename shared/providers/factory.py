@@ -1,0 +1,43 @@
+"""Which provider a model string gets, built once per (model, window) and reused.
+
+``mock`` is the offline deterministic model; anything else is a litellm model string
+(``openai/gpt-4o``, ``anthropic/claude-sonnet-4-5``, ``ollama/llama3.1``, …). litellm is
+imported here lazily, the first time a non-mock model is asked for: it costs ~5 s and
+~200 MB, which a mock-only daemon never pays.
+"""
+
+from __future__ import annotations
+
+from shared.providers.base import Provider
+from shared.providers.mock import DEFAULT_MOCK_CONTEXT_WINDOW, MOCK_MODEL, MockProvider
+from shared.settings import Settings
+
+
+class ProviderFactory:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._providers: dict[tuple[str, int | None], Provider] = {}
+
+    def get(self, model: str | None = None, context_window: int | None = None) -> Provider:
+        """The provider for ``model`` (default: the configured one); ``context_window``
+        (an agent's override) wins over ``AGENTD_CONTEXT_WINDOW``."""
+        model = model or self.settings.model
+        window = context_window or self.settings.context_window
+        key = (model, window)
+        if key not in self._providers:
+            self._providers[key] = self._make(model, window)
+        return self._providers[key]
+
+    def _make(self, model: str, window: int | None) -> Provider:
+        if model == MOCK_MODEL:
+            return MockProvider(context_window=window or DEFAULT_MOCK_CONTEXT_WINDOW)
+        from shared.providers.litellm_provider import LiteLLMProvider
+
+        return LiteLLMProvider(
+            model=model,
+            context_window=window,
+            api_base=self.settings.api_base,
+            api_key=self.settings.api_key,
+            timeout_s=self.settings.provider_timeout_s,
+            attempts=self.settings.provider_attempts,
+        )

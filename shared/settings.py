@@ -1,0 +1,96 @@
+"""Settings for every agentd process, read once per entry point and passed down.
+
+Sources, highest first: constructor arguments (tests), ``AGENTD_*`` environment
+variables, ``$AGENTD_HOME/agentd.toml``, then the defaults below. ``AGENTD_HOME`` itself
+comes only from the environment, since the config file lives inside it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from shared.protocol import agentd_home
+
+DEFAULT_MODEL = "mock"
+DEFAULT_MAX_STEPS = 50
+"""Steps (model calls) one turn may take before it stops with ``max_steps``."""
+DEFAULT_MAX_MESSAGE_CHARS = 100_000
+"""Longest user message a chat request may carry."""
+DEFAULT_BASH_TIMEOUT_S = 60.0
+DEFAULT_BASH_OUTPUT_CHARS = 30_000
+DEFAULT_PROVIDER_TIMEOUT_S = 120.0
+DEFAULT_PROVIDER_ATTEMPTS = 4
+DEFAULT_SHUTDOWN_GRACE_S = 10.0
+"""How long SIGTERM waits for turns in flight before cancelling them."""
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AGENTD_", extra="ignore")
+
+    home: Path = Field(default_factory=agentd_home)
+    """Data directory (``AGENTD_HOME``): agents, conversations, sockets, logs."""
+    model: str = DEFAULT_MODEL
+    """Default model for new agents: ``mock`` or any litellm model string."""
+    context_window: int | None = Field(default=None, gt=0)
+    """Override of the model's context window in tokens (``AGENTD_CONTEXT_WINDOW``)."""
+    api_base: str | None = None
+    """Base URL for the provider (e.g. an Ollama or OpenAI-compatible server)."""
+    api_key: str | None = None
+    """API key passed to litellm; normally the provider's own env var is enough."""
+    redis_url: str | None = None
+    """A Redis/Valkey URL; unset means the embedded Valkey under ``run/``."""
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_format: Literal["auto", "json", "console"] = "auto"
+    max_steps: int = Field(default=DEFAULT_MAX_STEPS, ge=1, le=1000)
+    max_message_chars: int = Field(default=DEFAULT_MAX_MESSAGE_CHARS, ge=1)
+    bash_timeout_s: float = Field(default=DEFAULT_BASH_TIMEOUT_S, gt=0)
+    bash_output_chars: int = Field(default=DEFAULT_BASH_OUTPUT_CHARS, ge=100)
+    provider_timeout_s: float = Field(default=DEFAULT_PROVIDER_TIMEOUT_S, gt=0)
+    provider_attempts: int = Field(default=DEFAULT_PROVIDER_ATTEMPTS, ge=1, le=10)
+    shutdown_grace_s: float = Field(default=DEFAULT_SHUTDOWN_GRACE_S, ge=0)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = agentd_home() / "agentd.toml"
+        return (
+            init_settings,
+            env_settings,
+            TomlConfigSettingsSource(settings_cls, toml_file=toml_file),
+        )
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "run"
+
+    @property
+    def socket_path(self) -> Path:
+        return self.run_dir / "agentd.sock"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def agents_dir(self) -> Path:
+        return self.home / "agents"

@@ -1,0 +1,54 @@
+"""State files: written by write-temp-then-rename, read with a typed error on corruption.
+
+A reader sees either the old file or the new one, never half of each, because
+``os.replace`` is atomic on POSIX and the temp file is fsync'd before the rename.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from shared.errors import CorruptStateFile
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def write_model_atomic(path: Path, model: BaseModel) -> None:
+    write_bytes_atomic(path, model.model_dump_json(indent=2).encode() + b"\n")
+
+
+def read_model(path: Path, model_type: type[ModelT]) -> ModelT | None:
+    """The model stored at ``path``; None if the file does not exist.
+
+    Raises :class:`CorruptStateFile` when the file is not valid JSON or not the model.
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return model_type.model_validate_json(raw)
+    except ValidationError as exc:
+        try:
+            json.loads(raw)
+        except ValueError:
+            raise CorruptStateFile(path, "not valid JSON") from exc
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "top level"
+        raise CorruptStateFile(path, f"{where}: {first['msg']}") from exc

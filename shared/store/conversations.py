@@ -1,0 +1,122 @@
+"""A conversation on disk: ``conversation.json``, ``messages.jsonl`` and ``context.json``.
+
+:class:`Conversation` is the open form a process works with: it keeps the context window
+in memory, appends to the log and replaces ``context.json`` after every step. Opening
+one reads ``context.json`` and walks the log backwards only as far as the window's
+oldest message; messages the log holds past the last listed id (a crash between the
+append and the replace) are taken back into the window, so nothing appended is lost.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import structlog
+
+from shared.errors import UnknownConversation
+from shared.ids import new_id
+from shared.models.agents import ContextState, ConversationRecord
+from shared.models.messages import Message, utc_now
+from shared.store.atomic import read_model, write_model_atomic
+from shared.store.jsonl import MessageLog
+from shared.store.layout import Layout
+
+log = structlog.get_logger(__name__)
+
+
+class Conversation:
+    def __init__(self, directory: Path, record: ConversationRecord, context: list[Message]):
+        self.directory = directory
+        self.record = record
+        self.context = context
+        """The messages in the context window, in the order the model sees them."""
+        self.log = MessageLog(directory / "messages.jsonl")
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def agent_id(self) -> str:
+        return self.record.agent_id
+
+    @classmethod
+    def create(cls, layout: Layout, agent_id: str, *, memory_head: str | None) -> Conversation:
+        record = ConversationRecord(
+            id=new_id("conv"), agent_id=agent_id, memory_head_seen=memory_head
+        )
+        directory = layout.conversation_dir(agent_id, record.id)
+        directory.mkdir(parents=True)
+        conversation = cls(directory, record, [])
+        conversation.log.path.touch(mode=0o600)
+        conversation.save_context()
+        conversation.save_record()
+        return conversation
+
+    @classmethod
+    def open(cls, layout: Layout, agent_id: str, conversation_id: str) -> Conversation:
+        directory = layout.conversation_dir(agent_id, conversation_id)
+        record = read_model(directory / "conversation.json", ConversationRecord)
+        if record is None or record.agent_id != agent_id:
+            raise UnknownConversation(
+                f"agent {agent_id} has no conversation {conversation_id}; "
+                "list them with `agentctl conversations`"
+            )
+        messages_log = MessageLog(directory / "messages.jsonl")
+        messages_log.repair_tail()
+        state = read_model(directory / "context.json", ContextState)
+        context = _load_context(messages_log, state.message_ids if state else None)
+        return cls(directory, record, context)
+
+    def append(self, messages: list[Message]) -> None:
+        """Persist ``messages`` (fsync'd) and add those a model sees to the window."""
+        self.log.append(messages)
+        self.context.extend(m for m in messages if m.sent_to_model)
+        self.save_context()
+
+    def replace_context(self, messages: list[Message]) -> None:
+        """Set the window to ``messages`` (compaction); the log keeps everything."""
+        self.context = list(messages)
+        self.save_context()
+
+    def save_context(self) -> None:
+        state = ContextState(message_ids=[m.id for m in self.context], updated_at=utc_now())
+        write_model_atomic(self.directory / "context.json", state)
+
+    def save_record(self) -> None:
+        write_model_atomic(self.directory / "conversation.json", self.record)
+
+
+def _load_context(messages_log: MessageLog, ids: list[str] | None) -> list[Message]:
+    if ids is None:
+        return [m for m in messages_log if m.sent_to_model]
+    wanted = set(ids)
+    found: dict[str, Message] = {}
+    newer: list[Message] = []
+    for message in messages_log.iter_reversed():
+        if message.id in wanted:
+            found[message.id] = message
+            if len(found) == len(wanted):
+                break
+        elif not found and message.sent_to_model:
+            newer.append(message)
+    missing = wanted - found.keys()
+    if missing:
+        log.warning("context_ids_missing_from_log", path=str(messages_log.path), count=len(missing))
+    if newer:
+        log.warning(
+            "context_recovered_unlisted_messages", path=str(messages_log.path), count=len(newer)
+        )
+    return [found[i] for i in ids if i in found] + list(reversed(newer))
+
+
+def list_conversations(layout: Layout, agent_id: str) -> list[ConversationRecord]:
+    directory = layout.conversations_dir(agent_id)
+    if not directory.is_dir():
+        return []
+    records = []
+    for child in sorted(directory.iterdir()):
+        record = read_model(child / "conversation.json", ConversationRecord)
+        if record is not None:
+            records.append(record)
+    return records

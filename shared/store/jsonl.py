@@ -1,0 +1,134 @@
+"""``messages.jsonl``: every message of a conversation, append-only, one JSON line each.
+
+Why append-only: the log is the truth that recall searches and reflection reads, so it
+is never rewritten, not even by compaction (the context window is a separate file).
+An append is one ``write`` of complete lines followed by ``fsync``; it never reads the
+file, so its cost does not grow with history.
+
+A crash can leave a torn last line (a write cut short). :meth:`MessageLog.repair_tail`
+detects it on open, moves the fragment to ``messages.jsonl.torn`` for inspection and
+truncates the log back to its last complete line: every complete line survives.
+Reading skips (and logs) a complete line that does not parse rather than dropping the
+conversation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import structlog
+from pydantic import ValidationError
+
+from shared.models.messages import Message
+
+log = structlog.get_logger(__name__)
+
+_BLOCK = 64 * 1024
+
+
+class MessageLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def repair_tail(self) -> int:
+        """Cut a torn last line off the log; return how many bytes were moved aside."""
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            return 0
+        try:
+            size = os.fstat(fd).st_size
+            if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+                return 0
+            keep = self._end_of_last_complete_line(fd, size)
+            fragment = os.pread(fd, size - keep, keep)
+            with open(self.path.with_name(self.path.name + ".torn"), "ab") as torn:
+                torn.write(fragment + b"\n")
+                torn.flush()
+                os.fsync(torn.fileno())
+            os.ftruncate(fd, keep)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        log.warning("torn_line_repaired", path=str(self.path), bytes=size - keep)
+        return size - keep
+
+    @staticmethod
+    def _end_of_last_complete_line(fd: int, size: int) -> int:
+        pos = size
+        while pos > 0:
+            start = max(0, pos - _BLOCK)
+            chunk = os.pread(fd, pos - start, start)
+            newline = chunk.rfind(b"\n")
+            if newline >= 0:
+                return start + newline + 1
+            pos = start
+        return 0
+
+    def append(self, messages: Iterable[Message]) -> None:
+        """Append complete lines and fsync them before returning."""
+        data = b"".join(m.to_line() for m in messages)
+        if not data:
+            return
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def __iter__(self) -> Iterator[Message]:
+        """Every message, oldest first (reads the whole file: not for the turn path)."""
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as handle:
+            for number, line in enumerate(handle, start=1):
+                message = self._parse(line, number)
+                if message is not None:
+                    yield message
+
+    def iter_reversed(self) -> Iterator[Message]:
+        """Messages newest first, reading backwards block by block.
+
+        Loading a context window walks back only as far as its oldest message, so opening
+        a conversation costs the size of its window, not of its history.
+        """
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            pos = os.fstat(fd).st_size
+            carry = b""
+            while pos > 0:
+                start = max(0, pos - _BLOCK)
+                chunk = os.pread(fd, pos - start, start) + carry
+                pos = start
+                lines = chunk.split(b"\n")
+                carry = lines[0] if pos > 0 else b""
+                body = lines[1:] if pos > 0 else lines
+                for line in reversed(body):
+                    message = self._parse(line, None)
+                    if message is not None:
+                        yield message
+        finally:
+            os.close(fd)
+
+    def _parse(self, line: bytes, number: int | None) -> Message | None:
+        if not line.strip():
+            return None
+        try:
+            return Message.model_validate_json(line)
+        except ValidationError as exc:
+            log.warning(
+                "unreadable_message_line",
+                path=str(self.path),
+                line=number,
+                error=exc.errors()[0]["msg"],
+            )
+            return None

@@ -1,0 +1,324 @@
+"""The agent loop against scripted providers: continuation, stop reasons, rules, persistence."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.agent.loop import Turn, run_turn
+from shared.agent.request import NOT_EXECUTED, tool_result_cap
+from shared.agent.rules import ToolRules
+from shared.agent.tools.base import Tool, ToolContext
+from shared.errors import ContextOverflowError, ProviderHTTPError, ToolError
+from shared.ids import new_id
+from shared.models.messages import Message
+from shared.models.turns import TurnResult
+from shared.providers.base import ModelRequest, ModelResponse, ToolSchema
+from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
+from shared.store.conversations import Conversation
+from shared.store.layout import Layout
+
+_OBJECT = {"type": "object", "properties": {"text": {"type": "string"}}}
+
+
+class Echo(Tool):
+    schema = ToolSchema(name="echo", description="Echo text.", parameters=_OBJECT)
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        return str(args.get("text", ""))
+
+
+class Fail(Tool):
+    schema = ToolSchema(name="fail", description="Always fails.", parameters=_OBJECT)
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        raise ToolError("file not found: nowhere.txt")
+
+
+class Finish(Tool):
+    schema = ToolSchema(name="finish", description="Ends the turn.", parameters=_OBJECT)
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        return "done"
+
+
+class Hang(Tool):
+    schema = ToolSchema(name="hang", description="Never returns.", parameters=_OBJECT)
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        await asyncio.sleep(3600)
+        return "unreachable"
+
+
+@pytest.fixture
+def conversation(tmp_path: Path) -> Conversation:
+    return Conversation.create(Layout(tmp_path), "agent-1", memory_head=None)
+
+
+def _run(
+    conversation: Conversation,
+    provider: ScriptedProvider,
+    text: str = "hello",
+    *,
+    rules: ToolRules | None = None,
+    max_steps: int = 50,
+    events: list[tuple[str, dict[str, Any]]] | None = None,
+) -> TurnResult:
+    async def emit(event: str, data: dict[str, Any]) -> None:
+        if events is not None:
+            events.append((event, data))
+
+    async def system_prompt() -> str:
+        return "You are a test agent."
+
+    turn = Turn(
+        conversation=conversation,
+        provider=provider,
+        tools=[Echo(), Fail(), Finish(), Hang()],
+        tool_context=ToolContext(
+            agent_id="agent-1", workspace=Path("/tmp"), memory_dir=Path("/tmp"), home=Path("/tmp")
+        ),
+        system_prompt=system_prompt,
+        max_steps=max_steps,
+        rules=rules or ToolRules(),
+        emit=emit,
+    )
+    user = Message(
+        id=new_id("msg"),
+        agent_id="agent-1",
+        conversation_id=conversation.id,
+        role="user",
+        content=text,
+    )
+    return asyncio.run(run_turn(turn, [user]))
+
+
+def _roles(conversation: Conversation) -> list[str]:
+    return [m.role if m.kind == "message" else m.kind for m in conversation.log]
+
+
+def test_a_reply_without_tool_calls_ends_the_turn(conversation: Conversation) -> None:
+    result = _run(conversation, ScriptedProvider([text_reply("hi there")]))
+    assert (result.stop_reason, result.text, result.steps) == ("end_turn", "hi there", 1)
+    assert _roles(conversation) == ["user", "assistant"]
+    assert list(conversation.log)[-1].stop_reason == "end_turn"
+
+
+def test_tool_calls_continue_the_turn_until_a_plain_answer(conversation: Conversation) -> None:
+    provider = ScriptedProvider(
+        [
+            tool_reply(("echo", '{"text": "one"}')),
+            tool_reply(("echo", '{"text": "two"}'), ("fail", "{}")),
+            text_reply("all done"),
+        ]
+    )
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    result = _run(conversation, provider, events=events)
+
+    assert (result.stop_reason, result.steps, result.text) == ("end_turn", 3, "all done")
+    assert _roles(conversation) == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+    ]
+    results = [m for m in conversation.log if m.role == "tool"]
+    assert [(m.name, m.content, m.is_error) for m in results] == [
+        ("echo", "one", False),
+        ("echo", "two", False),
+        ("fail", "file not found: nowhere.txt", True),
+    ]
+    assert [e for e, _ in events] == [
+        "tool_call",
+        "tool_result",
+        "tool_call",
+        "tool_result",
+        "tool_call",
+        "tool_result",
+        "assistant",
+    ]
+    # The model saw its own earlier calls and their results on the next step.
+    second = provider.requests[1].messages
+    assert [m.role for m in second] == ["user", "assistant", "tool"]
+
+
+def test_each_step_is_persisted_before_the_next_model_call(conversation: Conversation) -> None:
+    seen_on_disk: list[list[str]] = []
+
+    def second_step(request: ModelRequest) -> ModelResponse:
+        seen_on_disk.append(
+            _roles(
+                Conversation.open(
+                    Layout(conversation.directory.parents[3]), "agent-1", conversation.id
+                )
+            )
+        )
+        return text_reply("ok")
+
+    provider = ScriptedProvider([tool_reply(("echo", '{"text": "x"}')), second_step])
+    _run(conversation, provider)
+    assert seen_on_disk == [["user", "assistant", "tool"]]
+
+
+def test_max_steps_stops_a_model_that_never_stops_calling_tools(
+    conversation: Conversation,
+) -> None:
+    provider = ScriptedProvider([tool_reply(("echo", "{}")) for _ in range(3)])
+    result = _run(conversation, provider, max_steps=3)
+    assert (result.stop_reason, result.steps) == ("max_steps", 3)
+    last_assistant = [m for m in conversation.log if m.role == "assistant"][-1]
+    assert last_assistant.stop_reason == "max_steps"
+    assert _roles(conversation)[-1] == "tool"
+
+
+def test_a_length_finish_without_tools_is_max_tokens(conversation: Conversation) -> None:
+    result = _run(conversation, ScriptedProvider([text_reply("cut sh", finish_reason="length")]))
+    assert result.stop_reason == "max_tokens"
+
+
+def test_a_terminal_tool_runs_and_then_ends_the_turn(conversation: Conversation) -> None:
+    provider = ScriptedProvider([tool_reply(("finish", "{}"))])
+    result = _run(conversation, provider, rules=ToolRules(terminal=frozenset({"finish"})))
+    assert result.stop_reason == "tool_rule"
+    assert [m.content for m in conversation.log if m.role == "tool"] == ["done"]
+
+
+def test_a_required_tool_must_be_called_before_the_turn_may_end(
+    conversation: Conversation,
+) -> None:
+    provider = ScriptedProvider(
+        [
+            text_reply("I'm done"),
+            tool_reply(("echo", '{"text": "saved"}')),
+            text_reply("now I'm done"),
+        ]
+    )
+    result = _run(conversation, provider, rules=ToolRules(required_before_exit=frozenset({"echo"})))
+    assert (result.stop_reason, result.steps, result.text) == ("end_turn", 3, "now I'm done")
+    note = next(m for m in conversation.log if m.kind == "note")
+    assert "echo" in note.content
+    assert note in provider.requests[1].messages
+
+
+def test_a_call_needing_approval_is_not_run_and_stops_the_turn(conversation: Conversation) -> None:
+    provider = ScriptedProvider([tool_reply(("echo", '{"text": "x"}')), text_reply("next turn")])
+    result = _run(conversation, provider, rules=ToolRules(requires_approval=frozenset({"echo"})))
+    assert result.stop_reason == "requires_approval"
+    assert not [m for m in conversation.log if m.role == "tool"]
+    # The next turn's request answers the dangling call so the provider accepts it.
+    _run(conversation, provider, "go on")
+    answered = [m for m in provider.requests[1].messages if m.role == "tool"]
+    assert [m.content for m in answered] == [NOT_EXECUTED]
+
+
+def test_unknown_tools_and_bad_arguments_are_errors_the_model_sees(
+    conversation: Conversation,
+) -> None:
+    provider = ScriptedProvider(
+        [
+            tool_reply(("nope", "{}"), ("echo", "{not json"), ("echo", "[1]")),
+            text_reply("sorry"),
+        ]
+    )
+    result = _run(conversation, provider)
+    assert result.stop_reason == "end_turn"
+    errors = [m.content for m in conversation.log if m.role == "tool"]
+    assert errors[0].startswith("unknown tool 'nope'; available tools: echo, fail, finish")
+    assert errors[1].startswith("could not call echo: arguments are not valid JSON")
+    assert errors[2] == "could not call echo: arguments must be a JSON object"
+
+
+def test_long_tool_results_are_truncated_with_a_marker(conversation: Conversation) -> None:
+    cap = tool_result_cap(128_000)
+    assert cap == 102_400
+    provider = ScriptedProvider(
+        [
+            tool_reply(("echo", '{"text": "%s"}' % ("x" * (cap + 123)))),
+            text_reply("ok"),
+        ]
+    )
+    _run(conversation, provider)
+    stored = next(m for m in conversation.log if m.role == "tool").content
+    assert stored == "x" * cap + "... [truncated 123 chars]"
+
+
+@pytest.mark.parametrize(
+    ("window", "cap"), [(128_000, 102_400), (8_192, 6_553), (4_000, 5_000), (1_200, 5_000)]
+)
+def test_tool_result_cap_is_a_fifth_of_the_window_but_at_least_5000_chars(
+    window: int, cap: int
+) -> None:
+    assert tool_result_cap(window) == cap
+
+
+def test_a_provider_error_stops_the_turn_and_is_recorded(conversation: Conversation) -> None:
+    error = ProviderHTTPError(
+        "openai/x failed with 503 after 4 attempts", status_code=503, model="openai/x"
+    )
+    result = _run(conversation, ScriptedProvider([error]))
+    assert result.stop_reason == "error"
+    assert result.error == {
+        "code": "provider_http",
+        "message": "openai/x failed with 503 after 4 attempts",
+    }
+    stop = list(conversation.log)[-1]
+    assert (stop.kind, stop.stop_reason) == ("stop", "error")
+    assert stop not in conversation.context
+
+
+def test_context_overflow_from_the_provider_is_a_clear_error(conversation: Conversation) -> None:
+    result = _run(conversation, ScriptedProvider([ContextOverflowError("too big for 1,200")]))
+    assert result.stop_reason == "error"
+    assert result.error is not None and result.error["code"] == "context_overflow"
+
+
+def test_a_cancelled_turn_records_cancelled_and_keeps_what_was_done(
+    conversation: Conversation,
+) -> None:
+    provider = ScriptedProvider([tool_reply(("echo", '{"text": "kept"}'), ("hang", "{}"))])
+
+    async def cancel_soon() -> None:
+        async def system_prompt() -> str:
+            return "sys"
+
+        turn = Turn(
+            conversation=conversation,
+            provider=provider,
+            tools=[Echo(), Hang()],
+            tool_context=ToolContext(
+                agent_id="agent-1",
+                workspace=Path("/tmp"),
+                memory_dir=Path("/tmp"),
+                home=Path("/tmp"),
+            ),
+            system_prompt=system_prompt,
+        )
+        user = Message(
+            id=new_id("msg"),
+            agent_id="agent-1",
+            conversation_id=conversation.id,
+            role="user",
+            content="go",
+        )
+        task = asyncio.create_task(run_turn(turn, [user]))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_soon())
+    log = list(conversation.log)
+    assert [m.role if m.kind == "message" else m.kind for m in log] == [
+        "user",
+        "assistant",
+        "tool",
+        "stop",
+    ]
+    assert log[-1].stop_reason == "cancelled"

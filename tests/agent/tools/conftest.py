@@ -1,0 +1,91 @@
+"""A fake agentd home and a ToolContext over it, with a MemoryEdit that records its calls."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.agent.tools.base import ToolContext
+
+
+@dataclass
+class MemoryEditCall:
+    message: str
+    before: dict[str, str]
+    """Memory files (outside .git) and their text when the edit began ..."""
+    after: dict[str, str] = field(default_factory=dict)
+    """... and when it ended: a write made inside the edit shows up only here."""
+
+
+class RecordingMemoryEdit:
+    """A ``MemoryEdit`` that snapshots the memory dir on entry and exit of each edit."""
+
+    def __init__(self, memory_dir: Path) -> None:
+        self.memory_dir = memory_dir
+        self.calls: list[MemoryEditCall] = []
+
+    @property
+    def messages(self) -> list[str]:
+        return [call.message for call in self.calls]
+
+    @contextlib.asynccontextmanager
+    async def __call__(self, message: str) -> AsyncIterator[None]:
+        call = MemoryEditCall(message, self._snapshot())
+        self.calls.append(call)
+        yield
+        call.after = self._snapshot()
+
+    def _snapshot(self) -> dict[str, str]:
+        return {
+            p.relative_to(self.memory_dir).as_posix(): p.read_text()
+            for p in self.memory_dir.rglob("*")
+            if p.is_file() and ".git" not in p.relative_to(self.memory_dir).parts
+        }
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """``<home>/agents/a1/{workspace,memory/.git}``, another agent ``a2``, daemon state."""
+    home = tmp_path / "home"
+    own = home / "agents" / "a1"
+    (own / "workspace").mkdir(parents=True)
+    (own / "memory" / ".git").mkdir(parents=True)
+    (own / "memory" / ".git" / "config").write_text("[core]\n")
+    (own / "memory" / "notes.md").write_text("remember\n")
+    other = home / "agents" / "a2" / "memory"
+    other.mkdir(parents=True)
+    (other / "secret.md").write_text("a2's secret\n")
+    (home / "agentd.toml").write_text("api_key = 'x'\n")
+    return home
+
+
+@pytest.fixture
+def recorder(home: Path) -> RecordingMemoryEdit:
+    return RecordingMemoryEdit(home / "agents" / "a1" / "memory")
+
+
+@pytest.fixture
+def ctx(home: Path, recorder: RecordingMemoryEdit) -> ToolContext:
+    own = home / "agents" / "a1"
+    return ToolContext(
+        agent_id="a1",
+        workspace=own / "workspace",
+        memory_dir=own / "memory",
+        home=home,
+        memory_edit=recorder,
+    )
+
+
+@pytest.fixture
+def make_ctx(ctx: ToolContext) -> Callable[..., ToolContext]:
+    """``ctx`` with some fields changed."""
+
+    def make(**changes: Any) -> ToolContext:
+        return replace(ctx, **changes)
+
+    return make

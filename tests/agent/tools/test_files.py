@@ -1,0 +1,254 @@
+"""read_file, write_file and edit_file: numbered reads, atomic writes, exact edits, commits."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from shared.agent.tools.base import Tool, ToolContext
+from shared.agent.tools.files import EditFile, ReadFile, WriteFile
+from shared.errors import ToolError
+
+if TYPE_CHECKING:
+    from tests.agent.tools.conftest import RecordingMemoryEdit
+
+
+def run(tool: Tool, ctx: ToolContext, **args: Any) -> str:
+    return asyncio.run(tool.run(args, ctx))
+
+
+# read_file
+
+
+def test_read_numbers_lines_like_cat_n(ctx: ToolContext) -> None:
+    (ctx.workspace / "a.txt").write_text("alpha\nbeta\n")
+    assert run(ReadFile(), ctx, path="a.txt") == "     1\talpha\n     2\tbeta"
+
+
+def test_read_honours_offset_and_limit_and_says_where_to_go_on(ctx: ToolContext) -> None:
+    (ctx.workspace / "a.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    out = run(ReadFile(), ctx, path="a.txt", offset=3, limit=2)
+    assert out.splitlines() == [
+        "     3\tline 3",
+        "     4\tline 4",
+        "[lines 3-4 of 10; use offset=5 to read on]",
+    ]
+
+
+def test_read_defaults_to_2000_lines(ctx: ToolContext) -> None:
+    (ctx.workspace / "a.txt").write_text("x\n" * 2500)
+    out = run(ReadFile(), ctx, path="a.txt").splitlines()
+    assert out[-2] == "  2000\tx"
+    assert "offset=2001" in out[-1]
+
+
+def test_read_past_the_end_is_an_error(ctx: ToolContext) -> None:
+    (ctx.workspace / "a.txt").write_text("one\n")
+    with pytest.raises(ToolError, match="past the end"):
+        run(ReadFile(), ctx, path="a.txt", offset=5)
+
+
+def test_read_of_an_empty_file_says_it_is_empty(ctx: ToolContext) -> None:
+    (ctx.workspace / "a.txt").write_text("")
+    assert run(ReadFile(), ctx, path="a.txt").endswith("is empty")
+
+
+def test_read_cuts_very_long_lines(ctx: ToolContext) -> None:
+    (ctx.workspace / "a.txt").write_text("y" * 5000)
+    assert run(ReadFile(), ctx, path="a.txt").endswith("[line cut, 3000 more chars]")
+
+
+def test_read_of_a_missing_file_is_an_error(ctx: ToolContext) -> None:
+    with pytest.raises(ToolError, match="not found"):
+        run(ReadFile(), ctx, path="nope.txt")
+
+
+def test_read_of_a_directory_is_an_error(ctx: ToolContext) -> None:
+    with pytest.raises(ToolError, match="directory"):
+        run(ReadFile(), ctx, path=".")
+
+
+def test_read_of_a_binary_file_is_refused(ctx: ToolContext) -> None:
+    (ctx.workspace / "b.bin").write_bytes(b"abc\0def")
+    with pytest.raises(ToolError, match="binary"):
+        run(ReadFile(), ctx, path="b.bin")
+
+
+def test_read_of_a_non_utf8_file_is_refused(ctx: ToolContext) -> None:
+    (ctx.workspace / "latin1.txt").write_bytes("café".encode("latin-1"))
+    with pytest.raises(ToolError, match="not UTF-8"):
+        run(ReadFile(), ctx, path="latin1.txt")
+
+
+def test_read_of_a_file_over_10_mib_is_refused(ctx: ToolContext) -> None:
+    with open(ctx.workspace / "big.txt", "wb") as f:
+        f.truncate(10 * 1024 * 1024 + 1)
+    with pytest.raises(ToolError, match="10 MiB"):
+        run(ReadFile(), ctx, path="big.txt")
+
+
+def test_read_of_another_agents_file_is_refused(ctx: ToolContext, home: Path) -> None:
+    with pytest.raises(ToolError, match="read refused"):
+        run(ReadFile(), ctx, path=str(home / "agents" / "a2" / "memory" / "secret.md"))
+
+
+def test_read_with_a_bad_limit_is_an_error(ctx: ToolContext) -> None:
+    (ctx.workspace / "a.txt").write_text("x\n")
+    with pytest.raises(ToolError, match="limit"):
+        run(ReadFile(), ctx, path="a.txt", limit=0)
+
+
+# write_file
+
+
+def test_write_creates_parents_and_reports_the_size(ctx: ToolContext) -> None:
+    out = run(WriteFile(), ctx, path="deep/er/a.txt", content="héllo")
+    target = ctx.workspace / "deep" / "er" / "a.txt"
+    assert target.read_text() == "héllo"
+    assert out == f"wrote 5 chars to {target}"
+
+
+def test_write_replaces_atomically_and_leaves_no_temp_file(
+    ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = ctx.workspace / "a.txt"
+    target.write_text("old")
+    target.chmod(0o640)
+    replaced: list[tuple[str, str]] = []
+    real_replace = os.replace
+
+    def spy(src: Any, dst: Any) -> None:
+        replaced.append((str(src), str(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", spy)
+    run(WriteFile(), ctx, path="a.txt", content="new")
+    assert target.read_text() == "new"
+    assert target.stat().st_mode & 0o777 == 0o640
+    [(src, dst)] = replaced
+    assert Path(src).parent == target.parent and dst == str(target)
+    assert os.listdir(ctx.workspace) == ["a.txt"]
+
+
+def test_a_failed_write_keeps_the_old_file_and_cleans_up(
+    ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = ctx.workspace / "a.txt"
+    target.write_text("old")
+
+    def boom(src: Any, dst: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(ToolError, match="No space left"):
+        run(WriteFile(), ctx, path="a.txt", content="new")
+    assert target.read_text() == "old"
+    assert os.listdir(ctx.workspace) == ["a.txt"]
+
+
+def test_write_outside_own_directories_is_refused(ctx: ToolContext, tmp_path: Path) -> None:
+    with pytest.raises(ToolError, match="write refused"):
+        run(WriteFile(), ctx, path="../../../../x.txt", content="x")
+    assert not (tmp_path / "x.txt").exists()
+
+
+def test_write_into_memory_git_is_refused(ctx: ToolContext) -> None:
+    with pytest.raises(ToolError, match=r"\.git"):
+        run(WriteFile(), ctx, path=str(ctx.memory_dir / ".git" / "config"), content="x")
+
+
+def test_write_of_a_new_memory_file_commits_it_as_created(
+    ctx: ToolContext, recorder: RecordingMemoryEdit
+) -> None:
+    run(WriteFile(), ctx, path=str(ctx.memory_dir / "people" / "ann.md"), content="Ann")
+    [call] = recorder.calls
+    assert call.message == "write_file: create people/ann.md"
+    assert "people/ann.md" not in call.before
+    assert call.after["people/ann.md"] == "Ann"
+
+
+def test_write_of_an_existing_memory_file_commits_it_as_updated(
+    ctx: ToolContext, recorder: RecordingMemoryEdit
+) -> None:
+    run(WriteFile(), ctx, path=str(ctx.memory_dir / "notes.md"), content="new")
+    assert recorder.messages == ["write_file: update notes.md"]
+
+
+def test_write_in_the_workspace_does_not_touch_memory(
+    ctx: ToolContext, recorder: RecordingMemoryEdit
+) -> None:
+    run(WriteFile(), ctx, path="a.txt", content="x")
+    assert recorder.calls == []
+
+
+# edit_file
+
+
+def test_edit_with_one_match_replaces_it(ctx: ToolContext) -> None:
+    (ctx.workspace / "a.py").write_text("x = 1\ny = 2\n")
+    out = run(EditFile(), ctx, path="a.py", old_string="y = 2", new_string="y = 3")
+    assert (ctx.workspace / "a.py").read_text() == "x = 1\ny = 3\n"
+    assert out.endswith(": 1 replacement")
+
+
+def test_edit_with_no_match_is_an_error(ctx: ToolContext) -> None:
+    (ctx.workspace / "a.py").write_text("x = 1\n")
+    with pytest.raises(ToolError, match="old_string not found in"):
+        run(EditFile(), ctx, path="a.py", old_string="x = 2", new_string="x = 3")
+
+
+def test_edit_with_two_matches_is_an_error_naming_the_count(ctx: ToolContext) -> None:
+    (ctx.workspace / "a.py").write_text("x = 1\nx = 1\n")
+    with pytest.raises(ToolError, match=r"occurs 2 times.*replace_all"):
+        run(EditFile(), ctx, path="a.py", old_string="x = 1", new_string="x = 2")
+    assert (ctx.workspace / "a.py").read_text() == "x = 1\nx = 1\n"
+
+
+def test_edit_with_replace_all_replaces_every_match(ctx: ToolContext) -> None:
+    (ctx.workspace / "a.py").write_text("x = 1\nx = 1\nx = 1\n")
+    out = run(EditFile(), ctx, path="a.py", old_string="1", new_string="2", replace_all=True)
+    assert (ctx.workspace / "a.py").read_text() == "x = 2\nx = 2\nx = 2\n"
+    assert out.endswith(": 3 replacements")
+
+
+def test_edit_can_delete_text(ctx: ToolContext) -> None:
+    (ctx.workspace / "a.py").write_text("keep drop")
+    run(EditFile(), ctx, path="a.py", old_string=" drop", new_string="")
+    assert (ctx.workspace / "a.py").read_text() == "keep"
+
+
+def test_edit_with_identical_strings_is_an_error(ctx: ToolContext) -> None:
+    (ctx.workspace / "a.py").write_text("x")
+    with pytest.raises(ToolError, match="same"):
+        run(EditFile(), ctx, path="a.py", old_string="x", new_string="x")
+
+
+def test_edit_with_an_empty_old_string_is_an_error(ctx: ToolContext) -> None:
+    (ctx.workspace / "a.py").write_text("x")
+    with pytest.raises(ToolError, match="old_string must not be empty"):
+        run(EditFile(), ctx, path="a.py", old_string="", new_string="y")
+
+
+def test_edit_of_a_missing_file_is_an_error(ctx: ToolContext) -> None:
+    with pytest.raises(ToolError, match="not found"):
+        run(EditFile(), ctx, path="nope.py", old_string="a", new_string="b")
+
+
+def test_edit_of_a_memory_file_happens_inside_a_memory_edit(
+    ctx: ToolContext, recorder: RecordingMemoryEdit
+) -> None:
+    run(EditFile(), ctx, path=str(ctx.memory_dir / "notes.md"), old_string="re", new_string="")
+    [call] = recorder.calls
+    assert call.message == "edit_file: update notes.md"
+    assert (call.before["notes.md"], call.after["notes.md"]) == ("remember\n", "member\n")
+
+
+def test_edit_outside_own_directories_is_refused(ctx: ToolContext, home: Path) -> None:
+    secret = home / "agents" / "a2" / "memory" / "secret.md"
+    with pytest.raises(ToolError, match="write refused"):
+        run(EditFile(), ctx, path=str(secret), old_string="secret", new_string="mine")
+    assert secret.read_text() == "a2's secret\n"

@@ -1,0 +1,28 @@
+"""The main agent's toolset: the four tools, with schemas small enough to send every request."""
+
+from __future__ import annotations
+
+import json
+
+from shared.agent.tools.registry import main_agent_tools, tool_schemas
+
+
+def test_the_main_agent_has_read_write_edit_and_bash() -> None:
+    assert [tool.name for tool in main_agent_tools()] == [
+        "read_file",
+        "write_file",
+        "edit_file",
+        "bash",
+    ]
+
+
+def test_tool_schemas_are_the_tools_schemas_in_order() -> None:
+    tools = main_agent_tools()
+    assert tool_schemas(tools) == [tool.schema for tool in tools]
+
+
+def test_every_schema_is_small_and_requires_only_declared_properties() -> None:
+    for schema in tool_schemas(main_agent_tools()):
+        assert len(json.dumps(schema.model_dump(), separators=(",", ":"))) < 350, schema.name
+        params = schema.parameters
+        assert set(params["required"]) <= set(params["properties"]), schema.name

@@ -1,0 +1,43 @@
+"""Every test gets its own short ``AGENTD_HOME`` and an environment without our settings.
+
+Unix socket paths are limited to ~107 bytes, and pytest's ``tmp_path`` can be longer, so
+the home lives in a short directory under /tmp. Remote model calls are refused
+(``AGENTD_BLOCK_REMOTE_MODELS``): only the local fake OpenAI server may be reached.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.daemon import DaemonRunner
+
+
+@pytest.fixture(autouse=True)
+def agentd_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    for name in list(os.environ):
+        if name.startswith("AGENTD_"):
+            monkeypatch.delenv(name)
+    home = Path(tempfile.mkdtemp(prefix="agentd-t-", dir="/tmp"))
+    monkeypatch.setenv("AGENTD_HOME", str(home))
+    monkeypatch.setenv("AGENTD_BLOCK_REMOTE_MODELS", "1")
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    monkeypatch.setenv("LITELLM_OFFLINE_MODE", "true")
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon(agentd_home: Path) -> Iterator[DaemonRunner]:
+    """An in-process daemon (its own thread and event loop) on the test's home.
+
+    Start it with ``daemon.start(providers=..., **settings)``; it stops after the test.
+    """
+    runner = DaemonRunner(agentd_home)
+    yield runner
+    runner.stop()

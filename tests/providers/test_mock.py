@@ -1,0 +1,66 @@
+"""The mock model: deterministic answers, usage, and a provider's refusal over its window."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from shared.errors import ContextOverflowError
+from shared.memory.compile import compile_system_prompt
+from shared.models.messages import Message
+from shared.providers.base import ModelRequest
+from shared.providers.mock import MockProvider
+
+HUMAN = "---\nname: human\ndescription: What I know about the user.\n---\n- 我更喜欢用 tabs 缩进\n"
+
+
+def _ask(text: str, *, human: str = HUMAN, window: int = 128_000, kind: str = "message") -> str:
+    system = compile_system_prompt("base", {"system/human.md": human}, Path("/m"))
+    request = ModelRequest(
+        system=system,
+        messages=[
+            Message(id="1", agent_id="a", conversation_id="c", role="user", content=text, kind=kind)
+        ],  # type: ignore[arg-type]
+    )
+    return asyncio.run(MockProvider(context_window=window).complete(request)).text
+
+
+def test_the_mock_echoes_what_it_heard() -> None:
+    assert _ask("我更喜欢用 tabs 缩进") == "（mock）我听到了：我更喜欢用 tabs 缩进"
+
+
+@pytest.mark.parametrize(
+    "question", ["你知道我什么？", "你知道我什么", "What do you know about me?"]
+)
+def test_asked_about_the_user_it_lists_human_md_bullets(question: str) -> None:
+    answer = _ask(question)
+    assert answer.splitlines()[1:] == ["- 我更喜欢用 tabs 缩进"]
+    if question.startswith("你"):
+        assert answer.startswith("我记得关于你的这些：\n")
+
+
+def test_with_an_empty_human_file_it_says_it_knows_nothing() -> None:
+    assert (
+        _ask("你知道我什么？", human="---\nname: human\ndescription: d\n---\n") == "我还不了解你。"
+    )
+
+
+def test_reminders_are_not_taken_for_user_speech() -> None:
+    assert _ask("<memory_update>x</memory_update>", kind="reminder") == "（mock）我听到了："
+
+
+def test_usage_is_reported_from_estimates() -> None:
+    request = ModelRequest(
+        system="s" * 400,
+        messages=[Message(id="1", agent_id="a", conversation_id="c", role="user", content="hi")],
+    )
+    response = asyncio.run(MockProvider().complete(request))
+    assert response.usage.input_tokens == 101
+    assert response.usage.output_tokens > 0
+
+
+def test_a_request_over_the_window_is_refused_like_a_real_provider() -> None:
+    with pytest.raises(ContextOverflowError, match="context window is 50"):
+        _ask("x" * 1000, window=50)

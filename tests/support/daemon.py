@@ -1,0 +1,91 @@
+"""Run a real agentd ``Daemon`` in a thread for tests, and talk to it like agentctl does."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+from agentd.client import Connection
+from agentd.server import Daemon
+from shared.providers.base import Provider
+from shared.providers.factory import ProviderFactory
+from shared.settings import Settings
+
+
+class FixedProviders(ProviderFactory):
+    """Every agent gets the same provider (a scripted or slow one, say)."""
+
+    def __init__(self, settings: Settings, provider: Provider) -> None:
+        super().__init__(settings)
+        self.provider = provider
+
+    def get(self, model: str | None = None, context_window: int | None = None) -> Provider:
+        return self.provider
+
+
+class DaemonRunner:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.daemon: Daemon | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def start(self, provider: Provider | None = None, **settings: Any) -> Daemon:
+        config = Settings(home=self.home, **settings)
+        providers = FixedProviders(config, provider) if provider else None
+        self.daemon = Daemon(config, providers=providers)
+        ready = threading.Event()
+
+        def run() -> None:
+            async def main() -> None:
+                self.loop = asyncio.get_running_loop()
+                started = asyncio.Event()
+                serving = asyncio.create_task(self.daemon.serve(ready=started))  # type: ignore[union-attr]
+                await started.wait()
+                ready.set()
+                await serving
+
+            try:
+                asyncio.run(main())
+            except BaseException as exc:  # surfaced by stop()
+                self.error = exc
+                ready.set()
+
+        self.thread = threading.Thread(target=run, name="agentd-test", daemon=True)
+        self.thread.start()
+        if not ready.wait(10):
+            raise TimeoutError("the test daemon did not start within 10 s")
+        if self.error:
+            raise self.error
+        return self.daemon
+
+    def connect(self) -> Connection:
+        return Connection()
+
+    def call(self, op: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Every line the daemon sent for one request (events, then the final line)."""
+        conn = self.connect()
+        try:
+            return list(conn.call(op, params))
+        finally:
+            conn.close()
+
+    def result(self, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        conn = self.connect()
+        try:
+            return conn.result(op, params)
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        if self.daemon is None or self.thread is None or self.loop is None:
+            return
+        if self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.daemon.request_shutdown)
+            self.thread.join(30)
+        self.daemon = None
+        if self.error:
+            raise self.error
