@@ -1,0 +1,216 @@
+"""Chat through the daemon: default agent, parallel conversations, memory reminders."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from shared.models.messages import Message
+from shared.providers.base import ModelRequest, ModelResponse
+from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
+from tests.support.daemon import DaemonRunner
+
+NOTE = "---\ndescription: p\n---\nx"
+
+
+def _events(lines: list[dict[str, Any]]) -> list[str]:
+    return [line["event"] for line in lines if "event" in line]
+
+
+def test_first_chat_creates_the_default_agent_conversation_and_memory(
+    daemon: DaemonRunner, agentd_home: Path
+) -> None:
+    daemon.start()
+    result = daemon.result("chat", {"text": "我更喜欢用 tabs 缩进"})
+    assert result["text"] == "（mock）我听到了：我更喜欢用 tabs 缩进"
+    assert result["stop_reason"] == "end_turn"
+
+    agent = daemon.result("agent.show")
+    assert agent["name"] == "default"
+    assert agent["default_conversation_id"] == result["conversation_id"]
+    commits = daemon.result("memory.log")["commits"]
+    assert [c["subject"] for c in commits] == ["chore: initialize local memory"]
+    memory_dir = Path(daemon.result("memory.path")["path"])
+    assert (memory_dir / "system" / "human.md").is_file()
+    log_file = (
+        agentd_home
+        / "agents"
+        / agent["id"]
+        / "conversations"
+        / result["conversation_id"]
+        / "messages.jsonl"
+    )
+    assert [
+        Message.model_validate_json(line).role for line in log_file.read_text().splitlines()
+    ] == ["user", "assistant"]
+
+
+def test_agents_can_be_created_listed_renamed_and_names_stay_unique(
+    daemon: DaemonRunner,
+) -> None:
+    daemon.start()
+    created = daemon.result("agent.create", {"name": "coder", "human": "- likes tea"})
+    assert daemon.call("agent.create", {"name": "coder"})[-1]["error"]["code"] == "name_taken"
+    renamed = daemon.result("agent.update", {"agent": "coder", "name": "reviewer"})
+    assert renamed["id"] == created["id"]
+    assert [a["name"] for a in daemon.result("agent.list")["agents"]] == ["reviewer"]
+    answer = daemon.result("chat", {"agent": "reviewer", "text": "what do you know about me?"})
+    assert answer["text"] == "This is what I remember about you:\n- likes tea"
+
+
+def test_two_conversations_run_their_turns_at_the_same_time(daemon: DaemonRunner) -> None:
+    calls: list[tuple[float, float]] = []
+    daemon.start(provider=SlowProvider(calls, delay_s=0.4))
+    first = daemon.result("chat", {"text": "warm up"})["conversation_id"]
+    second = daemon.result("conversation.create")["id"]
+    calls.clear()
+
+    threads = [
+        threading.Thread(target=daemon.result, args=("chat", {"text": "a", "conversation": c}))
+        for c in (first, second)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+
+    (_, end_a), (start_b, _) = sorted(calls)
+    assert start_b < end_a, "the second conversation waited for the first"
+
+
+def test_a_second_request_to_one_conversation_waits_for_the_first(daemon: DaemonRunner) -> None:
+    calls: list[tuple[float, float]] = []
+    daemon.start(provider=SlowProvider(calls, delay_s=0.3))
+    conversation = daemon.result("chat", {"text": "warm up"})["conversation_id"]
+    calls.clear()
+    lines: dict[str, list[dict[str, Any]]] = {}
+
+    def chat(name: str) -> None:
+        lines[name] = daemon.call("chat", {"text": name, "conversation": conversation})
+
+    first = threading.Thread(target=chat, args=("first",))
+    first.start()
+    time.sleep(0.1)
+    second = threading.Thread(target=chat, args=("second",))
+    second.start()
+    first.join(10)
+    second.join(10)
+
+    (_, end_first), (start_second, _) = sorted(calls)
+    assert start_second >= end_first
+    assert "waiting" in _events(lines["second"])
+    assert lines["second"][-1]["result"]["stop_reason"] == "end_turn"
+
+
+def test_memory_committed_elsewhere_reaches_the_next_turn_as_a_reminder(
+    daemon: DaemonRunner,
+) -> None:
+    provider = ScriptedProvider([text_reply("one"), text_reply("two"), text_reply("three")])
+    daemon.start(provider=provider)
+    daemon.result("chat", {"text": "hello"})
+    memory_dir = Path(daemon.result("memory.path")["path"])
+    # What a reflection merge does: a commit on the memory repo's main branch.
+    (memory_dir / "system" / "human.md").write_text(
+        "---\nname: human\ndescription: What I know about the user.\n---\n- prefers tabs\n"
+    )
+    _git(memory_dir, "commit", "-qam", "reflection: remember tabs")
+
+    lines = daemon.call("chat", {"text": "what now?"})
+    third = daemon.call("chat", {"text": "and now?"})
+
+    assert _events(lines)[0] == "memory_update"
+    update = next(line["data"] for line in lines if line.get("event") == "memory_update")
+    assert update["files"] == ["system/human.md"]
+    second_request = provider.requests[1]
+    reminder = second_request.messages[-2]
+    assert (reminder.kind, reminder.role) == ("reminder", "user")
+    assert "<memory_update>" in reminder.content and "system/human.md" in reminder.content
+    assert "- prefers tabs" in second_request.system
+    assert "memory_update" not in _events(third)
+
+
+def test_the_agents_own_memory_edit_reminds_its_other_conversations_only(
+    daemon: DaemonRunner,
+) -> None:
+    provider = ScriptedProvider()
+    daemon.start(provider=provider)
+    memory_dir = daemon.result("agent.create", {"name": "writer"})["memory_dir"]
+    other = daemon.result("conversation.create", {"agent": "writer"})["id"]
+    note = f"{memory_dir}/notes/project.md"
+    provider.enqueue(
+        tool_reply(("write_file", json.dumps({"path": note, "content": NOTE}))),
+        text_reply("saved"),
+        text_reply("same conversation"),
+        text_reply("other conversation"),
+    )
+    lines = daemon.call("chat", {"agent": "writer", "text": "remember x"})
+    assert _events(lines) == ["tool_call", "tool_result", "assistant"]
+    subjects = [c["subject"] for c in daemon.result("memory.log", {"agent": "writer"})["commits"]]
+    assert subjects == ["write_file: create notes/project.md", "chore: initialize local memory"]
+
+    same = daemon.call("chat", {"agent": "writer", "text": "next"})
+    elsewhere = daemon.call("chat", {"agent": "writer", "text": "hi", "conversation": other})
+
+    assert "memory_update" not in _events(same)
+    assert _events(elsewhere)[0] == "memory_update"
+
+
+def test_messages_page_through_the_whole_log_with_cursors(daemon: DaemonRunner) -> None:
+    daemon.start()
+    for i in range(3):
+        daemon.result("chat", {"text": f"m{i}"})
+    everything = daemon.result("messages.list", {"limit": 100})["messages"]
+    assert [m["content"] for m in everything][::2] == ["m0", "m1", "m2"]
+    middle = everything[2]["id"]
+
+    before = daemon.result("messages.list", {"before": middle, "limit": 100})["messages"]
+    after = daemon.result("messages.list", {"after": middle, "limit": 2, "order": "asc"})
+    newest = daemon.result("messages.list", {"limit": 2})["messages"]
+
+    assert [m["id"] for m in before] == [m["id"] for m in everything[:2]]
+    assert [m["id"] for m in after["messages"]] == [m["id"] for m in everything[3:5]]
+    assert [m["id"] for m in newest] == [m["id"] for m in everything[-2:]]
+    unknown = daemon.call("messages.list", {"before": "msg-unknown"})[-1]
+    assert unknown["error"]["code"] == "unknown_message"
+
+
+def test_shutdown_lets_the_turn_in_flight_finish_and_removes_the_socket(
+    daemon: DaemonRunner, agentd_home: Path
+) -> None:
+    calls: list[tuple[float, float]] = []
+    daemon.start(provider=SlowProvider(calls, delay_s=0.5))
+    daemon.result("chat", {"text": "warm up"})
+    results: list[dict[str, Any]] = []
+    chat = threading.Thread(target=lambda: results.append(daemon.result("chat", {"text": "x"})))
+    chat.start()
+    time.sleep(0.2)
+    assert daemon.result("shutdown") == {"stopping": True}
+    chat.join(10)
+    daemon.thread.join(10)  # type: ignore[union-attr]
+    assert results and results[0]["stop_reason"] == "end_turn"
+    assert not (agentd_home / "run" / "agentd.sock").exists()
+
+
+class SlowProvider(ScriptedProvider):
+    """Answers every request after a delay, recording when each call ran."""
+
+    def __init__(self, calls: list[tuple[float, float]], delay_s: float) -> None:
+        super().__init__()
+        self.calls = calls
+        self.delay = delay_s
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        import asyncio
+
+        start = time.monotonic()
+        await asyncio.sleep(self.delay)
+        self.calls.append((start, time.monotonic()))
+        return text_reply("slow answer")
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), *args], check=True)

@@ -1,0 +1,116 @@
+"""agentd and agentctl as a user runs them: real processes, a temporary AGENTD_HOME."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import AgentdProcess, run_agentctl, socket_exists
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def agentd() -> Iterator[AgentdProcess]:
+    process = AgentdProcess().start()
+    yield process
+    process.stop()
+
+
+def test_the_readme_first_session(agentd: AgentdProcess) -> None:
+    chat = run_agentctl("chat", "-p", "我更喜欢用 tabs 缩进")
+    assert (chat.returncode, chat.stdout) == (0, "（mock）我听到了：我更喜欢用 tabs 缩进\n")
+
+    log = run_agentctl("memory", "log")
+    assert log.returncode == 0 and "chore: initialize local memory" in log.stdout
+
+    path = run_agentctl("memory", "path")
+    assert path.returncode == 0 and Path(path.stdout.strip(), "system", "human.md").is_file()
+
+    human = run_agentctl("memory", "show", "system/human.md")
+    assert human.returncode == 0 and "description: What I know about the user." in human.stdout
+
+
+def test_messages_and_status_are_printed_for_people_and_for_scripts(
+    agentd: AgentdProcess,
+) -> None:
+    run_agentctl("chat", "-p", "hello")
+    listing = run_agentctl("messages")
+    assert listing.returncode == 0
+    assert [line.split()[2] for line in listing.stdout.splitlines()] == ["user", "assistant"]
+    status = json.loads(run_agentctl("status", "--json").stdout)
+    assert status["ready"] is True and status["agents"] == 1
+
+
+def test_interactive_chat_reads_lines_until_end_of_input(agentd: AgentdProcess) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "agentd.client", "chat"],
+        input="first\nsecond\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0
+    assert "（mock）我听到了：first" in result.stdout
+    assert "（mock）我听到了：second" in result.stdout
+
+
+def test_a_daemon_error_prints_code_and_message_and_exits_1(agentd: AgentdProcess) -> None:
+    result = run_agentctl("agents", "show", "ghost")
+    assert result.returncode == 1
+    assert result.stderr.startswith("unknown_agent: ")
+
+
+def test_without_a_daemon_agentctl_says_how_to_start_it() -> None:
+    result = run_agentctl("status")
+    assert result.returncode == 1
+    assert "agentd is not running" in result.stderr and "agentd up" in result.stderr
+
+
+def test_bad_usage_exits_2() -> None:
+    assert run_agentctl("chat", "--no-such-flag").returncode == 2
+    assert run_agentctl().returncode == 2
+
+
+def test_sigterm_stops_the_daemon_and_removes_its_socket(agentd: AgentdProcess) -> None:
+    run_agentctl("chat", "-p", "hi")
+    assert agentd.terminate() == 0
+    assert not socket_exists()
+
+
+def test_a_second_daemon_on_the_same_home_refuses_to_start(agentd: AgentdProcess) -> None:
+    second = subprocess.run(
+        [sys.executable, "-m", "agentd.cli", "serve"], capture_output=True, text=True, timeout=30
+    )
+    assert second.returncode == 1
+    assert "already running" in second.stderr
+    assert run_agentctl("status").returncode == 0
+
+
+def test_turn_logs_are_json_with_agent_conversation_and_turn_ids(
+    agentd: AgentdProcess, agentd_home: Path
+) -> None:
+    run_agentctl("chat", "-p", "hi")
+    lines = [
+        json.loads(line) for line in (agentd_home / "logs" / "agentd.log").read_text().splitlines()
+    ]
+    finished = next(line for line in lines if line["event"] == "turn_finished")
+    assert finished["agent_id"].startswith("agent-")
+    assert finished["conversation_id"].startswith("conv-")
+    assert finished["turn_id"].startswith("turn-")
+    assert finished["stop_reason"] == "end_turn"
+
+
+def test_agentctl_imports_neither_litellm_celery_git_nor_pydantic() -> None:
+    probe = (
+        "import sys, agentd.client as c\n"
+        "c.main(['status'])\n"
+        "print(sorted(m for m in ('litellm', 'celery', 'git', 'pydantic') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.stdout.strip() == "[]"

@@ -1,0 +1,108 @@
+"""The daemon on a real litellm model over real HTTP: tool calls printed, and a kill -9 in
+the middle of a turn loses no complete message."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shared.models.messages import Message
+from tests.support.openai_server import FakeOpenAIServer, chat_completion, tool_call, usage
+from tests.support.processes import AgentdProcess, run_agentctl
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as fake:
+        yield fake
+
+
+@pytest.fixture
+def agentd(server: FakeOpenAIServer) -> Iterator[AgentdProcess]:
+    process = AgentdProcess(
+        AGENTD_MODEL="openai/test-model",
+        AGENTD_API_BASE=server.url,
+        AGENTD_API_KEY="sk-test",
+        AGENTD_CONTEXT_WINDOW="32000",
+    ).start()
+    yield process
+    process.stop()
+
+
+def _log(home: Path) -> list[Message]:
+    (path,) = home.glob("agents/*/conversations/*/messages.jsonl")
+    return [Message.model_validate_json(line) for line in path.read_text().splitlines()]
+
+
+def test_tool_calls_and_results_are_printed_then_the_answer(
+    agentd: AgentdProcess, server: FakeOpenAIServer
+) -> None:
+    server.enqueue(
+        body=chat_completion(
+            None, tool_calls=[tool_call("bash", '{"command": "echo hi"}')], usage=usage(900, 12)
+        )
+    )
+    server.enqueue(body=chat_completion("The command printed hi.", usage=usage(950, 8)))
+
+    result = run_agentctl("chat", "-p", "run echo hi", env=agentd.env)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        '  ⚙ bash({"command": "echo hi"})',
+        "  ✓ hi",
+        "The command printed hi.",
+    ]
+    sent = server.requests[1]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool"]
+    assert sent[3]["content"] == "hi"
+
+
+def test_kill_9_mid_turn_loses_no_complete_message(
+    agentd: AgentdProcess, server: FakeOpenAIServer, agentd_home: Path
+) -> None:
+    server.enqueue(
+        body=chat_completion(None, tool_calls=[tool_call("bash", '{"command": "echo persisted"}')])
+    )
+    server.enqueue(body=chat_completion("too late"), delay_s=30)
+    chat = subprocess.Popen(
+        [sys.executable, "-m", "agentd.client", "chat", "-p", "work slowly"],
+        env=agentd.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while len(server.requests) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(server.requests) == 2, "the turn never reached its second model call"
+
+    agentd.kill()
+    chat.wait(10)
+
+    messages = _log(agentd_home)
+    assert [(m.role, m.kind) for m in messages] == [
+        ("user", "message"),
+        ("assistant", "message"),
+        ("tool", "message"),
+    ]
+    assert messages[2].content == "persisted"
+
+    restarted = AgentdProcess(**{k: v for k, v in agentd.env.items() if k.startswith("AGENTD_")})
+    restarted.start()
+    try:
+        listing = run_agentctl("messages", "--json", env=restarted.env)
+        assert [m["id"] for m in json.loads(listing.stdout)] == [m.id for m in messages]
+        server.enqueue(body=chat_completion("back again"))
+        again = run_agentctl("chat", "-p", "are you there?", env=restarted.env)
+        assert again.stdout.strip() == "back again"
+        resent = server.requests[-1]["messages"]
+        assert [m["role"] for m in resent] == ["system", "user", "assistant", "tool", "user"]
+    finally:
+        restarted.stop()

@@ -1,0 +1,75 @@
+"""Start ``agentd`` and run ``agentctl`` as real processes, the way a user does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from shared.protocol import socket_path
+
+
+class AgentdProcess:
+    """``agentd serve`` in a subprocess on the current ``AGENTD_HOME``."""
+
+    def __init__(self, **env: str) -> None:
+        self.env = {**os.environ, **env}
+        self.home = Path(self.env["AGENTD_HOME"])
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 15.0) -> AgentdProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "agentd.cli", "serve"],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"agentd exited early: {self.stderr()}")
+            if run_agentctl("status", env=self.env).returncode == 0:
+                return self
+            time.sleep(0.05)
+        raise TimeoutError(f"agentd did not answer within {timeout_s} s")
+
+    def stderr(self) -> str:
+        if self.proc is None or self.proc.stderr is None:
+            return ""
+        return (
+            self.proc.stderr.read().decode(errors="replace") if self.proc.poll() is not None else ""
+        )
+
+    def terminate(self, timeout_s: float = 20.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout_s)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.terminate()
+
+
+def run_agentctl(
+    *args: str, env: dict[str, str] | None = None, timeout_s: float = 60.0
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agentd.client", *args],
+        env=env or dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def socket_exists() -> bool:
+    return socket_path().exists()
