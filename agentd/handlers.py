@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from dataclasses import asdict
 from typing import Any
 
 from agentd import __version__
@@ -108,7 +109,7 @@ class Handlers:
     async def memory_log(self, params: MemoryLog, _emit: Emit) -> dict[str, Any]:
         record = await self.agents.resolve(params.agent)
         commits = await asyncio.to_thread(self.agents.memory(record.id).log, params.limit)
-        return {"agent_id": record.id, "commits": [_plain(c) for c in commits]}
+        return {"agent_id": record.id, "commits": [asdict(c) for c in commits]}
 
     async def memory_path(self, params: AgentTarget, _emit: Emit) -> dict[str, Any]:
         record = await self.agents.resolve(params.agent)
@@ -147,13 +148,3 @@ def _page(messages: list[Message], params: MessagesList) -> list[Message]:
             start = max(start, positions[cursor] + 1)
     window = messages[start:end] if start < end else []
     return window[-params.limit :] if params.order == "desc" else window[: params.limit]
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    if hasattr(value, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        return asdict(value)
-    return value

@@ -53,6 +53,10 @@ class AlreadyRunning(AgentdError):
     code = "already_running"
 
 
+class SocketPathTooLong(AgentdError):
+    code = "socket_path_too_long"
+
+
 class Daemon:
     def __init__(self, settings: Settings, *, providers: ProviderFactory | None = None) -> None:
         self.settings = settings
@@ -72,8 +76,8 @@ class Daemon:
         """Serve until SIGTERM/SIGINT or the ``shutdown`` op; return the exit code."""
         try:
             asyncio.run(self.serve(install_signal_handlers=True))
-        except AlreadyRunning as exc:
-            log.error("already_running", error=exc.message)
+        except (AlreadyRunning, SocketPathTooLong) as exc:
+            log.error(exc.code, error=exc.message)
             return 1
         return 0
 
@@ -260,7 +264,16 @@ class _LineReader:
             self.buffer += chunk
 
 
+_MAX_SOCKET_PATH_BYTES = 107
+"""sun_path holds 108 bytes on Linux, including the terminating NUL."""
+
+
 def _prepare_socket_dir(path: Path) -> None:
+    if len(os.fsencode(path)) > _MAX_SOCKET_PATH_BYTES:
+        raise SocketPathTooLong(
+            f"the socket path {path} is {len(os.fsencode(path))} bytes; Unix sockets allow "
+            f"{_MAX_SOCKET_PATH_BYTES}. Set AGENTD_HOME to a shorter directory"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
     if not path.exists():

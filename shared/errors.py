@@ -15,7 +15,9 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   ├── NameTaken
     │   └── MemoryPathError          a memory file path outside the repo or not present
     ├── StoreError                   the data directory is not as we left it
-    │   └── CorruptStateFile
+    │   ├── CorruptStateFile
+    │   ├── LockTimeout              another process held a file lock too long
+    │   └── MemoryRepoError          a git operation on a memory repo failed
     ├── ProviderError                the model call failed
     │   ├── ContextOverflowError     the request is larger than the model's window
     │   ├── ProviderAuthError        missing or rejected credentials
@@ -98,6 +100,16 @@ class CorruptStateFile(StoreError):
             "or restore it from a backup"
         )
         self.path = str(path)
+
+
+class LockTimeout(StoreError):
+    code = "lock_timeout"
+
+
+class MemoryRepoError(StoreError):
+    """A git operation on a memory repo failed, or the repo is in a state we refuse."""
+
+    code = "memory_repo"
 
 
 class ProviderError(AgentdError):

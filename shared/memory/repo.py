@@ -24,7 +24,7 @@ from typing import Any, Self, TypeVar
 import structlog
 from git import GitCommandError, Repo
 
-from shared.errors import AgentdError, MemoryPathError
+from shared.errors import MemoryPathError, MemoryRepoError
 from shared.memory import frontmatter
 from shared.store.locks import async_file_lock
 
@@ -37,12 +37,6 @@ _LOG_FORMAT = "%H%x00%h%x00%an%x00%ae%x00%aI%x00%s"
 _FILE_MODES = frozenset({b"100644", b"100755"})
 
 T = TypeVar("T")
-
-
-class MemoryRepoError(AgentdError):
-    """A git operation on a memory repo failed, or the repo is in a state we refuse."""
-
-    code = "memory_repo"
 
 
 @dataclass(frozen=True, slots=True)

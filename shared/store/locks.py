@@ -2,6 +2,8 @@
 
 A file lock, not Redis: chat must never depend on Redis, and the kernel releases a
 ``flock`` when its holder dies, so a crashed process never leaves a lock behind.
+Both forms poll a non-blocking ``flock``: the async one sleeps between tries without
+blocking the event loop.
 """
 
 from __future__ import annotations
@@ -14,65 +16,62 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-from shared.errors import StoreError
+from shared.errors import LockTimeout
 
 DEFAULT_LOCK_TIMEOUT_S = 120.0
 _POLL_S = 0.02
 
 
-class LockTimeout(StoreError):
-    code = "lock_timeout"
+class _Attempt:
+    """One process's attempt at the lock on ``path``: an open descriptor and a deadline."""
+
+    def __init__(self, path: Path, timeout_s: float) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.timeout_s = timeout_s
+        self.deadline = time.monotonic() + timeout_s
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+    def try_acquire(self) -> bool:
+        """True once held; raises ``LockTimeout`` when the deadline has passed."""
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= self.deadline:
+                raise LockTimeout(
+                    f"could not lock {self.path} within {self.timeout_s:.0f} s; another agentd "
+                    "process holds it (check `agentctl status` or wait and retry)"
+                ) from None
+            return False
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
 
 
 @contextlib.contextmanager
 def file_lock(path: Path, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``path`` (created if missing) for the block."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    attempt = _Attempt(path, timeout_s)
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise LockTimeout(
-                        f"could not lock {path} within {timeout_s:.0f} s; another agentd "
-                        "process holds it (check `agentctl status` or wait and retry)"
-                    ) from None
-                time.sleep(_POLL_S)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        while not attempt.try_acquire():
+            time.sleep(_POLL_S)
+        yield
     finally:
-        os.close(fd)
+        attempt.release()
 
 
 @contextlib.asynccontextmanager
 async def async_file_lock(
     path: Path, timeout_s: float = DEFAULT_LOCK_TIMEOUT_S
 ) -> AsyncIterator[None]:
-    """The same lock for asyncio code: polls without blocking the event loop."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    """The same lock for asyncio code."""
+    attempt = _Attempt(path, timeout_s)
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise LockTimeout(
-                        f"could not lock {path} within {timeout_s:.0f} s; another agentd "
-                        "process holds it (check `agentctl status` or wait and retry)"
-                    ) from None
-                await asyncio.sleep(_POLL_S)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+        while not attempt.try_acquire():
+            await asyncio.sleep(_POLL_S)
+        yield
     finally:
-        os.close(fd)
+        attempt.release()

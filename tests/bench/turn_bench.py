@@ -68,8 +68,13 @@ def _write_history(layout: Layout, agent_id: str, conversation_id: str, count: i
         for i in range(count):
             role = "user" if i % 2 == 0 else "assistant"
             text = f"历史消息 {i}: we talked about topic {i % 97} and 数据库端口 {5000 + i % 50}."
-            message = Message(id=new_id("msg"), agent_id=agent_id,
-                              conversation_id=conversation_id, role=role, content=text)
+            message = Message(
+                id=new_id("msg"),
+                agent_id=agent_id,
+                conversation_id=conversation_id,
+                role=role,
+                content=text,
+            )
             ids.append(message.id)
             log.write(message.to_line())
     context = {"schema_version": 1, "message_ids": ids[-CONTEXT_MESSAGES:]}
@@ -121,8 +126,12 @@ def _status_round_trip(runs: int) -> tuple[float, float]:
         env = {**os.environ, "AGENTD_HOME": home, "AGENTD_MODEL": "mock"}
         status = [sys.executable, "-m", "agentd.client", "status"]
         start = time.perf_counter()
-        daemon = subprocess.Popen([sys.executable, "-m", "agentd.cli", "serve"], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "agentd.cli", "serve"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             while subprocess.run(status, env=env, capture_output=True).returncode != 0:
                 time.sleep(0.01)
@@ -146,15 +155,21 @@ def main() -> None:
     configure("bench", level="WARNING")
 
     results = [asyncio.run(_measure(h, args.turns)) for h in args.history]
-    print(f"harness time per mock turn ({args.turns} turns, {CONTEXT_MESSAGES} old messages "
-          "in context):")
+    print(
+        f"harness time per mock turn ({args.turns} turns, {CONTEXT_MESSAGES} old messages "
+        "in context):"
+    )
     for r in results:
-        print(f"  history {r['history']:>9,}: p50 {r['p50_ms']:.2f} ms  p95 {r['p95_ms']:.2f} ms"
-              f"  mean {r['mean_ms']:.2f} ms  (open conversation {r['open_ms']:.1f} ms)")
+        print(
+            f"  history {r['history']:>9,}: p50 {r['p50_ms']:.2f} ms  p95 {r['p95_ms']:.2f} ms"
+            f"  mean {r['mean_ms']:.2f} ms  (open conversation {r['open_ms']:.1f} ms)"
+        )
     if len(results) >= 2:
         ratio = results[-1]["p50_ms"] / results[0]["p50_ms"]
-        print(f"  ratio p50 {results[-1]['history']:,} / {results[0]['history']:,}: {ratio:.2f}×"
-              "  (target ≤ 1.5×)")
+        print(
+            f"  ratio p50 {results[-1]['history']:,} / {results[0]['history']:,}: {ratio:.2f}×"
+            "  (target ≤ 1.5×)"
+        )
     status_ms, ready_ms = _status_round_trip(20)
     print(f"agentctl status round trip (process start to exit, median of 20): {status_ms:.1f} ms")
     print(f"daemon start to first answered status (mock model): {ready_ms:.0f} ms")

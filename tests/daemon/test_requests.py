@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from agentd.server import SocketPathTooLong
 from shared.protocol import MAX_REQUEST_BYTES, socket_path
 from tests.support.daemon import DaemonRunner
 
@@ -99,3 +100,26 @@ def test_several_requests_in_flight_on_one_connection_are_answered_by_id(
     raw.sock.sendall(b'{"id": "a", "op": "hello"}\n{"id": "b", "op": "status"}\n')
     replies = {json.loads(raw.reader.readline())["id"] for _ in range(2)}
     assert replies == {"a", "b"}
+
+
+def test_a_corrupt_agent_record_is_a_typed_error_and_no_second_agent_is_made(
+    daemon: DaemonRunner, agentd_home: Path
+) -> None:
+    daemon.start()
+    agent = daemon.result("agent.show")
+    (agentd_home / "agents" / agent["id"] / "agent.json").write_text("{broken")
+
+    reply = daemon.call("chat", {"text": "hi"})[-1]
+
+    assert reply["error"]["code"] == "corrupt_state_file"
+    assert "agent.json" in reply["error"]["message"]
+    assert len(list((agentd_home / "agents").iterdir())) == 1
+    assert daemon.result("hello")["service"] == "agentd"
+
+
+def test_a_socket_path_too_long_for_unix_sockets_is_refused_with_advice(
+    agentd_home: Path,
+) -> None:
+    runner = DaemonRunner(agentd_home / ("d" * 120))
+    with pytest.raises(SocketPathTooLong, match="Set AGENTD_HOME to a shorter directory"):
+        runner.start()

@@ -11,15 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import MemoryPathError
+from shared.errors import LockTimeout, MemoryPathError, MemoryRepoError
 from shared.memory import frontmatter
 from shared.memory.repo import (
     INITIAL_COMMIT_MESSAGE,
     MemoryRepo,
-    MemoryRepoError,
     validate_memory_path,
 )
-from shared.store.locks import LockTimeout, file_lock
+from shared.store.locks import file_lock
 
 AUTHOR = {"author_name": "Tester", "author_email": "tester@example.com"}
 

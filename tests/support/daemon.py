@@ -44,8 +44,11 @@ class DaemonRunner:
                 self.loop = asyncio.get_running_loop()
                 started = asyncio.Event()
                 serving = asyncio.create_task(self.daemon.serve(ready=started))  # type: ignore[union-attr]
-                await started.wait()
-                ready.set()
+                waiting = asyncio.create_task(started.wait())
+                await asyncio.wait({serving, waiting}, return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()
+                if not serving.done():
+                    ready.set()
                 await serving
 
             try:
