@@ -98,6 +98,13 @@ def _print_event(event: str, data: dict[str, Any]) -> None:
         print(f"  {mark} {_one_line(data.get('content', ''))}", flush=True)
     elif event == protocol.EVENT_ASSISTANT:
         print(data["text"], flush=True)
+    elif event == protocol.EVENT_COMPACTION:
+        print(
+            f"  ⇣ compacted ({data['trigger']}): {data['messages_before']} → "
+            f"{data['messages_after']} messages, ~{data['tokens_before']} → "
+            f"~{data['tokens_after']} tokens",
+            flush=True,
+        )
     elif event == protocol.EVENT_MEMORY_UPDATE:
         print("  ↻ memory changed — injected <memory_update> reminder", flush=True)
     elif event == protocol.EVENT_WAITING:
@@ -154,6 +161,33 @@ def cmd_status(conn: Connection, args: argparse.Namespace) -> int:
     print(f"home    {status['home']}")
     print(f"model   {status['model']}")
     print(f"agents  {status['agents']}  active turns {status['active_turns']}")
+    return 0
+
+
+def cmd_context(conn: Connection, args: argparse.Namespace) -> int:
+    budget = conn.result("context.show", {"agent": args.agent, "conversation": args.conversation})
+    if args.json:
+        _print_json(budget)
+        return 0
+    room = budget["threshold"] - budget["request_tokens"]
+    position = f"{room:,} under the threshold" if room >= 0 else f"{-room:,} over the threshold"
+    counted = "provider-reported usage + estimates" if budget["anchored"] else "estimated"
+    print(f"model       {budget['model']}")
+    print(f"window      {budget['window']:>9,} tokens")
+    print(f"threshold   {budget['threshold']:>9,} tokens (compaction starts above this)")
+    print(
+        f"floor       {budget['floor']:>9,} tokens (system {budget['system_tokens']:,} + "
+        f"tools {budget['tools_tokens']:,})"
+    )
+    print(f"messages    {budget['messages']:>9,} in the window")
+    print(f"request     ~{budget['request_tokens']:,} tokens ({counted}; {position})")
+    last = budget.get("last_compaction")
+    if last:
+        print(
+            f"last compaction: {last['trigger']} at {last['at'][:19]}, "
+            f"{last['messages_before']} → {last['messages_after']} messages, "
+            f"~{last['tokens_before']} → ~{last['tokens_after']} tokens"
+        )
     return 0
 
 
@@ -309,6 +343,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="desc: the newest LIMIT messages; asc: the oldest",
     )
     messages.add_argument("--json", action="store_true")
+
+    context = command("context", cmd_context, "Show a conversation's context budget.")
+    agent_flag(context)
+    context.add_argument("--conversation", "-c")
+    context.add_argument("--json", action="store_true")
 
     memory = command("memory", cmd_memory, "Look at an agent's memory repo.")
     memory.add_argument("action", choices=("log", "path", "show"))

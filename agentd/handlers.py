@@ -16,6 +16,7 @@ from agentd.requests import (
     AgentTarget,
     AgentUpdate,
     Chat,
+    ConversationTarget,
     MemoryLog,
     MemoryShow,
     MessagesList,
@@ -104,6 +105,25 @@ class Handlers:
             "agent_id": record.id,
             "conversation_id": conversation.id,
             "messages": [m.model_dump(mode="json", exclude_none=True) for m in page],
+        }
+
+    async def context_show(self, params: ConversationTarget, _emit: Emit) -> dict[str, Any]:
+        record = await self.agents.resolve(params.agent)
+        conversation = self.agents.conversation(record, params.conversation)
+        repo = self.agents.memory(record.id)
+        budget = await self.turns.budget(record, repo, conversation)
+        first = conversation.context[0] if conversation.context else None
+        last_compaction = (
+            first.metadata.get("compaction")
+            if first is not None and first.kind == "summary"
+            else None
+        )
+        return {
+            "agent_id": record.id,
+            "conversation_id": conversation.id,
+            "model": record.model or self.settings.model,
+            **budget.to_dict(),
+            "last_compaction": last_compaction,
         }
 
     async def memory_log(self, params: MemoryLog, _emit: Emit) -> dict[str, Any]:

@@ -68,6 +68,10 @@ class Chat(AgentTarget):
     text: str = Field(min_length=1)
 
 
+class ConversationTarget(AgentTarget):
+    conversation: ConversationId | None = None
+
+
 class MessagesList(AgentTarget):
     conversation: ConversationId | None = None
     before: MessageId | None = None
@@ -96,6 +100,7 @@ PARAMS: dict[str, type[Params]] = {
     "conversation.create": AgentTarget,
     "conversation.list": AgentTarget,
     "messages.list": MessagesList,
+    "context.show": ConversationTarget,
     "memory.log": MemoryLog,
     "memory.path": AgentTarget,
     "memory.show": MemoryShow,

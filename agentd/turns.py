@@ -18,8 +18,10 @@ from dataclasses import dataclass
 import structlog
 
 from shared.agent.loop import Emit, Turn, run_turn
+from shared.agent.request import shape_messages
 from shared.agent.tools.base import MemoryEdit, ToolContext
 from shared.agent.tools.registry import main_agent_tools
+from shared.context.budget import Budget, measure
 from shared.ids import new_id
 from shared.memory.changes import memory_update_reminder
 from shared.memory.compile import compile_system_prompt
@@ -28,6 +30,7 @@ from shared.models.agents import AgentRecord
 from shared.models.messages import Message, MessageKind, utc_now
 from shared.models.turns import TurnResult
 from shared.protocol import EVENT_MEMORY_UPDATE, EVENT_WAITING
+from shared.providers.base import ModelRequest, Provider
 from shared.providers.factory import ProviderFactory
 from shared.settings import Settings
 from shared.store.conversations import Conversation
@@ -137,6 +140,7 @@ class Turns:
             ),
             system_prompt=lambda: self.prompts.get(agent, repo),
             max_steps=self.settings.max_steps,
+            summariser=self._summariser(),
             emit=emit,
             turn_id=turn_id,
         )
@@ -151,6 +155,22 @@ class Turns:
             duration_ms=round((asyncio.get_running_loop().time() - started) * 1000, 1),
         )
         return result
+
+    def _summariser(self) -> Provider | None:
+        model = self.settings.summary_model
+        return self.providers.get(model) if model else None
+
+    async def budget(
+        self, agent: AgentRecord, repo: MemoryRepo, conversation: Conversation
+    ) -> Budget:
+        """The next request's budget as the loop would measure it before calling the model."""
+        provider = self.providers.get(agent.model, agent.context_window)
+        request = ModelRequest(
+            system=await self.prompts.get(agent, repo),
+            messages=shape_messages(conversation.context),
+            tools=[tool.schema for tool in main_agent_tools()],
+        )
+        return measure(request, provider.context_window)
 
 
 def _memory_edit(agent: AgentRecord, repo: MemoryRepo, seen: _SeenHead) -> MemoryEdit:

@@ -36,6 +36,7 @@ OPS = (
     "conversation.create",
     "conversation.list",
     "messages.list",
+    "context.show",
     "memory.log",
     "memory.path",
     "memory.show",
@@ -47,6 +48,7 @@ EVENT_ASSISTANT = "assistant"
 EVENT_TOOL_CALL = "tool_call"
 EVENT_TOOL_RESULT = "tool_result"
 EVENT_MEMORY_UPDATE = "memory_update"
+EVENT_COMPACTION = "compaction"
 EVENT_WAITING = "waiting"
 
 

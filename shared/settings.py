@@ -42,6 +42,8 @@ class Settings(BaseSettings):
     """Default model for new agents: ``mock`` or any litellm model string."""
     context_window: int | None = Field(default=None, gt=0)
     """Override of the model's context window in tokens (``AGENTD_CONTEXT_WINDOW``)."""
+    summary_model: str | None = None
+    """Model that writes compaction summaries; unset means the agent's own model."""
     api_base: str | None = None
     """Base URL for the provider (e.g. an Ollama or OpenAI-compatible server)."""
     api_key: str | None = None

@@ -22,11 +22,13 @@ import structlog
 from shared.agent.request import shape_messages, tool_result_cap, truncate_tool_output
 from shared.agent.rules import ToolRules
 from shared.agent.tools.base import Tool, ToolContext
-from shared.errors import AgentdError, ToolError
+from shared.context.budget import Budget, check_floor, measure
+from shared.context.compaction import compact
+from shared.errors import AgentdError, ContextOverflowError, ToolError
 from shared.ids import new_id
 from shared.models.messages import Message, StopReason, ToolCall, utc_now
 from shared.models.turns import TurnResult
-from shared.protocol import EVENT_ASSISTANT, EVENT_TOOL_CALL, EVENT_TOOL_RESULT
+from shared.protocol import EVENT_ASSISTANT, EVENT_COMPACTION, EVENT_TOOL_CALL, EVENT_TOOL_RESULT
 from shared.providers.base import ModelRequest, ModelResponse, Provider
 from shared.store.conversations import Conversation
 
@@ -50,6 +52,8 @@ class Turn:
     system_prompt: Callable[[], Awaitable[str]]
     """Called before every step: memory edited mid-turn shows in the next step's prompt."""
     max_steps: int = 50
+    summariser: Provider | None = None
+    """Model for compaction summaries; None means the turn's own provider."""
     rules: ToolRules = field(default_factory=ToolRules)
     emit: Emit = _discard
     turn_id: str = field(default_factory=lambda: new_id("turn"))
@@ -96,7 +100,7 @@ class _TurnRunner:
     async def _steps(self) -> StopReason:
         max_steps = self.turn.max_steps
         for step in range(max_steps):
-            response = await self.turn.provider.complete(await self._request())
+            response = await self._call_model()
             self.result.steps += 1
             self.result.usage = self.result.usage + response.usage
             is_last_step = step == max_steps - 1
@@ -131,6 +135,45 @@ class _TurnRunner:
         if is_last_step:
             return "max_steps"
         return None
+
+    async def _call_model(self) -> ModelResponse:
+        """One model call, compacting first when the request would pass the threshold, and
+        once more (then retrying once) if the provider refuses it as too large anyway."""
+        provider = self.turn.provider
+        request = await self._request()
+        budget = measure(request, provider.context_window)
+        check_floor(budget, provider.model)
+        if budget.over_threshold and await self._compact("context_pressure", budget):
+            request = await self._request()
+        try:
+            return await provider.complete(request)
+        except ContextOverflowError as exc:
+            log.warning("context_overflow", error=exc.message)
+            refusal = exc
+        budget = measure(request, provider.context_window)
+        if await self._compact("context_overflow", budget):
+            try:
+                return await provider.complete(await self._request())
+            except ContextOverflowError as exc:
+                refusal = exc
+        raise ContextOverflowError(
+            f"{refusal.message}. The conversation is compacted as far as it goes and the "
+            "request still does not fit; nothing was lost. Start a new conversation "
+            "(`agentctl conversations new`) or use a model with a larger window"
+        ) from refusal
+
+    async def _compact(self, trigger: str, budget: Budget) -> bool:
+        stats = await compact(
+            self.conversation,
+            self.turn.summariser or self.turn.provider,
+            budget,
+            trigger=trigger,
+            turn_id=self.turn.turn_id,
+        )
+        if stats is None:
+            return False
+        await self.turn.emit(EVENT_COMPACTION, stats.model_dump(mode="json"))
+        return True
 
     async def _request(self) -> ModelRequest:
         return ModelRequest(

@@ -49,17 +49,18 @@ class ScriptedProvider(Provider):
         return reply
 
 
-def text_reply(text: str, *, finish_reason: str = "stop", tokens: int = 10) -> ModelResponse:
+def text_reply(
+    text: str, *, finish_reason: str = "stop", usage: Usage | None = None
+) -> ModelResponse:
+    """A plain answer; no usage unless given (a made-up count would anchor the budget)."""
     return ModelResponse(
         text=text,
         finish_reason=finish_reason,  # type: ignore[arg-type]
-        usage=Usage(input_tokens=tokens, output_tokens=1),
+        usage=usage or Usage(),
     )
 
 
 def tool_reply(*calls: tuple[str, str], text: str = "") -> ModelResponse:
     """A reply calling tools, given as ``(name, arguments_json)`` pairs."""
     tool_calls = [ToolCall(id=new_id("call"), name=name, arguments=args) for name, args in calls]
-    return ModelResponse(
-        text=text, tool_calls=tool_calls, finish_reason="tool_calls", usage=Usage(input_tokens=10)
-    )
+    return ModelResponse(text=text, tool_calls=tool_calls, finish_reason="tool_calls")

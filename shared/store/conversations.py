@@ -4,7 +4,8 @@
 in memory, appends to the log and replaces ``context.json`` after every step. Opening
 one reads ``context.json`` and walks the log backwards only as far as the window's
 oldest message; messages the log holds past the last listed id (a crash between the
-append and the replace) are taken back into the window, so nothing appended is lost.
+append and the replace) are replayed onto the window, so nothing appended is lost: an
+ordinary message joins it, a compaction summary reopens it with the ids it kept.
 """
 
 from __future__ import annotations
@@ -74,9 +75,14 @@ class Conversation:
         self.context.extend(m for m in messages if m.sent_to_model)
         self.save_context()
 
-    def replace_context(self, messages: list[Message]) -> None:
-        """Set the window to ``messages`` (compaction); the log keeps everything."""
-        self.context = list(messages)
+    def compact(self, summary: Message, kept: list[Message]) -> None:
+        """Open the window with ``summary`` followed by ``kept``; the log keeps everything.
+
+        The summary is appended (fsync'd) before the window is replaced; if the process
+        dies in between, opening the conversation replays the summary onto the old window.
+        """
+        self.log.append([summary])
+        self.context = [summary, *kept]
         self.save_context()
 
     def save_context(self) -> None:
@@ -89,7 +95,7 @@ class Conversation:
 
 def _load_context(messages_log: MessageLog, ids: list[str] | None) -> list[Message]:
     if ids is None:
-        return [m for m in messages_log if m.sent_to_model]
+        return _replay([], list(messages_log))
     wanted = set(ids)
     found: dict[str, Message] = {}
     newer: list[Message] = []
@@ -98,7 +104,7 @@ def _load_context(messages_log: MessageLog, ids: list[str] | None) -> list[Messa
             found[message.id] = message
             if len(found) == len(wanted):
                 break
-        elif not found and message.sent_to_model:
+        elif not found:
             newer.append(message)
     missing = wanted - found.keys()
     if missing:
@@ -107,7 +113,21 @@ def _load_context(messages_log: MessageLog, ids: list[str] | None) -> list[Messa
         log.warning(
             "context_recovered_unlisted_messages", path=str(messages_log.path), count=len(newer)
         )
-    return [found[i] for i in ids if i in found] + list(reversed(newer))
+    return _replay([found[i] for i in ids if i in found], list(reversed(newer)))
+
+
+def _replay(window: list[Message], messages: list[Message]) -> list[Message]:
+    """The window after ``messages`` happened to it, in log order."""
+    for message in messages:
+        if not message.sent_to_model:
+            continue
+        kept_ids = message.metadata.get("kept_ids")
+        if message.kind == "summary" and isinstance(kept_ids, list):
+            keep = set(kept_ids)
+            window = [message, *(m for m in window if m.id in keep)]
+        else:
+            window.append(message)
+    return window
 
 
 def list_conversations(layout: Layout, agent_id: str) -> list[ConversationRecord]:

@@ -114,3 +114,24 @@ def test_agentctl_imports_neither_litellm_celery_git_nor_pydantic() -> None:
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_twenty_turns_in_a_small_window_compact_by_pressure_and_keep_every_message(
+    agentd_home: Path,
+) -> None:
+    process = AgentdProcess(AGENTD_CONTEXT_WINDOW="1200").start()
+    try:
+        texts = [f"第 {n} 个无关话题：" + "今天天气不错。" * 12 for n in range(1, 21)]
+        printed = "".join(run_agentctl("chat", "-p", text).stdout for text in texts)
+        context = run_agentctl("context")
+    finally:
+        process.stop()
+
+    compactions = [line for line in printed.splitlines() if "⇣ compacted" in line]
+    assert len(compactions) >= 3
+    assert all(line.startswith("  ⇣ compacted (context_pressure): ") for line in compactions)
+    (log,) = agentd_home.glob("agents/*/conversations/*/messages.jsonl")
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [m["content"] for m in logged if m["role"] == "user" and "kind" not in m] == texts
+    assert "under the threshold" in context.stdout
+    assert "threshold         960 tokens" in context.stdout

@@ -39,15 +39,53 @@ def test_reopened_conversation_has_the_same_window(layout: Layout) -> None:
     assert [m.content for m in reopened.context] == ["m0", "m1", "m2", "m3"]
 
 
-def test_replaced_context_survives_reopen_and_the_log_keeps_everything(layout: Layout) -> None:
+def _summary(conversation: Conversation, kept: list[Message]) -> Message:
+    return _message(
+        conversation,
+        "summary of m0-m3",
+        kind="summary",
+        metadata={"kept_ids": [m.id for m in kept]},
+    )
+
+
+def test_a_compacted_window_survives_reopen_and_the_log_keeps_everything(layout: Layout) -> None:
     conversation = Conversation.create(layout, "agent-1", memory_head=None)
     conversation.append([_message(conversation, f"m{i}") for i in range(6)])
-    conversation.replace_context(conversation.context[4:])
+    kept = conversation.context[4:]
+    conversation.compact(_summary(conversation, kept), kept)
 
     reopened = Conversation.open(layout, "agent-1", conversation.id)
 
-    assert [m.content for m in reopened.context] == ["m4", "m5"]
-    assert [m.content for m in reopened.log] == [f"m{i}" for i in range(6)]
+    assert [m.content for m in reopened.context] == ["summary of m0-m3", "m4", "m5"]
+    assert [m.content for m in reopened.log] == [f"m{i}" for i in range(6)] + ["summary of m0-m3"]
+
+
+def test_a_crash_between_summary_append_and_context_replace_is_replayed(
+    layout: Layout,
+) -> None:
+    conversation = Conversation.create(layout, "agent-1", memory_head=None)
+    conversation.append([_message(conversation, f"m{i}") for i in range(6)])
+    kept = conversation.context[4:]
+    conversation.log.append([_summary(conversation, kept)])  # died before context.json
+    conversation.log.append([_message(conversation, "after")])
+
+    reopened = Conversation.open(layout, "agent-1", conversation.id)
+
+    assert [m.content for m in reopened.context] == ["summary of m0-m3", "m4", "m5", "after"]
+
+
+def test_without_a_context_file_the_window_is_replayed_from_the_whole_log(
+    layout: Layout,
+) -> None:
+    conversation = Conversation.create(layout, "agent-1", memory_head=None)
+    conversation.append([_message(conversation, f"m{i}") for i in range(6)])
+    kept = conversation.context[4:]
+    conversation.compact(_summary(conversation, kept), kept)
+    (conversation.directory / "context.json").unlink()
+
+    reopened = Conversation.open(layout, "agent-1", conversation.id)
+
+    assert [m.content for m in reopened.context] == ["summary of m0-m3", "m4", "m5"]
 
 
 def test_messages_appended_after_the_last_context_write_rejoin_the_window(layout: Layout) -> None:

@@ -1,0 +1,162 @@
+"""Compaction: the oldest part of the window becomes one summary; nothing is deleted.
+
+The window is cut in two. The recent tail is kept verbatim, sized to half of what the
+threshold leaves after the floor (a quarter after an overflow, when the estimate was
+proven wrong), so several turns fit before the next compaction. The head is summarised by
+the agent's model (or a configured summariser) into one ``summary`` message that opens the
+new window with an alert saying how many messages it replaces. A tool call and its results
+always land on the same side of the cut.
+
+``messages.jsonl`` only grows: the summary is appended like any message (carrying its
+statistics, the raw summary and the ids it keeps), the head stays in the log for recall,
+and ``context.json`` is replaced atomically by :meth:`Conversation.compact`. A pending
+``compaction-event.json`` tells the reflection trigger that a compaction happened.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import structlog
+from pydantic import BaseModel, Field
+
+from shared.context.budget import Budget
+from shared.context.estimate import message_tokens, text_tokens
+from shared.context.summary import summarise
+from shared.ids import new_id
+from shared.models.messages import Message, utc_now
+from shared.providers.base import Provider
+from shared.store.atomic import write_model_atomic
+from shared.store.conversations import Conversation
+
+log = structlog.get_logger(__name__)
+
+KEEP_FRACTION = {"context_pressure": 0.5, "context_overflow": 0.25}
+"""Share of the message budget (threshold − floor) the kept tail may use, per trigger."""
+OVERFLOW_KEEP_OF_CURRENT = 0.5
+"""After a refusal the estimate is proven low: keep at most half of what was sent."""
+
+
+class CompactionStats(BaseModel):
+    trigger: str
+    messages_before: int
+    messages_after: int
+    summarised: int
+    tokens_before: int
+    """Floor + estimated messages before compaction."""
+    tokens_after: int
+    """Floor + summary + kept messages after it."""
+    window: int
+    threshold: int
+    floor: int
+    at: datetime = Field(default_factory=utc_now)
+
+
+class CompactionEvent(BaseModel):
+    """``compaction-event.json``: a compaction the reflection trigger has not consumed."""
+
+    schema_version: int = 1
+    pending: bool = True
+    trigger: str
+    summary_message_id: str
+    at: datetime = Field(default_factory=utc_now)
+
+
+def _keep_tokens(window: list[Message], budget: Budget, trigger: str) -> int:
+    keep = int(max(0, budget.threshold - budget.floor) * KEEP_FRACTION[trigger])
+    if trigger == "context_overflow":
+        current = sum(message_tokens(m) for m in window)
+        keep = min(keep, int(current * OVERFLOW_KEEP_OF_CURRENT))
+    return keep
+
+
+def plan_cut(messages: list[Message], keep_tokens: int) -> int:
+    """Index of the first kept message: ``messages[:cut]`` are summarised (0: nothing)."""
+    n = len(messages)
+    cut, kept = n, 0
+    while cut > 0 and kept + message_tokens(messages[cut - 1]) <= keep_tokens:
+        cut -= 1
+        kept += message_tokens(messages[cut])
+    cut = min(cut, n - 1)
+    return _not_between_call_and_result(messages, max(cut, 0))
+
+
+def _not_between_call_and_result(messages: list[Message], cut: int) -> int:
+    """Move a cut that would open the window with a tool result: back to the call that
+    made it (keeping the pair), or, if that leaves nothing to summarise, past the results."""
+    if cut >= len(messages) or messages[cut].role != "tool":
+        return cut
+    back = cut
+    while back > 0 and messages[back].role == "tool":
+        back -= 1
+    if back > 0:
+        return back
+    forward = cut
+    while forward < len(messages) and messages[forward].role == "tool":
+        forward += 1
+    return forward
+
+
+def summary_content(summary: str, summarised: int) -> str:
+    return (
+        f"[system alert] {summarised} earlier messages of this conversation were hidden from "
+        "the front of your context window to make room; they are kept and searchable. "
+        f"Summary of them:\n{summary}"
+    )
+
+
+async def compact(
+    conversation: Conversation,
+    summariser: Provider,
+    budget: Budget,
+    *,
+    trigger: str,
+    turn_id: str | None = None,
+) -> CompactionStats | None:
+    """Summarise the head of the window; None when there is nothing to summarise."""
+    window = conversation.context
+    cut = plan_cut(window, _keep_tokens(window, budget, trigger))
+    if cut == 0:
+        log.warning(
+            "compaction_skipped",
+            trigger=trigger,
+            reason="nothing to summarise",
+            messages=len(window),
+        )
+        return None
+    head, kept = window[:cut], window[cut:]
+    summary = await summarise(summariser, head)
+    content = summary_content(summary, len(head))
+    tokens_before = budget.floor + sum(message_tokens(m) for m in window)
+    stats = CompactionStats(
+        trigger=trigger,
+        messages_before=len(window),
+        messages_after=1 + len(kept),
+        summarised=len(head),
+        tokens_before=tokens_before,
+        tokens_after=budget.floor + text_tokens(content) + sum(message_tokens(m) for m in kept),
+        window=budget.window,
+        threshold=budget.threshold,
+        floor=budget.floor,
+    )
+    message = Message(
+        id=new_id("msg"),
+        agent_id=conversation.agent_id,
+        conversation_id=conversation.id,
+        role="user",
+        kind="summary",
+        content=content,
+        turn_id=turn_id,
+        metadata={
+            "summary": summary,
+            "compaction": stats.model_dump(mode="json"),
+            "kept_ids": [m.id for m in kept],
+        },
+    )
+    conversation.compact(message, kept)
+    write_model_atomic(
+        conversation.directory / "compaction-event.json",
+        CompactionEvent(trigger=trigger, summary_message_id=message.id, at=stats.at),
+    )
+    log.info("compacted", **stats.model_dump(exclude={"at"}))
+    return stats
