@@ -172,6 +172,7 @@ class _TurnRunner:
         )
         if stats is None:
             return False
+        self.result.message_ids.append(self.conversation.context[0].id)
         await self.turn.emit(EVENT_COMPACTION, stats.model_dump(mode="json"))
         return True
 
