@@ -19,7 +19,7 @@ from shared.ids import new_id
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.store.agents import AgentStore
-from shared.store.conversations import Conversation, list_conversations
+from shared.store.conversations import AppendListener, Conversation, list_conversations
 from shared.store.layout import Layout
 
 log = structlog.get_logger(__name__)
@@ -28,8 +28,9 @@ DEFAULT_AGENT_NAME = "default"
 
 
 class Agents:
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, *, on_append: AppendListener | None = None) -> None:
         self.layout = layout
+        self._on_append = on_append
         self.store = AgentStore(layout)
         self._memory: dict[str, MemoryRepo] = {}
         self._conversations: dict[tuple[str, str], Conversation] = {}
@@ -62,7 +63,7 @@ class Agents:
             )
             self._memory[record.id] = repo
             conversation = Conversation.create(self.layout, record.id, memory_head=repo.head())
-            self._conversations[(record.id, conversation.id)] = conversation
+            self._remember(conversation)
             record.default_conversation_id = conversation.id
             self.store.save(record)
         except BaseException:
@@ -112,18 +113,23 @@ class Agents:
                 self.store.save(record)
                 return conversation
             conversation_id = record.default_conversation_id
-        key = (record.id, conversation_id)
-        conversation = self._conversations.get(key)
+        conversation = self._conversations.get((record.id, conversation_id))
         if conversation is None:
-            conversation = Conversation.open(self.layout, record.id, conversation_id)
-            self._conversations[key] = conversation
+            conversation = self._remember(
+                Conversation.open(self.layout, record.id, conversation_id)
+            )
         return conversation
 
     def new_conversation(self, record: AgentRecord) -> Conversation:
         conversation = Conversation.create(
             self.layout, record.id, memory_head=self.memory(record.id).head()
         )
-        self._conversations[(record.id, conversation.id)] = conversation
+        return self._remember(conversation)
+
+    def _remember(self, conversation: Conversation) -> Conversation:
+        if self._on_append is not None:
+            conversation.listeners.append(self._on_append)
+        self._conversations[(conversation.agent_id, conversation.id)] = conversation
         return conversation
 
     def conversations(self, record: AgentRecord) -> list[dict[str, object]]:

@@ -95,7 +95,9 @@ def _print_event(event: str, data: dict[str, Any]) -> None:
         print(f"  ⚙ {data['name']}({data['arguments']}){suffix}", flush=True)
     elif event == protocol.EVENT_TOOL_RESULT:
         mark = "✗" if data.get("is_error") else "✓"
-        print(f"  {mark} {_one_line(data.get('content', ''))}", flush=True)
+        lines = (data.get("content") or "").strip().splitlines() or [""]
+        more = f"  (+{len(lines) - 1} more lines)" if len(lines) > 1 else ""
+        print(f"  {mark} {_one_line(lines[0])}{more}", flush=True)
     elif event == protocol.EVENT_ASSISTANT:
         print(data["text"], flush=True)
     elif event == protocol.EVENT_COMPACTION:
@@ -236,16 +238,28 @@ def cmd_conversations(conn: Connection, args: argparse.Namespace) -> int:
     return 0
 
 
+def _page_of_messages(conn: Connection, args: argparse.Namespace) -> list[dict[str, Any]]:
+    if not args.around:
+        params = {
+            "agent": args.agent,
+            "conversation": args.conversation,
+            "before": args.before,
+            "after": args.after,
+            "limit": args.limit,
+            "order": args.order,
+        }
+        return conn.result("messages.list", params)["messages"]
+    try:
+        before = 5 if args.before is None else int(args.before)
+        after = 5 if args.after is None else int(args.after)
+    except ValueError:
+        raise ClientError("usage", "with --around, --before and --after are counts") from None
+    params = {"agent": args.agent, "message_id": args.around, "before": before, "after": after}
+    return conn.result("messages.around", params)["messages"]
+
+
 def cmd_messages(conn: Connection, args: argparse.Namespace) -> int:
-    params = {
-        "agent": args.agent,
-        "conversation": args.conversation,
-        "before": args.before,
-        "after": args.after,
-        "limit": args.limit,
-        "order": args.order,
-    }
-    messages = conn.result("messages.list", params)["messages"]
+    messages = _page_of_messages(conn, args)
     if args.json:
         _print_json(messages)
         return 0
@@ -257,7 +271,31 @@ def cmd_messages(conn: Connection, args: argparse.Namespace) -> int:
             text = (text + " " if text else "") + " ".join(
                 f"⚙ {c['name']}({c.get('arguments', '{}')})" for c in calls
             )
-        print(f"{message['created_at'][:19]}  {message['id']}  {label:<9} {_one_line(text)}")
+        marker = "◀ " if message["id"] == args.around else ""
+        print(
+            f"{message['created_at'][:19]}  {message['id']}  {label:<9} {marker}{_one_line(text)}"
+        )
+    return 0
+
+
+def cmd_search(conn: Connection, args: argparse.Namespace) -> int:
+    params = {
+        "agent": args.agent,
+        "query": args.query,
+        "conversation": args.conversation,
+        "role": args.role,
+        "since": args.since,
+        "until": args.until,
+        "limit": args.limit,
+    }
+    hits = conn.result("recall.search", params)["hits"]
+    if args.json:
+        _print_json(hits)
+        return 0
+    for hit in hits:
+        print(
+            f"{hit['score']:.2f}\t{hit['conversation_id']}\t{hit['role']}\t{_one_line(hit['text'])}"
+        )
     return 0
 
 
@@ -333,8 +371,19 @@ def build_parser() -> argparse.ArgumentParser:
     messages = command("messages", cmd_messages, "List a conversation's messages.")
     agent_flag(messages)
     messages.add_argument("--conversation", "-c")
-    messages.add_argument("--before", help="only messages before this message id")
-    messages.add_argument("--after", help="only messages after this message id")
+    messages.add_argument(
+        "--around",
+        metavar="ID",
+        help="the messages around this message id (with --before/--after N)",
+    )
+    messages.add_argument(
+        "--before",
+        help="only messages before this message id (with --around: how many before, default 5)",
+    )
+    messages.add_argument(
+        "--after",
+        help="only messages after this message id (with --around: how many after, default 5)",
+    )
     messages.add_argument("--limit", type=int, default=20)
     messages.add_argument(
         "--order",
@@ -348,6 +397,16 @@ def build_parser() -> argparse.ArgumentParser:
     agent_flag(context)
     context.add_argument("--conversation", "-c")
     context.add_argument("--json", action="store_true")
+
+    search = command("search", cmd_search, "Search an agent's past messages (best first).")
+    search.add_argument("query", help='words to find; "quoted phrases" must match')
+    agent_flag(search)
+    search.add_argument("--conversation", "-c", help="only this conversation")
+    search.add_argument("--role", choices=("user", "assistant", "tool"))
+    search.add_argument("--since", help="ISO date or time, inclusive (UTC unless given)")
+    search.add_argument("--until", help="ISO date or time, inclusive (UTC unless given)")
+    search.add_argument("--limit", type=int, default=10)
+    search.add_argument("--json", action="store_true")
 
     memory = command("memory", cmd_memory, "Look at an agent's memory repo.")
     memory.add_argument("action", choices=("log", "path", "show"))

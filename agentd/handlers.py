@@ -11,6 +11,7 @@ from typing import Any
 
 from agentd import __version__
 from agentd.agents import Agents
+from agentd.recall import RecallService
 from agentd.requests import (
     AgentCreate,
     AgentTarget,
@@ -19,23 +20,29 @@ from agentd.requests import (
     ConversationTarget,
     MemoryLog,
     MemoryShow,
+    MessagesAround,
     MessagesList,
     Params,
 )
+from agentd.requests import RecallSearch as RecallSearchParams
 from agentd.turns import Turns
 from shared.agent.loop import Emit
 from shared.errors import PayloadTooLarge, UnknownMessage
 from shared.models.agents import AgentRecord
 from shared.models.messages import Message
 from shared.protocol import PROTOCOL_VERSION
+from shared.recall.ranking import SearchRequest
 from shared.settings import Settings
 
 
 class Handlers:
-    def __init__(self, settings: Settings, agents: Agents, turns: Turns) -> None:
+    def __init__(
+        self, settings: Settings, agents: Agents, turns: Turns, recall: RecallService
+    ) -> None:
         self.settings = settings
         self.agents = agents
         self.turns = turns
+        self.recall = recall
         self.started_at = time.time()
         self.connections = 0
 
@@ -124,6 +131,29 @@ class Handlers:
             "model": record.model or self.settings.model,
             **budget.to_dict(),
             "last_compaction": last_compaction,
+        }
+
+    async def recall_search(self, params: RecallSearchParams, _emit: Emit) -> dict[str, Any]:
+        record = await self.agents.resolve(params.agent)
+        request = SearchRequest(
+            query=params.query,
+            limit=params.limit,
+            conversation_id=params.conversation,
+            role=params.role,
+            since=params.since,
+            until=params.until,
+        )
+        hits = await self.recall.search(record.id, request)
+        return {"agent_id": record.id, "hits": [asdict(hit) for hit in hits]}
+
+    async def messages_around(self, params: MessagesAround, _emit: Emit) -> dict[str, Any]:
+        record = await self.agents.resolve(params.agent)
+        messages = await self.recall.around(
+            record.id, params.message_id, params.before, params.after
+        )
+        return {
+            "agent_id": record.id,
+            "messages": [m.model_dump(mode="json", exclude_none=True) for m in messages],
         }
 
     async def memory_log(self, params: MemoryLog, _emit: Emit) -> dict[str, Any]:

@@ -6,9 +6,17 @@ default. Ids are checked by :func:`shared.ids.validate_id` before anything uses 
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime, time
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+)
 
 from shared.errors import MalformedRequest
 from shared.ids import validate_id
@@ -81,6 +89,39 @@ class MessagesList(AgentTarget):
     """``desc`` takes the newest ``limit`` messages; the page is returned oldest first."""
 
 
+def _moment(edge: Literal["start", "end"]) -> BeforeValidator:
+    """ISO date or date-time; a bare date means the start (or end) of that day, in UTC
+    like every time without a zone."""
+
+    def parse(value: object) -> object:
+        if isinstance(value, str) and len(value.strip()) == 10:
+            day = date.fromisoformat(value.strip())
+            clock = time.min if edge == "start" else time.max
+            return datetime.combine(day, clock, tzinfo=UTC)
+        return value
+
+    return BeforeValidator(parse)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+class RecallSearch(AgentTarget):
+    query: str = Field(min_length=1, max_length=2_000)
+    conversation: ConversationId | None = None
+    role: Literal["user", "assistant", "tool"] | None = None
+    since: Annotated[datetime | None, _moment("start"), AfterValidator(_utc)] = None
+    until: Annotated[datetime | None, _moment("end"), AfterValidator(_utc)] = None
+    limit: int = Field(default=10, ge=1, le=1_000)
+
+
+class MessagesAround(AgentTarget):
+    message_id: MessageId
+    before: int = Field(default=5, ge=0, le=200)
+    after: int = Field(default=5, ge=0, le=200)
+
+
 class MemoryLog(AgentTarget):
     limit: int = Field(default=20, ge=1, le=1000)
 
@@ -101,6 +142,8 @@ PARAMS: dict[str, type[Params]] = {
     "conversation.list": AgentTarget,
     "messages.list": MessagesList,
     "context.show": ConversationTarget,
+    "recall.search": RecallSearch,
+    "messages.around": MessagesAround,
     "memory.log": MemoryLog,
     "memory.path": AgentTarget,
     "memory.show": MemoryShow,

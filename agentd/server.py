@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from agentd import __version__
 from agentd.agents import Agents
 from agentd.handlers import Handlers
+from agentd.recall import RecallService
 from agentd.requests import PARAMS, Envelope, describe, parse_params
 from agentd.turns import Turns
 from shared.errors import (
@@ -61,9 +62,12 @@ class Daemon:
     def __init__(self, settings: Settings, *, providers: ProviderFactory | None = None) -> None:
         self.settings = settings
         self.layout = Layout(settings.home)
-        self.agents = Agents(self.layout)
-        self.turns = Turns(settings, self.layout, providers or ProviderFactory(settings))
-        self.handlers = Handlers(settings, self.agents, self.turns)
+        self.recall = RecallService(self.layout)
+        self.agents = Agents(self.layout, on_append=self.recall.on_append)
+        self.turns = Turns(
+            settings, self.layout, providers or ProviderFactory(settings), self.recall
+        )
+        self.handlers = Handlers(settings, self.agents, self.turns, self.recall)
         self._stopping = asyncio.Event()
         self._shutting_down = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -90,6 +94,7 @@ class Daemon:
         path = self.settings.socket_path
         _prepare_socket_dir(path)
         server = await _bind(path, self._on_connection)
+        self.recall.start([record.id for record in self.agents.store.list()])
         if install_signal_handlers:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from agentd.recall import RecallService
 from shared.agent.loop import Emit, Turn, run_turn
 from shared.agent.request import shape_messages
 from shared.agent.tools.base import MemoryEdit, ToolContext
@@ -68,10 +69,13 @@ class PromptCache:
 
 
 class Turns:
-    def __init__(self, settings: Settings, layout: Layout, providers: ProviderFactory) -> None:
+    def __init__(
+        self, settings: Settings, layout: Layout, providers: ProviderFactory, recall: RecallService
+    ) -> None:
         self.settings = settings
         self.layout = layout
         self.providers = providers
+        self.recall = recall
         self.prompts = PromptCache()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.active = 0
@@ -137,6 +141,8 @@ class Turns:
                 bash_timeout_s=self.settings.bash_timeout_s,
                 bash_output_chars=self.settings.bash_output_chars,
                 memory_edit=_memory_edit(agent, repo, seen_head),
+                conversation_id=conversation.id,
+                recall=self.recall.bind(agent.id),
             ),
             system_prompt=lambda: self.prompts.get(agent, repo),
             max_steps=self.settings.max_steps,

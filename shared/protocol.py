@@ -37,6 +37,8 @@ OPS = (
     "conversation.list",
     "messages.list",
     "context.show",
+    "recall.search",
+    "messages.around",
     "memory.log",
     "memory.path",
     "memory.show",

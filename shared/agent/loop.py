@@ -82,6 +82,7 @@ class _TurnRunner:
         self._persist(inputs)
         try:
             stop = await self._steps()
+            await self._leave_room_for_the_next_turn()
         except AgentdError as exc:
             log.warning("turn_failed", error_code=exc.code, error=exc.message)
             self.result.error = exc.to_dict()
@@ -161,6 +162,18 @@ class _TurnRunner:
             "request still does not fit; nothing was lost. Start a new conversation "
             "(`agentctl conversations new`) or use a model with a larger window"
         ) from refusal
+
+    async def _leave_room_for_the_next_turn(self) -> None:
+        """Compact after the reply when the window ends the turn over the threshold, so the
+        next turn starts with room (and ``agentctl context`` shows what it will send)."""
+        request = await self._request()
+        budget = measure(request, self.turn.provider.context_window)
+        if not budget.over_threshold:
+            return
+        try:
+            await self._compact("context_pressure", budget)
+        except AgentdError as exc:
+            log.warning("post_turn_compaction_failed", error=exc.message)
 
     async def _compact(self, trigger: str, budget: Budget) -> bool:
         stats = await compact(

@@ -99,9 +99,8 @@ def _not_between_call_and_result(messages: list[Message], cut: int) -> int:
 
 def summary_content(summary: str, summarised: int) -> str:
     return (
-        f"[system alert] {summarised} earlier messages of this conversation were hidden from "
-        "the front of your context window to make room; they are kept and searchable. "
-        f"Summary of them:\n{summary}"
+        f"[system alert] {summarised} earlier messages were hidden to save room (recall_search "
+        f"still finds them). Summary:\n{summary}"
     )
 
 

@@ -19,10 +19,7 @@ PERSONA_PATH = "system/persona.md"
 HUMAN_PATH = "system/human.md"
 SYSTEM_DIR = "system/"
 
-_LISTING_HEADER = (
-    "Memory files (path: description); system/ files are shown in full below, "
-    "read the others with read_file:"
-)
+_LISTING_HEADER = "Memory files (path: description; system/ files are shown in full):"
 _NO_DESCRIPTION = "(no description)"
 _UNREADABLE = "(unreadable frontmatter)"
 _HUMAN_BLOCK = re.compile(r'<file path="system/human\.md">\n(.*?)</file>', re.DOTALL)

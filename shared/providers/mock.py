@@ -7,6 +7,9 @@ usage (chars/4 estimates) and refuses a request over its window with
 
 Rules, on the newest user message:
 - "你知道我什么？" / "what do you know about me?" → the bullet lines of ``system/human.md``;
+- "还记得X吗？" / "do you remember X?" → a ``recall_search({"query": X})`` call (when the
+  tool is offered), then, on its result, ``我在过去的对话里找到了：<top hit>`` /
+  ``I found this in our past conversations: <top hit>`` (or that nothing was found);
 - anything else → ``（mock）我听到了：<text>``.
 
 Asked to summarise (the compaction summariser's prompt), it keeps the first
@@ -16,13 +19,15 @@ deterministic, and lossy enough that recall is needed to get details back.
 
 from __future__ import annotations
 
+import json
 import re
 
 from shared.context.estimate import request_tokens, text_tokens
 from shared.context.summary import SUMMARY_PROMPT
 from shared.errors import ContextOverflowError
+from shared.ids import new_id
 from shared.memory.compile import human_facts
-from shared.models.messages import Message, Usage
+from shared.models.messages import Message, ToolCall, Usage
 from shared.providers.base import ModelRequest, ModelResponse, Provider
 
 MOCK_MODEL = "mock"
@@ -33,6 +38,10 @@ _TRANSCRIPT_LINE = re.compile(r"^\[(?P<role>[a-z_]+)\] (?P<text>.*)$")
 _TRAILING_PUNCTUATION = re.compile(r"[\s?？!！。.,，~]+$")
 _ASK_ABOUT_ME_ZH = {"你知道我什么", "你都知道我什么", "你记得我什么"}
 _ASK_ABOUT_ME_EN = {"what do you know about me", "what do you remember about me"}
+_REMEMBER_ZH = re.compile(r"^还记得(?P<topic>.+?)吗[？?]?$")
+_REMEMBER_EN = re.compile(r"^do you remember (?P<topic>.+?)\??$", re.IGNORECASE)
+_HIT_LINE = re.compile(r"^\[[^\]]*\] (?P<text>.*?)(?: \(id [^)]*\))?$")
+RECALL_TOOL = "recall_search"
 
 
 class MockProvider(Provider):
@@ -47,6 +56,16 @@ class MockProvider(Provider):
                 f"mock: the request is ~{prompt_tokens} tokens but the context window is "
                 f"{self.context_window}; compact the conversation or raise AGENTD_CONTEXT_WINDOW"
             )
+        recall = _recall_call(request)
+        if recall is not None:
+            return ModelResponse(
+                tool_calls=[recall],
+                usage=Usage(
+                    input_tokens=prompt_tokens, output_tokens=text_tokens(recall.arguments)
+                ),
+                finish_reason="tool_calls",
+                model=self.model,
+            )
         text = self._answer(request)
         return ModelResponse(
             text=text,
@@ -59,6 +78,9 @@ class MockProvider(Provider):
         if request.system == SUMMARY_PROMPT:
             return _summarise(request.messages[-1].content)
         user_text = _latest_user_speech(request.messages)
+        last = request.messages[-1] if request.messages else None
+        if last is not None and last.role == "tool" and last.name == RECALL_TOOL:
+            return _report_recall(last.content, user_text)
         question = _TRAILING_PUNCTUATION.sub("", user_text).casefold()
         if question in _ASK_ABOUT_ME_ZH:
             facts = human_facts(request.system)
@@ -69,6 +91,41 @@ class MockProvider(Provider):
                 return "I don't know anything about you yet."
             return "This is what I remember about you:\n" + _bullets(facts)
         return f"（mock）我听到了：{user_text}"
+
+
+def _recall_call(request: ModelRequest) -> ToolCall | None:
+    """A recall_search call for "还记得X吗？" / "do you remember X?", if recall is offered."""
+    if not request.messages or request.messages[-1].role != "user":
+        return None
+    if RECALL_TOOL not in {tool.name for tool in request.tools}:
+        return None
+    text = _latest_user_speech(request.messages).strip()
+    match = _REMEMBER_ZH.match(text) or _REMEMBER_EN.match(text)
+    if match is None:
+        return None
+    arguments = json.dumps({"query": match["topic"].strip()}, ensure_ascii=False)
+    return ToolCall(id=new_id("call"), name=RECALL_TOOL, arguments=arguments)
+
+
+def _report_recall(result: str, question: str) -> str:
+    """Answer with the best hit that is neither the question itself nor a search call (both
+    are demoted, but when nothing else matches they are still the only hits)."""
+    chinese = _REMEMBER_ZH.match(question.strip()) is not None
+    hits = (_HIT_LINE.match(line) for line in result.splitlines())
+    first = next((h for h in hits if h is not None and _informative(h["text"], question)), None)
+    if first is None:
+        return (
+            "我在过去的对话里没有找到相关的内容。"
+            if chinese
+            else ("I found nothing about that in our past conversations.")
+        )
+    if chinese:
+        return f"我在过去的对话里找到了：{first['text']}"
+    return f"I found this in our past conversations: {first['text']}"
+
+
+def _informative(text: str, question: str) -> bool:
+    return text != question.strip() and not text.startswith(f"{RECALL_TOOL} ")
 
 
 def _summarise(transcript: str) -> str:

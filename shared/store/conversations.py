@@ -10,6 +10,7 @@ ordinary message joins it, a compaction summary reopens it with the ids it kept.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -25,6 +26,10 @@ from shared.store.layout import Layout
 log = structlog.get_logger(__name__)
 
 
+AppendListener = Callable[["Conversation", list[Message], list[int]], None]
+"""Told of every append with the messages and their byte offsets (the recall index)."""
+
+
 class Conversation:
     def __init__(self, directory: Path, record: ConversationRecord, context: list[Message]):
         self.directory = directory
@@ -32,6 +37,7 @@ class Conversation:
         self.context = context
         """The messages in the context window, in the order the model sees them."""
         self.log = MessageLog(directory / "messages.jsonl")
+        self.listeners: list[AppendListener] = []
 
     @property
     def id(self) -> str:
@@ -71,9 +77,10 @@ class Conversation:
 
     def append(self, messages: list[Message]) -> None:
         """Persist ``messages`` (fsync'd) and add those a model sees to the window."""
-        self.log.append(messages)
+        offsets = self.log.append(messages)
         self.context.extend(m for m in messages if m.sent_to_model)
         self.save_context()
+        self._tell(messages, offsets)
 
     def compact(self, summary: Message, kept: list[Message]) -> None:
         """Open the window with ``summary`` followed by ``kept``; the log keeps everything.
@@ -81,9 +88,14 @@ class Conversation:
         The summary is appended (fsync'd) before the window is replaced; if the process
         dies in between, opening the conversation replays the summary onto the old window.
         """
-        self.log.append([summary])
+        offsets = self.log.append([summary])
         self.context = [summary, *kept]
         self.save_context()
+        self._tell([summary], offsets)
+
+    def _tell(self, messages: list[Message], offsets: list[int]) -> None:
+        for listener in self.listeners:
+            listener(self, messages, offsets)
 
     def save_context(self) -> None:
         state = ContextState(message_ids=[m.id for m in self.context], updated_at=utc_now())

@@ -67,13 +67,23 @@ class MessageLog:
             pos = start
         return 0
 
-    def append(self, messages: Iterable[Message]) -> None:
-        """Append complete lines and fsync them before returning."""
-        data = b"".join(m.to_line() for m in messages)
-        if not data:
-            return
+    def append(self, messages: Iterable[Message]) -> list[int]:
+        """Append complete lines, fsync them, and return the byte offset of each line.
+
+        The offsets are exact because each log has one writer (the daemon, one turn at a
+        time per conversation).
+        """
+        lines = [m.to_line() for m in messages]
+        if not lines:
+            return []
+        data = b"".join(lines)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
+            offset = os.fstat(fd).st_size
+            offsets = []
+            for line in lines:
+                offsets.append(offset)
+                offset += len(line)
             view = memoryview(data)
             while view:
                 written = os.write(fd, view)
@@ -81,6 +91,7 @@ class MessageLog:
             os.fsync(fd)
         finally:
             os.close(fd)
+        return offsets
 
     def __iter__(self) -> Iterator[Message]:
         """Every message, oldest first (reads the whole file: not for the turn path)."""

@@ -135,3 +135,22 @@ def test_twenty_turns_in_a_small_window_compact_by_pressure_and_keep_every_messa
     assert [m["content"] for m in logged if m["role"] == "user" and "kind" not in m] == texts
     assert "under the threshold" in context.stdout
     assert "threshold         960 tokens" in context.stdout
+
+
+def test_search_prints_score_conversation_role_text_best_first(agentd: AgentdProcess) -> None:
+    run_agentctl("chat", "-p", "我们的数据库端口是 5433，别用默认的 5432")
+    run_agentctl("chat", "-p", "还记得数据库端口吗？")
+    result = run_agentctl("search", "数据库端口")
+    rows = [line.split("\t") for line in result.stdout.splitlines()]
+    assert result.returncode == 0
+    assert [row[3] for row in rows[:2]] == [
+        "还记得数据库端口吗？",
+        "我们的数据库端口是 5433，别用默认的 5432",
+    ]
+    assert all(row[1].startswith("conv-") and float(row[0]) > 0 for row in rows)
+    (hit,) = json.loads(run_agentctl("search", "5433", "--role", "user", "--json").stdout)
+    around = run_agentctl(
+        "messages", "--around", hit["message_id"], "--before", "0", "--after", "1"
+    )
+    assert [line.split()[2] for line in around.stdout.splitlines()] == ["user", "assistant"]
+    assert "◀" in around.stdout.splitlines()[0]

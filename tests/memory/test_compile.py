@@ -23,8 +23,7 @@ def test_compile_appends_listing_and_system_bodies_after_the_base_prompt() -> No
         "You are helpful.\n"
         "\n"
         '<memory dir="/data/agents/a1/memory">\n'
-        "Memory files (path: description); system/ files are shown in full below, "
-        "read the others with read_file:\n"
+        "Memory files (path: description; system/ files are shown in full):\n"
         "- notes/trip.md: Trip plans\n"
         "- system/broken.md: (unreadable frontmatter)\n"
         "- system/human.md: About the user.\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,50 @@ def test_usage_is_reported_from_estimates() -> None:
 def test_a_request_over_the_window_is_refused_like_a_real_provider() -> None:
     with pytest.raises(ContextOverflowError, match="context window is 50"):
         _ask("x" * 1000, window=50)
+
+
+def _recall_request(*messages: Message, offer: bool = True) -> ModelRequest:
+    from shared.agent.tools.recall import RecallSearch
+
+    return ModelRequest(
+        system="s", messages=list(messages), tools=[RecallSearch.schema] if offer else []
+    )
+
+
+def _user(text: str) -> Message:
+    return Message(id="u", agent_id="a", conversation_id="c", role="user", content=text)
+
+
+@pytest.mark.parametrize(
+    ("question", "query"),
+    [("还记得数据库端口吗？", "数据库端口"), ("Do you remember the deploy key?", "the deploy key")],
+)
+def test_asked_to_remember_it_searches_recall_for_the_topic(question: str, query: str) -> None:
+    response = asyncio.run(MockProvider().complete(_recall_request(_user(question))))
+    (call,) = response.tool_calls
+    assert (call.name, json.loads(call.arguments)) == ("recall_search", {"query": query})
+
+
+def test_without_the_recall_tool_it_just_answers() -> None:
+    response = asyncio.run(
+        MockProvider().complete(_recall_request(_user("还记得端口吗？"), offer=False))
+    )
+    assert response.tool_calls == [] and response.text == "（mock）我听到了：还记得端口吗？"
+
+
+def test_it_answers_with_the_first_hit_that_is_not_the_question_or_a_search() -> None:
+    result = Message(
+        id="t",
+        agent_id="a",
+        conversation_id="c",
+        role="tool",
+        name="recall_search",
+        tool_call_id="c1",
+        content="[2026-01-01T00:00:00.000Z · c · user] 还记得端口吗？ (id m3)\n"
+        '[2026-01-01T00:00:00.000Z · c · assistant] recall_search {"query": "端口"} (id m4)\n'
+        "[2026-01-01T00:00:00.000Z · c · user] 端口是 5433 (id m1)",
+    )
+    response = asyncio.run(
+        MockProvider().complete(_recall_request(_user("还记得端口吗？"), result))
+    )
+    assert response.text == "我在过去的对话里找到了：端口是 5433"

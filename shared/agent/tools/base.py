@@ -12,9 +12,11 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from shared.models.messages import Message
 from shared.providers.base import ToolSchema
+from shared.recall.ranking import Hit, SearchRequest
 
 MemoryEdit = Callable[[str], contextlib.AbstractAsyncContextManager[None]]
 """``async with memory_edit("what changed"):`` holds the agent's memory lock for the body,
@@ -26,6 +28,14 @@ commit). Tools that may touch memory wrap their writes in it."""
 async def no_memory_edit(_message: str) -> AsyncIterator[None]:
     """A ``MemoryEdit`` for contexts without a memory repo (some tests)."""
     yield
+
+
+class Recall(Protocol):
+    """Search over one agent's whole message history (the daemon's recall index)."""
+
+    async def search(self, request: SearchRequest) -> list[Hit]: ...
+
+    async def around(self, message_id: str, before: int, after: int) -> list[Message]: ...
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,9 @@ class ToolContext:
     memory_edit: MemoryEdit = no_memory_edit
     extra_env: dict[str, str] = field(default_factory=dict)
     """Variables added to bash's scrubbed environment (e.g. ``MEMORY_DIR``)."""
+    conversation_id: str | None = None
+    """The conversation the turn belongs to (recall demotes its newest question)."""
+    recall: Recall | None = None
 
 
 class Tool(abc.ABC):

@@ -52,15 +52,12 @@ PROC = Path("/proc")
 class Bash(Tool):
     schema = ToolSchema(
         name="bash",
-        description=(
-            "Run a bash command in your workspace; returns stdout+stderr. "
-            "Background processes are killed when it returns."
-        ),
+        description=("Run bash in your workspace; returns the output. Background jobs are killed."),
         parameters={
             "type": "object",
             "properties": {
                 "command": {"type": "string"},
-                "timeout_s": {"type": "number", "description": "default set by agentd"},
+                "timeout_s": {"type": "number"},
             },
             "required": ["command"],
         },

@@ -28,13 +28,13 @@ MAX_LINE_CHARS = 2000
 class ReadFile(Tool):
     schema = ToolSchema(
         name="read_file",
-        description="Read a UTF-8 text file, lines numbered like cat -n.",
+        description="Read a text file (numbered lines; offset/limit in lines).",
         parameters={
             "type": "object",
             "properties": {
                 "path": {"type": "string"},
-                "offset": {"type": "integer", "description": "first line, 1-based"},
-                "limit": {"type": "integer", "description": f"max lines ({DEFAULT_READ_LINES})"},
+                "offset": {"type": "integer"},
+                "limit": {"type": "integer"},
             },
             "required": ["path"],
         },
@@ -50,7 +50,7 @@ class ReadFile(Tool):
 class WriteFile(Tool):
     schema = ToolSchema(
         name="write_file",
-        description="Create or overwrite a file with content (parent dirs are created).",
+        description="Create or overwrite a file.",
         parameters={
             "type": "object",
             "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
@@ -72,7 +72,7 @@ class WriteFile(Tool):
 class EditFile(Tool):
     schema = ToolSchema(
         name="edit_file",
-        description="Replace old_string (exact, unique unless replace_all) with new_string.",
+        description="Replace an exact, unique old_string (or all with replace_all).",
         parameters={
             "type": "object",
             "properties": {

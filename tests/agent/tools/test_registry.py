@@ -1,4 +1,4 @@
-"""The main agent's toolset: the four tools, with schemas small enough to send every request."""
+"""The main agent's toolset, with schemas small enough to send on every request."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import json
 from shared.agent.tools.registry import main_agent_tools, tool_schemas
 
 
-def test_the_main_agent_has_read_write_edit_and_bash() -> None:
+def test_the_main_agent_has_files_bash_and_recall() -> None:
     assert [tool.name for tool in main_agent_tools()] == [
         "read_file",
         "write_file",
         "edit_file",
         "bash",
+        "recall_search",
+        "messages_around",
     ]
 
 

@@ -1,0 +1,190 @@
+"""The daemon's recall: one in-memory index per agent, built at start, fed by every append.
+
+Building reads every conversation log once, in a background thread, so the daemon
+answers at once and turns are never blocked by it; a search waits until its agent's
+index is ready. Appends that happen while an index is being built are queued and applied
+after it (those the build already read are skipped by their byte offset), so no message
+is missed or counted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import structlog
+
+from shared.errors import UnknownMessage
+from shared.models.messages import Message
+from shared.recall.documents import Document, EchoTracker, read_documents, read_message_at
+from shared.recall.index import AgentIndex
+from shared.recall.ranking import Hit, SearchRequest
+from shared.store.conversations import Conversation, list_conversations
+from shared.store.jsonl import MessageLog
+from shared.store.layout import Layout
+
+log = structlog.get_logger(__name__)
+
+
+class _AgentRecall:
+    def __init__(self) -> None:
+        self.index = AgentIndex()
+        self.ready = threading.Event()
+        self.read_up_to: dict[str, int] = {}
+        """Per conversation, the log size the build read (appends below it are in)."""
+        self.pending: list[tuple[Conversation, list[Message], list[int]]] = []
+
+
+class RecallService:
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self._agents: dict[str, _AgentRecall] = {}
+        self._lock = threading.Lock()
+
+    def start(self, agent_ids: list[str]) -> threading.Thread:
+        """Build every agent's index in one background thread."""
+        states = []
+        with self._lock:
+            for agent_id in agent_ids:
+                states.append((agent_id, self._agents.setdefault(agent_id, _AgentRecall())))
+        thread = threading.Thread(
+            target=self._build_all, args=(states,), name="recall-build", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def _build_all(self, states: list[tuple[str, _AgentRecall]]) -> None:
+        for agent_id, state in states:
+            started = time.perf_counter()
+            try:
+                self._build(agent_id, state)
+            except Exception:
+                log.exception("recall_build_failed", agent_id=agent_id)
+            finally:
+                with self._lock:
+                    pending, state.pending = state.pending, []
+                    for conversation, messages, offsets in pending:
+                        self._add(state, conversation, messages, offsets)
+                    state.ready.set()
+            log.info(
+                "recall_index_built",
+                agent_id=agent_id,
+                documents=len(state.index),
+                seconds=round(time.perf_counter() - started, 2),
+            )
+
+    def _build(self, agent_id: str, state: _AgentRecall) -> None:
+        def documents() -> Iterator[Document]:
+            for record in list_conversations(self.layout, agent_id):
+                path = self.layout.conversation_dir(agent_id, record.id) / "messages.jsonl"
+                tracker = state.index.tracker(record.id)
+                last = -1
+                for document in read_documents(path, tracker):
+                    last = document.offset
+                    yield document
+                state.read_up_to[record.id] = last + 1
+
+        state.index.build(documents())
+
+    def on_append(
+        self, conversation: Conversation, messages: list[Message], offsets: list[int]
+    ) -> None:
+        """A ``Conversation`` listener: index what was just appended."""
+        with self._lock:
+            state = self._agents.get(conversation.agent_id)
+            if state is None:
+                state = self._agents[conversation.agent_id] = _AgentRecall()
+                state.ready.set()
+            if not state.ready.is_set():
+                state.pending.append((conversation, messages, offsets))
+                return
+            self._add(state, conversation, messages, offsets)
+
+    @staticmethod
+    def _add(
+        state: _AgentRecall, conversation: Conversation, messages: list[Message], offsets: list[int]
+    ) -> None:
+        read = state.read_up_to.get(conversation.id, 0)
+        tracker = state.index.tracker(conversation.id)
+        for message, offset in zip(messages, offsets, strict=True):
+            if offset < read:
+                continue
+            document = tracker.message(message, offset)
+            if document is not None:
+                state.index.add(document)
+
+    async def _ready(self, agent_id: str) -> _AgentRecall:
+        with self._lock:
+            state = self._agents.get(agent_id)
+            if state is None:
+                state = self._agents[agent_id] = _AgentRecall()
+                state.ready.set()
+        if not state.ready.is_set():
+            await asyncio.to_thread(state.ready.wait)
+        return state
+
+    async def search(self, agent_id: str, request: SearchRequest) -> list[Hit]:
+        state = await self._ready(agent_id)
+        ranked = await asyncio.to_thread(state.index.search, request)
+        return await asyncio.to_thread(self._hits, agent_id, state.index, ranked)
+
+    def _hits(self, agent_id: str, index: AgentIndex, ranked: list[tuple[int, float]]) -> list[Hit]:
+        hits = []
+        for number, score in ranked:
+            conversation_id, offset = index.locate(number)
+            path = self.layout.conversation_dir(agent_id, conversation_id) / "messages.jsonl"
+            document = _document_at(path, offset)
+            hits.append(
+                Hit(
+                    message_id=index.message_id(number),
+                    conversation_id=conversation_id,
+                    role=index.role(number),
+                    created_at=index.created_at(number),
+                    score=score,
+                    text=document.text if document else "",
+                )
+            )
+        return hits
+
+    async def around(
+        self, agent_id: str, message_id: str, before: int, after: int
+    ) -> list[Message]:
+        """The messages around ``message_id`` in its conversation, oldest first."""
+        return await asyncio.to_thread(self._around, agent_id, message_id, before, after)
+
+    def _around(self, agent_id: str, message_id: str, before: int, after: int) -> list[Message]:
+        for record in list_conversations(self.layout, agent_id):
+            path = self.layout.conversation_dir(agent_id, record.id) / "messages.jsonl"
+            messages = list(MessageLog(path))
+            for position, message in enumerate(messages):
+                if message.id == message_id:
+                    return messages[max(0, position - before) : position + after + 1]
+        raise UnknownMessage(f"no message {message_id} in this agent's conversations")
+
+    def bind(self, agent_id: str) -> AgentRecallAccess:
+        return AgentRecallAccess(self, agent_id)
+
+
+class AgentRecallAccess:
+    """Recall for one agent's tools (the ``Recall`` protocol of ``ToolContext``)."""
+
+    def __init__(self, service: RecallService, agent_id: str) -> None:
+        self.service = service
+        self.agent_id = agent_id
+
+    async def search(self, request: SearchRequest) -> list[Hit]:
+        return await self.service.search(self.agent_id, request)
+
+    async def around(self, message_id: str, before: int, after: int) -> list[Message]:
+        return await self.service.around(self.agent_id, message_id, before, after)
+
+
+def _document_at(path: Path, offset: int) -> Document | None:
+    try:
+        fields = read_message_at(path, offset)
+    except (OSError, ValueError):
+        return None
+    return EchoTracker().document(fields, offset)

@@ -1,0 +1,1 @@
+"""Recall: every message an agent ever exchanged, searchable with CJK-aware BM25."""

@@ -1,0 +1,131 @@
+"""Recall through the daemon: the seed walkthrough, the tools, restarts and the CLI ops."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from shared.ids import new_id
+from shared.models.messages import Message
+from shared.recall.documents import read_documents
+from shared.recall.index import AgentIndex
+from shared.recall.ranking import SearchRequest
+from shared.store.conversations import Conversation
+from shared.store.layout import Layout
+from tests.support.daemon import DaemonRunner
+
+STATEMENT = "我们的数据库端口是 5433，别用默认的 5432"
+QUESTION = "还记得数据库端口吗？"
+
+
+def _filler(n: int) -> str:
+    return f"第 {n} 个无关话题：" + "今天天气不错。" * 12
+
+
+def _events(lines: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [line["data"] for line in lines if line.get("event") == name]
+
+
+def test_the_seed_walkthrough_recalls_the_port_after_several_compactions(
+    daemon: DaemonRunner,
+) -> None:
+    daemon.start(context_window=1200)
+    daemon.result("chat", {"text": STATEMENT})
+    compactions = 0
+    for n in range(1, 17):
+        compactions += len(_events(daemon.call("chat", {"text": _filler(n)}), "compaction"))
+    assert compactions >= 3
+
+    lines = daemon.call("chat", {"text": QUESTION})
+
+    (call,) = _events(lines, "tool_call")
+    assert (call["name"], call["arguments"]) == ("recall_search", '{"query": "数据库端口"}')
+    (result,) = _events(lines, "tool_result")
+    assert f"· user] {STATEMENT} (id msg-" in result["content"].splitlines()[0]
+    assert "5433" in lines[-1]["result"]["text"]
+    assert lines[-1]["result"]["text"] == f"我在过去的对话里找到了：{STATEMENT}"
+
+    hits = daemon.result("recall.search", {"query": "数据库端口"})["hits"]
+    assert [hit["text"] for hit in hits[:2]] == [QUESTION, STATEMENT]
+    assert hits[0]["role"] == "user" and hits[0]["score"] > hits[1]["score"]
+
+
+def test_english_recall_and_nothing_found(daemon: DaemonRunner) -> None:
+    daemon.start()
+    daemon.result("chat", {"text": "The staging deploy key lives in vault path secret/deploy"})
+    found = daemon.result("chat", {"text": "Do you remember the deploy key?"})
+    assert found["text"] == (
+        "I found this in our past conversations: "
+        "The staging deploy key lives in vault path secret/deploy"
+    )
+    missing = daemon.result("chat", {"text": "还记得火星基地吗？"})
+    assert missing["text"] == "我在过去的对话里没有找到相关的内容。"
+
+
+def test_the_index_is_rebuilt_from_the_logs_after_a_restart(
+    daemon: DaemonRunner, agentd_home: Path
+) -> None:
+    daemon.start()
+    daemon.result("chat", {"text": "Heliotrope uses a SQLite migration guard"})
+    daemon.stop()
+    again = DaemonRunner(agentd_home)
+    again.start()
+    try:
+        hits = again.result("recall.search", {"query": "heliotrope"})["hits"]
+        assert [h["role"] for h in hits] == ["user", "assistant"]
+    finally:
+        again.stop()
+
+
+def test_messages_around_a_hit_and_an_unknown_id(daemon: DaemonRunner) -> None:
+    daemon.start()
+    for text in ("one", "two needle", "three"):
+        daemon.result("chat", {"text": text})
+    (hit,) = daemon.result("recall.search", {"query": "needle", "role": "user"})["hits"]
+    around = daemon.result(
+        "messages.around", {"message_id": hit["message_id"], "before": 1, "after": 2}
+    )
+    assert [m["content"] for m in around["messages"]] == [
+        "（mock）我听到了：one",
+        "two needle",
+        "（mock）我听到了：two needle",
+        "three",
+    ]
+    missing = daemon.call("messages.around", {"message_id": "msg-nope"})[-1]
+    assert missing["error"]["code"] == "unknown_message"
+
+
+def test_search_filters_by_date_with_whole_days(daemon: DaemonRunner) -> None:
+    daemon.start()
+    daemon.result("chat", {"text": "quartz"})
+    today = daemon.result("messages.list")["messages"][0]["created_at"][:10]
+    assert daemon.result("recall.search", {"query": "quartz", "until": today})["hits"]
+    assert daemon.result("recall.search", {"query": "quartz", "since": today})["hits"]
+    assert not daemon.result("recall.search", {"query": "quartz", "until": "2000-01-01"})["hits"]
+    bad = daemon.call("recall.search", {"query": "quartz", "since": "yesterday"})[-1]
+    assert bad["error"]["code"] == "malformed_request"
+
+
+def test_a_summary_newer_than_the_question_does_not_steal_its_demotion(tmp_path: Path) -> None:
+    conversation = Conversation.create(Layout(tmp_path), "a", memory_head=None)
+
+    def message(text: str, **fields: Any) -> Message:
+        return Message(
+            id=new_id("msg"),
+            agent_id="a",
+            conversation_id=conversation.id,
+            role=fields.pop("role", "user"),
+            content=text,
+            **fields,
+        )
+
+    conversation.append([message(STATEMENT), message(QUESTION)])
+    conversation.append(
+        [message("[system alert] 2 earlier messages … 还记得数据库端口", kind="summary")]
+    )
+    index = AgentIndex()
+    index.build(read_documents(conversation.log.path))
+
+    ranked = index.search(SearchRequest("数据库端口", current_conversation_id=conversation.id))
+
+    assert [index.message_id(n) for n, _ in ranked] == [m.id for m in list(conversation.log)[:2]]

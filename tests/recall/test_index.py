@@ -1,0 +1,120 @@
+"""The index against the reference scan: same ids, same order, scores within 1e-9."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shared.recall.documents import Document
+from shared.recall.index import AgentIndex
+from shared.recall.ranking import SearchRequest
+from tests.support.recall_oracle import reference_search
+
+WORDS = [
+    "port",
+    "export",
+    "deploy",
+    "key",
+    "tree",
+    "notree",
+    "v2",
+    "5433",
+    "数据库",
+    "端口",
+    "数据库端口",
+    "世界",
+    "你好",
+    "哈哈",
+    "哈",
+    "用",
+    "コンピューター",
+    "京都",
+    "gpt4",
+    "pose",
+]
+SEPARATORS = [" ", "", ", ", "-", "。", "\n"]
+
+
+@st.composite
+def texts(draw: st.DrawFn) -> str:
+    parts = draw(
+        st.lists(
+            st.tuples(st.sampled_from(WORDS), st.sampled_from(SEPARATORS)), min_size=0, max_size=12
+        )
+    )
+    return "".join(word + sep for word, sep in parts)
+
+
+@st.composite
+def corpora(draw: st.DrawFn) -> list[Document]:
+    count = draw(st.integers(0, 40))
+    documents = []
+    for i in range(count):
+        documents.append(
+            Document(
+                message_id=f"msg-{i:04d}",
+                conversation_id=draw(st.sampled_from(["c1", "c2", "c3"])),
+                role=draw(st.sampled_from(["user", "assistant", "tool"])),
+                created_at=float(draw(st.integers(0, 20))),  # ties on purpose
+                text=draw(texts()),
+                echo=draw(st.booleans()),
+            )
+        )
+    return documents
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> SearchRequest:
+    words = draw(st.lists(st.sampled_from([*WORDS, "absent"]), min_size=1, max_size=4))
+    if draw(st.booleans()):
+        phrase = draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=2))
+        words.append('"' + draw(st.sampled_from([" ", ""])).join(phrase) + '"')
+    since = draw(st.none() | st.integers(0, 20))
+    return SearchRequest(
+        query=" ".join(words),
+        limit=draw(st.integers(0, 12)),
+        conversation_id=draw(st.none() | st.sampled_from(["c1", "c2", "missing"])),
+        role=draw(st.none() | st.sampled_from(["user", "tool"])),
+        since=None if since is None else datetime.fromtimestamp(since, UTC),
+        current_conversation_id=draw(st.none() | st.sampled_from(["c1", "c3"])),
+    )
+
+
+def _index_results(index: AgentIndex, request: SearchRequest) -> list[tuple[str, float]]:
+    return [(index.message_id(n), score) for n, score in index.search(request)]
+
+
+def _assert_same(actual: list[tuple[str, float]], expected: list[tuple[str, float]]) -> None:
+    assert [i for i, _ in actual] == [i for i, _ in expected]
+    for (_, a), (_, e) in zip(actual, expected, strict=True):
+        assert abs(a - e) <= 1e-9
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(corpora(), requests())
+def test_the_index_agrees_with_the_reference_scan(
+    documents: list[Document], request: SearchRequest
+) -> None:
+    index = AgentIndex()
+    index.build(documents)
+    _assert_same(_index_results(index, request), reference_search(documents, request))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(corpora(), corpora(), requests())
+def test_appends_through_frozen_and_merged_segments_agree_too(
+    first: list[Document], more: list[Document], request: SearchRequest
+) -> None:
+    more = [
+        Document(
+            f"late-{d.message_id}", d.conversation_id, d.role, d.created_at + 30, d.text, d.echo
+        )
+        for d in more
+    ]
+    index = AgentIndex(open_segment_docs=3, segment_capacity=9)
+    index.build(first)
+    for document in more:
+        index.add(document)
+    _assert_same(_index_results(index, request), reference_search(first + more, request))
