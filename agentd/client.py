@@ -8,6 +8,7 @@ daemon's typed error is printed as ``code: message``), 2 usage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -66,8 +67,11 @@ class Connection:
         raise AssertionError("call() always ends with a final line")
 
     def close(self) -> None:
-        self.reader.close()
-        self.sock.close()
+        """Close quietly: the answer is in, and a daemon that is stopping may have reset
+        the connection already."""
+        with contextlib.suppress(OSError):
+            self.reader.close()
+            self.sock.close()
 
 
 def _unwrap(message: dict[str, Any]) -> dict[str, Any]:

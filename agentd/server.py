@@ -71,7 +71,7 @@ class Daemon:
         self._stopping = asyncio.Event()
         self._shutting_down = False
         self._tasks: set[asyncio.Task[None]] = set()
-        self._writers: set[asyncio.StreamWriter] = set()
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._ops: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
             op: getattr(self.handlers, op.replace(".", "_")) for op in PARAMS if op != "shutdown"
         }
@@ -131,8 +131,10 @@ class Daemon:
                 finished=len(in_flight) - len(pending),
                 cancelled=len(pending),
             )
-        for writer in list(self._writers):
+        for writer in self._connections.values():
             writer.close()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=5)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         self.agents.close()
@@ -141,7 +143,9 @@ class Daemon:
     async def _on_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        self._writers.add(writer)
+        me = asyncio.current_task()
+        assert me is not None
+        self._connections[me] = writer
         self.handlers.connections += 1
         send_lock = asyncio.Lock()
         mine: set[asyncio.Task[None]] = set()
@@ -167,7 +171,7 @@ class Daemon:
             for task in mine:
                 task.cancel()
             self.handlers.connections -= 1
-            self._writers.discard(writer)
+            del self._connections[me]
             writer.close()
 
     async def _handle_line(

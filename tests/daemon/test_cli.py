@@ -77,10 +77,24 @@ def test_bad_usage_exits_2() -> None:
     assert run_agentctl().returncode == 2
 
 
-def test_sigterm_stops_the_daemon_and_removes_its_socket(agentd: AgentdProcess) -> None:
+def test_sigterm_stops_the_daemon_cleanly_and_removes_its_socket(
+    agentd: AgentdProcess, agentd_home: Path
+) -> None:
     run_agentctl("chat", "-p", "hi")
+    assert run_agentctl("status").returncode == 0
     assert agentd.terminate() == 0
     assert not socket_exists()
+    lines = [
+        json.loads(line) for line in (agentd_home / "logs" / "agentd.log").read_text().splitlines()
+    ]
+    assert [line["event"] for line in lines if line["level"] == "error"] == []
+    assert lines[-1]["event"] == "agentd_stopped"
+
+
+def test_shutdown_from_agentctl_exits_0(agentd: AgentdProcess) -> None:
+    result = run_agentctl("shutdown")
+    assert (result.returncode, result.stdout, result.stderr) == (0, "agentd is stopping\n", "")
+    assert agentd.proc is not None and agentd.proc.wait(10) == 0
 
 
 def test_a_second_daemon_on_the_same_home_refuses_to_start(agentd: AgentdProcess) -> None:
