@@ -1,25 +1,35 @@
 """The ``agentd`` command: ``serve`` runs the chat daemon in the foreground; ``up`` runs
-the whole stack (today the daemon alone; Redis and reflection workers join it with the
-reflection pipeline)."""
+the whole stack (embedded Valkey, the daemon, the reflection workers)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from agentd import __version__
 
+if TYPE_CHECKING:
+    from shared.settings import Settings
 
-def _serve() -> int:
+
+def _settings() -> Settings | None:
     from pydantic import ValidationError
 
-    from shared.logging import configure
     from shared.settings import Settings
 
     try:
-        settings = Settings()
+        return Settings()
     except ValidationError as exc:
         print(f"agentd: invalid settings: {exc}", file=sys.stderr)
+        return None
+
+
+def _serve() -> int:
+    from shared.logging import configure
+
+    settings = _settings()
+    if settings is None:
         return 2
     configure(
         "agentd",
@@ -39,8 +49,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("serve", help="run the chat daemon in the foreground")
     sub.add_parser("up", help="run the whole stack in the foreground (Ctrl-C stops it)")
     args = parser.parse_args(argv)
-    if args.command in ("serve", "up"):
+    if args.command == "serve":
         return _serve()
+    if args.command == "up":
+        from agentd.supervisor import Stack
+
+        settings = _settings()
+        return 2 if settings is None else Stack(settings).run()
     parser.error(f"unknown command {args.command}")
     return 2
 

@@ -111,6 +111,8 @@ def _print_event(event: str, data: dict[str, Any]) -> None:
             f"~{data['tokens_after']} tokens",
             flush=True,
         )
+    elif event == protocol.EVENT_REFLECTION:
+        print(f"  {data['line']}", flush=True)
     elif event == protocol.EVENT_MEMORY_UPDATE:
         print("  ↻ memory changed — injected <memory_update> reminder", flush=True)
     elif event == protocol.EVENT_WAITING:
@@ -282,6 +284,59 @@ def cmd_messages(conn: Connection, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sleeptime(conn: Connection, args: argparse.Namespace) -> int:
+    params = {
+        "agent": args.agent,
+        "trigger": args.trigger,
+        "step_count": args.steps,
+        "merge": args.merge,
+    }
+    print(
+        json.dumps(
+            conn.result("reflection.settings", params), ensure_ascii=False, separators=(",", ":")
+        )
+    )
+    return 0
+
+
+def cmd_reflect(conn: Connection, args: argparse.Namespace) -> int:
+    params = {
+        "agent": args.agent,
+        "conversations": args.conversation or None,
+        "recent": args.recent,
+        "instruction": args.instruction,
+        "wait_s": args.timeout if args.wait else 0,
+    }
+    result = conn.result("reflection.request", params)
+    outcome = result.get("outcome")
+    if outcome is None:
+        if not result["queued"]:
+            print(
+                f"reflection {result['request_id']} is recorded but Redis is not reachable: "
+                "it is sent when the stack is up (`agentd up`)"
+            )
+            return 1
+        suffix = "" if not args.wait else f" (no outcome within {args.timeout:.0f} s)"
+        print(f"reflection requested: {result['request_id']}{suffix}")
+        return 1 if args.wait else 0
+    print(f"  {outcome['line']}")
+    return 1 if outcome["status"] == "failed" else 0
+
+
+def cmd_reflections(conn: Connection, args: argparse.Namespace) -> int:
+    reflections = conn.result("reflection.list", {"agent": args.agent, "limit": args.limit})
+    if args.json:
+        _print_json(reflections["reflections"])
+        return 0
+    for r in reflections["reflections"]:
+        commits = ",".join(r["commits"]) or "-"
+        print(
+            f"{r['reflection_id']}\t{r['trigger']}\t{r['status']}\t{r.get('reason') or '-'}\t"
+            f"{commits}\t{r['duration_s']:.1f}s\t{r['message']}"
+        )
+    return 0
+
+
 def cmd_search(conn: Connection, args: argparse.Namespace) -> int:
     params = {
         "agent": args.agent,
@@ -411,6 +466,34 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--until", help="ISO date or time, inclusive (UTC unless given)")
     search.add_argument("--limit", type=int, default=10)
     search.add_argument("--json", action="store_true")
+
+    sleeptime = command(
+        "sleeptime",
+        cmd_sleeptime,
+        "Show or set when an agent reflects (prints the resolved settings).",
+    )
+    agent_flag(sleeptime)
+    sleeptime.add_argument("--trigger", choices=("off", "step-count", "compaction-event"))
+    sleeptime.add_argument("--steps", type=int, help="with step-count: assistant steps between")
+    sleeptime.add_argument("--merge", choices=("auto", "explicit"))
+
+    reflect = command("reflect", cmd_reflect, "Ask for a reflection now (manual).")
+    agent_flag(reflect)
+    reflect.add_argument(
+        "--conversation",
+        "-c",
+        action="append",
+        help="a conversation to reflect on (repeatable; default: the agent's)",
+    )
+    reflect.add_argument("--recent", type=int, help="the N most recently active conversations")
+    reflect.add_argument("--instruction", help="what to focus on")
+    reflect.add_argument("--wait", action="store_true", help="wait for the outcome")
+    reflect.add_argument("--timeout", type=float, default=600.0, help="with --wait, in seconds")
+
+    reflections = command("reflections", cmd_reflections, "List an agent's reflection outcomes.")
+    agent_flag(reflections)
+    reflections.add_argument("--limit", type=int, default=20)
+    reflections.add_argument("--json", action="store_true")
 
     memory = command("memory", cmd_memory, "Look at an agent's memory repo.")
     memory.add_argument("action", choices=("log", "path", "show"))

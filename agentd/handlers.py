@@ -11,7 +11,9 @@ from typing import Any
 
 from agentd import __version__
 from agentd.agents import Agents
+from agentd.outbox import read_outcomes
 from agentd.recall import RecallService
+from agentd.reflections import Reflections
 from agentd.requests import (
     AgentCreate,
     AgentTarget,
@@ -23,6 +25,9 @@ from agentd.requests import (
     MessagesAround,
     MessagesList,
     Params,
+    ReflectionsList,
+    ReflectRequest,
+    SleeptimeSettings,
 )
 from agentd.requests import RecallSearch as RecallSearchParams
 from agentd.turns import Turns
@@ -30,19 +35,27 @@ from shared.agent.loop import Emit
 from shared.errors import PayloadTooLarge, UnknownMessage
 from shared.models.agents import AgentRecord
 from shared.models.messages import Message
-from shared.protocol import PROTOCOL_VERSION
+from shared.models.reflection import ReflectionOutcome
+from shared.protocol import EVENT_REFLECTION, PROTOCOL_VERSION
 from shared.recall.ranking import SearchRequest
+from shared.reflection.settings import ReflectionOverrides
 from shared.settings import Settings
 
 
 class Handlers:
     def __init__(
-        self, settings: Settings, agents: Agents, turns: Turns, recall: RecallService
+        self,
+        settings: Settings,
+        agents: Agents,
+        turns: Turns,
+        recall: RecallService,
+        reflections: Reflections,
     ) -> None:
         self.settings = settings
         self.agents = agents
         self.turns = turns
         self.recall = recall
+        self.reflections = reflections
         self.started_at = time.time()
         self.connections = 0
 
@@ -92,7 +105,47 @@ class Handlers:
         conversation = self.agents.conversation(record, params.conversation)
         repo = self.agents.memory(record.id)
         result = await self.turns.chat(record, repo, conversation, params.text, emit)
+        request = await self.reflections.after_turn(record, conversation, result)
+        if request is not None:
+            outcome = await self.reflections.wait(
+                request.request_id, self.settings.reflection_wait_s
+            )
+            if outcome is not None:
+                await emit(EVENT_REFLECTION, _outcome_event(outcome))
+        for notice in self.reflections.take_notices(record.id):
+            await emit(EVENT_REFLECTION, _outcome_event(notice))
         return result.model_dump(mode="json")
+
+    async def reflection_settings(self, params: SleeptimeSettings, _emit: Emit) -> dict[str, Any]:
+        record = await self.agents.resolve(params.agent)
+        changes = params.model_dump(exclude={"agent"}, exclude_none=True)
+        if changes:
+            current = record.reflection or ReflectionOverrides()
+            record.reflection = current.model_copy(update=changes)
+            self.agents.store.save(record)
+        return self.reflections.settings_for(record).public()
+
+    async def reflection_request(self, params: ReflectRequest, _emit: Emit) -> dict[str, Any]:
+        record = await self.agents.resolve(params.agent)
+        conversations = params.conversations
+        if not conversations and not params.recent:
+            conversations = [self.agents.conversation(record, None).id]
+        for conversation_id in conversations or []:
+            self.agents.conversation(record, conversation_id)  # unknown ids fail here
+        request, sent = await self.reflections.request_manual(
+            record, conversations or [], recent=params.recent, instruction=params.instruction
+        )
+        outcome = await self.reflections.wait(request.request_id, params.wait_s if sent else 0)
+        return {
+            "request_id": request.request_id,
+            "queued": sent,
+            "outcome": _outcome_event(outcome) if outcome is not None else None,
+        }
+
+    async def reflection_list(self, params: ReflectionsList, _emit: Emit) -> dict[str, Any]:
+        record = await self.agents.resolve(params.agent)
+        outcomes = read_outcomes(self.agents.layout, record.id, tail=params.limit)
+        return {"agent_id": record.id, "reflections": [_outcome_event(o) for o in outcomes]}
 
     async def conversation_create(self, params: AgentTarget, _emit: Emit) -> dict[str, Any]:
         record = await self.agents.resolve(params.agent)
@@ -198,3 +251,11 @@ def _page(messages: list[Message], params: MessagesList) -> list[Message]:
             start = max(start, positions[cursor] + 1)
     window = messages[start:end] if start < end else []
     return window[-params.limit :] if params.order == "desc" else window[: params.limit]
+
+
+def _outcome_event(outcome: ReflectionOutcome) -> dict[str, Any]:
+    return {
+        **outcome.model_dump(mode="json"),
+        "duration_s": round(outcome.duration_s, 2),
+        "line": outcome.summary_line(),
+    }

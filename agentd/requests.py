@@ -122,6 +122,25 @@ class MessagesAround(AgentTarget):
     after: int = Field(default=5, ge=0, le=200)
 
 
+class SleeptimeSettings(AgentTarget):
+    trigger: Literal["off", "step-count", "compaction-event"] | None = None
+    step_count: int | None = Field(default=None, ge=1, le=100_000)
+    merge: Literal["auto", "explicit"] | None = None
+    merge_instructions: str | None = Field(default=None, max_length=10_000)
+
+
+class ReflectRequest(AgentTarget):
+    conversations: list[ConversationId] | None = Field(default=None, max_length=100)
+    recent: int | None = Field(default=None, ge=1, le=100)
+    instruction: str | None = Field(default=None, max_length=10_000)
+    wait_s: float = Field(default=0, ge=0, le=3_600)
+    """Wait this long for the outcome (0: return as soon as it is queued)."""
+
+
+class ReflectionsList(AgentTarget):
+    limit: int = Field(default=20, ge=1, le=1_000)
+
+
 class MemoryLog(AgentTarget):
     limit: int = Field(default=20, ge=1, le=1000)
 
@@ -144,6 +163,9 @@ PARAMS: dict[str, type[Params]] = {
     "context.show": ConversationTarget,
     "recall.search": RecallSearch,
     "messages.around": MessagesAround,
+    "reflection.settings": SleeptimeSettings,
+    "reflection.request": ReflectRequest,
+    "reflection.list": ReflectionsList,
     "memory.log": MemoryLog,
     "memory.path": AgentTarget,
     "memory.show": MemoryShow,

@@ -30,8 +30,10 @@ from agentd import __version__
 from agentd.agents import Agents
 from agentd.handlers import Handlers
 from agentd.recall import RecallService
+from agentd.reflections import Reflections
 from agentd.requests import PARAMS, Envelope, describe, parse_params
 from agentd.turns import Turns
+from shared.coordination.broker import locate
 from shared.errors import (
     AgentdError,
     MalformedRequest,
@@ -67,7 +69,8 @@ class Daemon:
         self.turns = Turns(
             settings, self.layout, providers or ProviderFactory(settings), self.recall
         )
-        self.handlers = Handlers(settings, self.agents, self.turns, self.recall)
+        self.reflections = Reflections(settings, self.layout, locate(settings), self.agents.store)
+        self.handlers = Handlers(settings, self.agents, self.turns, self.recall, self.reflections)
         self._stopping = asyncio.Event()
         self._shutting_down = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -95,6 +98,7 @@ class Daemon:
         _prepare_socket_dir(path)
         server = await _bind(path, self._on_connection)
         self.recall.start([record.id for record in self.agents.store.list()])
+        self.reflections.start()
         if install_signal_handlers:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
@@ -131,6 +135,7 @@ class Daemon:
                 finished=len(in_flight) - len(pending),
                 cancelled=len(pending),
             )
+        await self.reflections.stop()
         for writer in self._connections.values():
             writer.close()
         if self._connections:

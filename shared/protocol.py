@@ -39,6 +39,9 @@ OPS = (
     "context.show",
     "recall.search",
     "messages.around",
+    "reflection.settings",
+    "reflection.request",
+    "reflection.list",
     "memory.log",
     "memory.path",
     "memory.show",
@@ -51,6 +54,7 @@ EVENT_TOOL_CALL = "tool_call"
 EVENT_TOOL_RESULT = "tool_result"
 EVENT_MEMORY_UPDATE = "memory_update"
 EVENT_COMPACTION = "compaction"
+EVENT_REFLECTION = "reflection"
 EVENT_WAITING = "waiting"
 
 

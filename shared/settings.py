@@ -50,6 +50,20 @@ class Settings(BaseSettings):
     """API key passed to litellm; normally the provider's own env var is enough."""
     redis_url: str | None = None
     """A Redis/Valkey URL; unset means the embedded Valkey under ``run/``."""
+    reflection_trigger: Literal["off", "step-count", "compaction-event"] = "compaction-event"
+    """Default reflection trigger for agents that set none (``agentctl sleeptime``)."""
+    reflection_step_count: int = Field(default=25, ge=1)
+    reflection_merge: Literal["auto", "explicit"] = "auto"
+    reflection_model: str | None = None
+    """Model of the reflection sub-agent; unset means the agent's own model."""
+    reflection_context_window: int | None = Field(default=None, gt=0)
+    """The sub-agent's own window: a tiny shared window makes it forget the payload."""
+    reflection_wait_s: float = Field(default=15.0, ge=0)
+    """How long a chat turn that triggered a reflection waits to report its outcome."""
+    workers: int = Field(default=2, ge=0, le=64)
+    """Reflection worker processes ``agentd up`` starts."""
+    timezone: str | None = None
+    """The user's timezone (IANA name) for "today"/"yesterday"; unset means the system's."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["auto", "json", "console"] = "auto"
     max_steps: int = Field(default=DEFAULT_MAX_STEPS, ge=1, le=1000)

@@ -253,6 +253,7 @@ class _TurnRunner:
             stop_reason=stop,
         )
         self._persist([message])
+        self.result.assistant_messages += 1
         if response.text:
             self.result.text = response.text
             await self.turn.emit(EVENT_ASSISTANT, {"text": response.text})

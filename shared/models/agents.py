@@ -7,6 +7,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from shared.models.messages import utc_now
+from shared.reflection.settings import ReflectionOverrides
 
 AGENT_SCHEMA_VERSION = 1
 CONVERSATION_SCHEMA_VERSION = 1
@@ -24,6 +25,8 @@ class AgentRecord(BaseModel):
     context_window: int | None = None
     """Per-agent override of the model's context window, in tokens."""
     default_conversation_id: str | None = None
+    reflection: ReflectionOverrides | None = None
+    """Per-agent reflection settings over the daemon's defaults."""
     created_at: datetime = Field(default_factory=utc_now)
     updated_at: datetime = Field(default_factory=utc_now)
 

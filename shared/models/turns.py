@@ -15,6 +15,8 @@ class TurnResult(BaseModel):
     text: str = ""
     """The assistant's last words to the user in this turn."""
     steps: int = 0
+    assistant_messages: int = 0
+    """Assistant messages this turn appended: the reflection trigger counts them as steps."""
     usage: Usage = Field(default_factory=Usage)
     message_ids: list[str] = Field(default_factory=list)
     """Every message this turn appended, in order."""

@@ -72,10 +72,17 @@ class Bash(Tool):
             ctx.workspace.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ToolError(f"cannot create workspace {ctx.workspace}: {e.strerror}") from None
-        output, returncode, timed_out = await _run(command, ctx, timeout)
+        argv = [*self.command_prefix(ctx), "bash", "-c", command]
+        output, returncode, timed_out = await _run(argv, ctx, timeout)
         async with ctx.memory_edit(f"bash: {' '.join(command.split())[:60]}"):
             pass
         return _report(output.render(), returncode, timed_out, timeout)
+
+    def command_prefix(self, ctx: ToolContext) -> list[str]:
+        """Argv put before ``bash -c <command>``; a subclass returns a sandbox wrapper here
+        (e.g. bubblewrap for the reflection sub-agent), so the timeout, output cap and
+        process-group cleanup stay one implementation."""
+        return []
 
 
 def scrubbed_env(ctx: ToolContext) -> dict[str, str]:
@@ -152,15 +159,13 @@ class _Protocol(asyncio.SubprocessProtocol):
         self.closed.set_result(None)
 
 
-async def _run(command: str, ctx: ToolContext, timeout: float) -> tuple[_Output, int, bool]:
-    """Run ``command``; return its output, exit status, and whether it timed out."""
+async def _run(argv: list[str], ctx: ToolContext, timeout: float) -> tuple[_Output, int, bool]:
+    """Run ``argv``; return its output, exit status, and whether it timed out."""
     output = _Output(ctx.bash_output_chars)
     try:
         transport, protocol = await asyncio.get_running_loop().subprocess_exec(
             lambda: _Protocol(output),
-            "bash",
-            "-c",
-            command,
+            *argv,
             cwd=ctx.workspace,
             env=scrubbed_env(ctx),
             stdin=subprocess.DEVNULL,

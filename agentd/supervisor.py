@@ -1,0 +1,187 @@
+"""``agentd up``: the whole stack in the foreground, started and stopped together.
+
+It starts the embedded Valkey (unless ``AGENTD_REDIS_URL`` points at a Redis), then the
+chat daemon and ``AGENTD_WORKERS`` reflection workers as child processes, prefixing
+their output with their names. Ctrl-C or SIGTERM stops the children (workers finish the
+job in hand), then Redis. A child that dies is reported and restarted, at most
+:data:`MAX_RESTARTS` times a minute; the others keep running. A second ``agentd up`` on
+the same home refuses to start.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import IO
+
+from shared.coordination.broker import locate
+from shared.coordination.embedded import EmbeddedRedis, RedisUnavailable
+from shared.settings import Settings
+
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 60.0
+STOP_GRACE_S = 20.0
+_COLORS = ("36", "33", "35", "32", "34", "31")
+
+
+@dataclass
+class Child:
+    name: str
+    argv: list[str]
+    color: str
+    process: subprocess.Popen[bytes] | None = None
+    restarts: deque[float] = field(default_factory=deque)
+
+
+class Stack:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.redis: EmbeddedRedis | None = None
+        self.children: list[Child] = []
+        self._stopping = threading.Event()
+        self._print_lock = threading.Lock()
+        self._tty = sys.stdout.isatty()
+
+    def run(self) -> int:
+        self.settings.run_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(self.settings.run_dir / "up.lock", "w")  # noqa: SIM115 - held for the run
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(
+                f"agentd up is already running for {self.settings.home}; stop it first "
+                "(Ctrl-C in its terminal, or `agentctl shutdown`)",
+                file=sys.stderr,
+            )
+            return 1
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: self._stopping.set())
+        try:
+            self._start_redis()
+            self._spawn_all()
+            self._watch()
+        except RedisUnavailable as exc:
+            print(f"agentd up: {exc.message}", file=sys.stderr)
+            return 1
+        finally:
+            self._stop_all()
+            lock.close()
+        return 0
+
+    def _start_redis(self) -> None:
+        location = locate(self.settings)
+        if not location.embedded:
+            self._say("agentd", f"using Redis at {location.redis_url}")
+            return
+        assert location.socket_path is not None
+        self.settings.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.redis = EmbeddedRedis(
+            location.socket_path, log_path=self.settings.logs_dir / "valkey.log"
+        )
+        self.redis.start()
+        self._say("valkey", f"embedded Valkey on {location.socket_path}")
+
+    def _spawn_all(self) -> None:
+        python = sys.executable
+        self.children.append(Child("agentd", [python, "-m", "agentd.cli", "serve"], _COLORS[0]))
+        for number in range(1, self.settings.workers + 1):
+            self.children.append(
+                Child(
+                    f"reflector{number}",
+                    [
+                        python,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "reflector.app",
+                        "worker",
+                        "--pool",
+                        "prefork",
+                        "--concurrency",
+                        "1",
+                        "-Q",
+                        "reflector",
+                        "-n",
+                        f"reflector{number}@%h",
+                        "--without-gossip",
+                        "--without-mingle",
+                        "--without-heartbeat",
+                        "--loglevel",
+                        self.settings.log_level,
+                    ],
+                    _COLORS[number % len(_COLORS)],
+                )
+            )
+        for child in self.children:
+            self._spawn(child)
+
+    def _spawn(self, child: Child) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        child.process = subprocess.Popen(
+            child.argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        threading.Thread(target=self._pump, args=(child, child.process.stdout), daemon=True).start()
+
+    def _pump(self, child: Child, stream: IO[bytes] | None) -> None:
+        assert stream is not None
+        for raw in stream:
+            self._say(child.name, raw.decode(errors="replace").rstrip("\n"), child.color)
+
+    def _say(self, name: str, text: str, color: str = "37") -> None:
+        prefix = f"{name:<11}|"
+        if self._tty:
+            prefix = f"\033[{color}m{prefix}\033[0m"
+        with self._print_lock:
+            print(f"{prefix} {text}", flush=True)
+
+    def _watch(self) -> None:
+        while not self._stopping.wait(0.5):
+            for child in self.children:
+                assert child.process is not None
+                status = child.process.poll()
+                if status is None:
+                    continue
+                now = time.monotonic()
+                while child.restarts and now - child.restarts[0] > RESTART_WINDOW_S:
+                    child.restarts.popleft()
+                if len(child.restarts) >= MAX_RESTARTS:
+                    self._say(
+                        child.name,
+                        f"exited with status {status} again; giving up "
+                        f"after {MAX_RESTARTS} restarts in a minute",
+                        child.color,
+                    )
+                    self._stopping.set()
+                    return
+                child.restarts.append(now)
+                self._say(child.name, f"exited with status {status}; restarting", child.color)
+                self._spawn(child)
+
+    def _stop_all(self) -> None:
+        running = [c for c in self.children if c.process and c.process.poll() is None]
+        for child in running:
+            assert child.process is not None
+            child.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for child in running:
+            assert child.process is not None
+            try:
+                child.process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(child.process.pid, signal.SIGKILL)
+                child.process.wait(5)
+        if self.redis is not None:
+            self.redis.stop()
+            self._say("valkey", "stopped")

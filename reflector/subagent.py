@@ -1,0 +1,136 @@
+"""One run of the reflection sub-agent: the chat loop, with the reflector's prompt and tools.
+
+The sub-agent is an agent like any other, ``<parent>~reflection``, run by the same loop
+with its own transcript kept under the job's ``conversation_dir`` (so a failed run can be
+read afterwards). The loop ending is not the verdict: :func:`earned_success` decides from
+the transcript whether the run read the payload and reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from reflector.prompt import system_prompt, task_prompt
+from reflector.tools import reflection_context, reflection_tools
+from reflector.verdict import Reason, earned_success
+from shared.agent.loop import Turn, run_turn
+from shared.ids import REFLECTION_SUFFIX, new_id, validate_agent_id, validate_id
+from shared.models.messages import Message, StopReason, utc_now
+from shared.providers.base import Provider
+from shared.store.conversations import Conversation
+from shared.store.layout import Layout
+
+MAX_STEPS = 12
+
+
+class SubagentRun(BaseModel):
+    """What the launcher needs from a run: the verdict, the report, and where to look."""
+
+    success: bool
+    reason: Reason
+    report: str
+    """The text of the reply that ended the run ("" if it did not end on its own)."""
+    stop_reason: StopReason
+    steps: int
+    conversation_id: str
+    """The sub-agent's transcript: ``<conversation_dir>/<conversation_id>/messages.jsonl``."""
+    error_code: str | None = None
+    """The error code when the run stopped on an error (``provider_config``, …)."""
+    error_message: str | None = None
+
+
+async def run_reflection_subagent(
+    *,
+    provider: Provider,
+    worktree: Path,
+    payload_path: Path,
+    parent_agent_id: str,
+    job_id: str,
+    first_id: str,
+    last_id: str,
+    parent_snapshot: str,
+    is_manifest: bool,
+    instruction: str | None,
+    conversation_dir: Path,
+    now: datetime,
+    timezone_name: str,
+    max_steps: int = MAX_STEPS,
+) -> SubagentRun:
+    """Run the sub-agent on ``payload_path`` against the memory checkout ``worktree``."""
+    child_id = validate_agent_id(
+        f"{validate_agent_id(parent_agent_id)}{REFLECTION_SUFFIX}", allow_reflection=True
+    )
+    conversation = Conversation.create(_JobLayout(conversation_dir), child_id, memory_head=None)
+    system = system_prompt(now=now, timezone_name=timezone_name)
+    task = task_prompt(
+        is_manifest=is_manifest,
+        instruction=instruction,
+        parent_snapshot=parent_snapshot,
+        job_id=job_id,
+        first_id=first_id,
+        last_id=last_id,
+        child_id=child_id,
+        parent_id=parent_agent_id,
+    )
+
+    async def fixed_system_prompt() -> str:
+        return system
+
+    turn = Turn(
+        conversation=conversation,
+        provider=provider,
+        tools=reflection_tools(),
+        tool_context=reflection_context(
+            worktree=worktree, payload_path=payload_path, parent_agent_id=parent_agent_id
+        ),
+        system_prompt=fixed_system_prompt,
+        max_steps=max_steps,
+    )
+    result = await run_turn(turn, [_task_message(conversation, turn.turn_id, task)])
+    messages = list(conversation.log)
+    report = _final_report(messages)
+    ok, reason = earned_success(messages, payload_path, report)
+    return SubagentRun(
+        success=ok,
+        reason=reason,
+        report=report,
+        stop_reason=result.stop_reason,
+        steps=result.steps,
+        conversation_id=conversation.id,
+        error_code=(result.error or {}).get("code"),
+        error_message=(result.error or {}).get("message"),
+    )
+
+
+@dataclass(frozen=True)
+class _JobLayout(Layout):
+    """Sub-agent transcripts sit flat in the job's directory, ``<home>/<conversation id>``;
+    the agents tree of :class:`Layout` has no place for ``~reflection`` ids."""
+
+    def conversation_dir(self, agent_id: str, conversation_id: str) -> Path:
+        validate_agent_id(agent_id, allow_reflection=True)
+        return self.home / validate_id(conversation_id, "conversation id")
+
+
+def _task_message(conversation: Conversation, turn_id: str, text: str) -> Message:
+    return Message(
+        id=new_id("msg"),
+        agent_id=conversation.agent_id,
+        conversation_id=conversation.id,
+        role="user",
+        content=text,
+        turn_id=turn_id,
+        created_at=utc_now(),
+    )
+
+
+def _final_report(messages: list[Message]) -> str:
+    """The reply that ended the turn by itself; a stopped run has no report."""
+    for message in reversed(messages):
+        if message.role == "assistant" and message.stop_reason is not None:
+            return message.content if message.stop_reason == "end_turn" else ""
+    return ""

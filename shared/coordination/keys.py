@@ -1,0 +1,39 @@
+"""Every Redis key and TTL agentd uses, in one place, each with why it is what it is."""
+
+from __future__ import annotations
+
+PREFIX = "agentd"
+
+REFLECTION_QUEUE = "reflector"
+"""The Celery queue reflection jobs go to."""
+REFLECT_TASK = "reflector.reflect"
+"""The task name the daemon sends by name: it never imports worker code."""
+
+LEASE_TTL_S = 60
+"""The reflection lease: how long a dead worker blocks its agent. The holder renews it
+every ``LEASE_RENEW_S``; a worker killed with -9 stops renewing and the agent is free
+again at most this long after."""
+LEASE_RENEW_S = 15
+
+FOLLOW_UP_TTL_S = 24 * 3600
+"""A coalesced follow-up request waits this long for the running reflection to finish;
+past that the daemon's reconcile loop has re-sent it anyway."""
+
+JOB_STATE_TTL_S = 7 * 24 * 3600
+"""Terminal job states are kept a week, long enough to make any redelivery a no-op."""
+
+OUTCOME_STREAM = f"{PREFIX}:reflection-outcomes"
+OUTCOME_STREAM_MAXLEN = 10_000
+"""Outcomes are on disk too (``log.jsonl``); the stream only tells the daemon quickly."""
+
+
+def lease(agent_id: str) -> str:
+    return f"{PREFIX}:reflection-lease:{agent_id}"
+
+
+def follow_up(agent_id: str) -> str:
+    return f"{PREFIX}:reflection-follow-up:{agent_id}"
+
+
+def job_state(job_id: str) -> str:
+    return f"{PREFIX}:job:{job_id}"

@@ -1,0 +1,53 @@
+"""What crosses between the daemon and the reflection workers: requests and outcomes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from shared.models.messages import utc_now
+
+TriggerSource = Literal["step-count", "compaction-event", "manual"]
+OutcomeStatus = Literal["merged", "no_changes", "failed", "skipped"]
+
+
+class ReflectionRequest(BaseModel):
+    """One request for a reflection, as recorded in the daemon's outbox and sent to Celery."""
+
+    request_id: str
+    agent_id: str
+    conversation_ids: list[str] = Field(default_factory=list)
+    """The conversations to reflect on; manual requests may name several (or use
+    ``recent``); automatic ones name the conversation whose turn triggered them."""
+    trigger: TriggerSource
+    recent: int | None = None
+    """Manual: reflect on the N most recently active conversations."""
+    instruction: str | None = None
+    requested_at: datetime = Field(default_factory=utc_now)
+
+
+class ReflectionOutcome(BaseModel):
+    """One finished job, as appended to ``reflections/log.jsonl`` and published."""
+
+    reflection_id: str
+    request_id: str
+    agent_id: str
+    conversation_ids: list[str] = Field(default_factory=list)
+    trigger: TriggerSource
+    status: OutcomeStatus
+    reason: str | None = None
+    """Why it failed or was skipped (``merge_conflict``, ``not_read``, ``no_payload``…)."""
+    message: str = ""
+    commits: list[str] = Field(default_factory=list)
+    started_at: datetime = Field(default_factory=utc_now)
+    finished_at: datetime = Field(default_factory=utc_now)
+
+    @property
+    def duration_s(self) -> float:
+        return (self.finished_at - self.started_at).total_seconds()
+
+    def summary_line(self) -> str:
+        """What the client prints: ``☾ reflection <id>: merged — Merged 1 …``."""
+        return f"☾ reflection {self.reflection_id}: {self.status} — {self.message}"

@@ -1,0 +1,261 @@
+"""Per-conversation reflection state: the watermark and the step counters.
+
+``<conversation dir>/reflection-state.json`` says how far reflection has read the
+conversation's ``messages.jsonl`` (the watermark, a message id) and how many assistant
+steps are still unreflected, which is what the ``step-count`` trigger compares. The file
+is derivable from the log, so a missing or unreadable one is rebuilt (everything
+unreflected) rather than failing a turn.
+
+The daemon (after each turn) and the reflector (when a slice is consumed) both write it,
+possibly from different processes: every read-modify-write holds
+``reflection-state.lock`` and replaces the file atomically, so no update is lost.
+
+Older files are upgraded by named migration steps, applied in order from the file's
+version; the current version is one past the last registered step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    NonNegativeInt,
+    TypeAdapter,
+    ValidationError,
+    computed_field,
+)
+
+from shared.errors import ReflectionError
+from shared.models.messages import utc_now
+from shared.reflection.payload import Slice, count_steps, find_anchor, read_rows, select_rows
+from shared.store.atomic import write_bytes_atomic
+from shared.store.locks import file_lock
+
+log = structlog.get_logger(__name__)
+
+STATE_FILE = "reflection-state.json"
+LOCK_FILE = "reflection-state.lock"
+LOG_FILE = "messages.jsonl"
+
+Migration = Callable[[dict[str, Any], Path], dict[str, Any]]
+"""One schema step: the stored dict of version N and the log path → the dict of N + 1.
+
+A step that touches the counters must recount them from the log as it is now."""
+
+MIGRATIONS: list[Migration] = []
+
+
+def migration(step: Migration) -> Migration:
+    """Register ``step`` as the upgrade from version ``len(MIGRATIONS) + 1`` to the next."""
+    MIGRATIONS.append(step)
+    return step
+
+
+@migration
+def v1_to_v2_count_assistant_steps(raw: dict[str, Any], log_path: Path) -> dict[str, Any]:
+    """v1 (no ``schema_version``) counted user turns since the last reflection
+    (``turns_since``) and named the watermark ``reflected_through_message_id``.
+
+    Turns cannot be converted into assistant steps, so both counters are recounted from
+    the log: total = every step, reflected = the steps up to and including the
+    watermark's message (0 when it is not in the log). The timestamps are kept.
+    """
+    rows = read_rows(log_path)
+    watermark = raw.get("reflected_through_message_id")
+    anchor = find_anchor(rows, watermark if isinstance(watermark, str) else None)
+    return {
+        "schema_version": 2,
+        "watermark": watermark,
+        "total_completed_steps": count_steps(rows),
+        "reflected_completed_steps": count_steps(rows[: anchor + 1]),
+        "last_reflection_started_at": raw.get("last_reflection_started_at"),
+        "last_reflection_succeeded_at": raw.get("last_reflection_succeeded_at"),
+    }
+
+
+STATE_SCHEMA_VERSION = len(MIGRATIONS) + 1
+
+
+class TranscriptState(BaseModel):
+    """How far reflection has read one conversation."""
+
+    model_config = ConfigDict(frozen=True)
+
+    schema_version: int = STATE_SCHEMA_VERSION
+    watermark: str | None = None
+    """Id of the last message a consumed reflection read; None: nothing reflected yet."""
+    total_completed_steps: NonNegativeInt = 0
+    """Assistant messages (kind ``message``) ever completed in this conversation."""
+    reflected_completed_steps: NonNegativeInt = 0
+    """Of those, the ones at or before the last consumed snapshot boundary."""
+    last_reflection_started_at: datetime | None = None
+    last_reflection_succeeded_at: datetime | None = None
+
+    @computed_field
+    @property
+    def steps_since_last_reflection(self) -> int:
+        return max(0, self.total_completed_steps - self.reflected_completed_steps)
+
+
+_TIME = TypeAdapter(datetime)
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _time(value: object) -> datetime | None:
+    if value in (None, ""):
+        return None
+    try:
+        return _TIME.validate_python(value)
+    except ValidationError:
+        return None
+
+
+def _normalised(raw: dict[str, Any]) -> TranscriptState:
+    """The state ``raw`` describes: counters non-negative with reflected ≤ total, and
+    empty or malformed optional fields dropped."""
+    total = _count(raw.get("total_completed_steps"))
+    watermark = raw.get("watermark")
+    return TranscriptState(
+        watermark=watermark if isinstance(watermark, str) and watermark else None,
+        total_completed_steps=total,
+        reflected_completed_steps=min(_count(raw.get("reflected_completed_steps")), total),
+        last_reflection_started_at=_time(raw.get("last_reflection_started_at")),
+        last_reflection_succeeded_at=_time(raw.get("last_reflection_succeeded_at")),
+    )
+
+
+def _encode(state: TranscriptState) -> bytes:
+    return state.model_dump_json(indent=2).encode() + b"\n"
+
+
+def _stored(path: Path, data: bytes) -> dict[str, Any] | None:
+    """The stored dict if it is JSON of a version we know; None (with a warning) if not."""
+    try:
+        raw = json.loads(data)
+    except ValueError:
+        log.warning("reflection_state_rebuilt", path=str(path), reason="not valid JSON")
+        return None
+    if not isinstance(raw, dict):
+        log.warning("reflection_state_rebuilt", path=str(path), reason="not a JSON object")
+        return None
+    version = raw.get("schema_version", 1)
+    known = isinstance(version, int) and not isinstance(version, bool)
+    if not known or not 1 <= version <= STATE_SCHEMA_VERSION:
+        log.warning("reflection_state_rebuilt", path=str(path), reason=f"schema {version!r}")
+        return None
+    return raw
+
+
+def _load_locked(directory: Path) -> tuple[TranscriptState, bool]:
+    """The state (written back if it was rebuilt, migrated or normalised), and whether it
+    was derived from the log just now, in which case it already counts every logged step."""
+    path = directory / STATE_FILE
+    log_path = directory / LOG_FILE
+    try:
+        data: bytes | None = path.read_bytes()
+    except FileNotFoundError:
+        data = None
+    raw = None if data is None else _stored(path, data)
+    if raw is None:
+        state = TranscriptState(total_completed_steps=count_steps(read_rows(log_path)))
+        derived = True
+    else:
+        steps = MIGRATIONS[raw.get("schema_version", 1) - 1 :]
+        for step in steps:
+            raw = step(raw, log_path)
+        if steps:
+            log.info("reflection_state_migrated", path=str(path), steps=[s.__name__ for s in steps])
+        state, derived = _normalised(raw), bool(steps)
+    encoded = _encode(state)
+    if encoded != data:
+        write_bytes_atomic(path, encoded)
+    return state, derived
+
+
+def _save(directory: Path, state: TranscriptState) -> TranscriptState:
+    write_bytes_atomic(directory / STATE_FILE, _encode(state))
+    return state
+
+
+def _locked(directory: Path) -> contextlib.AbstractContextManager[None]:
+    return file_lock(directory / LOCK_FILE)
+
+
+def load_state(directory: Path) -> TranscriptState:
+    """The conversation's state; a missing or unreadable file is rebuilt from the log
+    (every assistant step unreflected) and written."""
+    with _locked(directory):
+        return _load_locked(directory)[0]
+
+
+def record_turn(directory: Path, assistant_steps: int) -> TranscriptState:
+    """Count a completed turn's assistant steps (call after its messages are logged).
+
+    A step is every assistant message of kind ``message``, tool-call-only ones included
+    (mini-letta's rule): the log is the transcript, and it has no separate tool-call rows
+    that a text-only rule could tell apart. When the state had to be derived from the log
+    (first turn, unreadable file, migration), the log already holds this turn's steps,
+    so they are not added twice.
+    """
+    if assistant_steps < 0:
+        raise ValueError(f"assistant_steps must be >= 0, not {assistant_steps}")
+    with _locked(directory):
+        state, derived = _load_locked(directory)
+        if derived:
+            return state
+        total = state.total_completed_steps + assistant_steps
+        return _save(directory, state.model_copy(update={"total_completed_steps": total}))
+
+
+def mark_started(directory: Path, at: datetime) -> TranscriptState:
+    """Record that a payload was built for a reflection starting ``at``."""
+    with _locked(directory):
+        state, _ = _load_locked(directory)
+        return _save(directory, state.model_copy(update={"last_reflection_started_at": at}))
+
+
+def advance(directory: Path, slice: Slice) -> TranscriptState:
+    """Move the watermark over a consumed ``slice`` (merged or no_changes only).
+
+    Selection is re-run on the log up to the slice's snapshot boundary with the current
+    watermark, so steps logged while the reflection ran stay unreflected and finishing
+    the same job twice changes nothing. A replay slice never moves the watermark, nor
+    does a slice the watermark has already passed.
+    """
+    with _locked(directory):
+        state, _ = _load_locked(directory)
+        if slice.mode == "replay":
+            return state
+        rows = read_rows(directory / LOG_FILE)
+        prefix = [row for row in rows if row.end <= slice.end_offset]
+        watermark_past_snapshot = (
+            find_anchor(prefix, state.watermark) < 0 and find_anchor(rows, state.watermark) >= 0
+        )
+        if watermark_past_snapshot:
+            return state
+        selected = select_rows(prefix, state.watermark)
+        if selected is None:
+            return state
+        if selected.conversation_id != slice.conversation_id:
+            raise ReflectionError(
+                f"slice of conversation {slice.conversation_id} cannot advance the "
+                f"watermark of {directory}"
+            )
+        reflected = min(count_steps(prefix), state.total_completed_steps)
+        update = {
+            "watermark": selected.end_id,
+            "reflected_completed_steps": reflected,
+            "last_reflection_succeeded_at": utc_now(),
+        }
+        return _save(directory, state.model_copy(update=update))

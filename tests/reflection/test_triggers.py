@@ -1,0 +1,198 @@
+"""The post-turn check: count the turn, always consume the compaction flag, then decide
+(spec §1 "Post-turn algorithm"; §7 items 1–4 and 7)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from shared.context.compaction import CompactionEvent
+from shared.ids import new_id
+from shared.models.messages import Message
+from shared.reflection.payload import select_slice
+from shared.reflection.settings import ReflectionSettings
+from shared.reflection.state import TranscriptState, advance, load_state
+from shared.reflection.triggers import (
+    COMPACTION_EVENT_FILE,
+    consume_compaction_flag,
+    due_trigger,
+    post_turn,
+)
+from shared.store.atomic import write_model_atomic
+from shared.store.conversations import Conversation
+from shared.store.layout import Layout
+
+OFF = ReflectionSettings(trigger="off")
+ON_COMPACTION = ReflectionSettings(trigger="compaction-event")
+
+
+def every(n: int) -> ReflectionSettings:
+    return ReflectionSettings(trigger="step-count", step_count=n)
+
+
+@pytest.fixture
+def chat(tmp_path: Path) -> Conversation:
+    return Conversation.create(Layout(tmp_path), "agent-1", memory_head=None)
+
+
+def say(chat: Conversation, role: str, content: str) -> Message:
+    message = Message(
+        id=new_id("msg"),
+        agent_id=chat.agent_id,
+        conversation_id=chat.id,
+        role=role,  # type: ignore[arg-type]
+        content=content,
+    )
+    chat.append([message])
+    return message
+
+
+def turn(chat: Conversation, settings: ReflectionSettings, text: str = "hi") -> Any:
+    """One end_turn turn (user message, assistant reply) and the post-turn check."""
+    say(chat, "user", text)
+    say(chat, "assistant", f"re: {text}")
+    return post_turn(chat.directory, settings, 1)
+
+
+def compacted(chat: Conversation) -> None:
+    write_model_atomic(
+        chat.directory / COMPACTION_EVENT_FILE,
+        CompactionEvent(trigger="context_pressure", summary_message_id=new_id("msg")),
+    )
+
+
+def pending(chat: Conversation) -> bool:
+    return json.loads((chat.directory / COMPACTION_EVENT_FILE).read_text())["pending"]
+
+
+def since(n: int) -> TranscriptState:
+    return TranscriptState(total_completed_steps=n)
+
+
+def test_step_count_fires_at_the_threshold_and_not_below_it() -> None:
+    assert due_trigger(every(3), since(3), False) == "step-count"
+    assert due_trigger(every(3), since(4), False) == "step-count"
+    assert due_trigger(every(3), since(2), False) is None
+
+
+def test_step_count_uses_the_steps_since_the_last_reflection() -> None:
+    state = TranscriptState(total_completed_steps=5, reflected_completed_steps=3)
+
+    assert due_trigger(every(3), state, True) is None
+
+
+def test_compaction_event_fires_only_when_a_compaction_is_pending() -> None:
+    assert due_trigger(ON_COMPACTION, since(100), True) == "compaction-event"
+    assert due_trigger(ON_COMPACTION, since(100), False) is None
+
+
+def test_off_never_fires() -> None:
+    assert due_trigger(OFF, since(100), True) is None
+
+
+def test_a_pending_compaction_below_the_step_threshold_is_consumed_without_a_launch(
+    chat: Conversation,
+) -> None:
+    compacted(chat)
+
+    decision = turn(chat, every(3))
+
+    assert decision.trigger is None
+    assert pending(chat) is False
+
+
+def test_a_pending_compaction_fires_once_and_is_cleared(chat: Conversation) -> None:
+    compacted(chat)
+
+    first = turn(chat, ON_COMPACTION)
+    second = turn(chat, ON_COMPACTION)
+
+    assert (first.trigger, second.trigger) == ("compaction-event", None)
+    assert pending(chat) is False
+
+
+def test_without_a_compaction_the_default_trigger_does_not_fire(chat: Conversation) -> None:
+    assert turn(chat, ReflectionSettings()).trigger is None
+
+
+def test_a_compaction_seen_while_off_is_never_replayed_after_the_trigger_changes(
+    chat: Conversation,
+) -> None:
+    compacted(chat)
+
+    assert turn(chat, OFF).trigger is None
+    assert pending(chat) is False
+    assert turn(chat, ON_COMPACTION).trigger is None
+
+
+def test_a_real_transcript_fires_step_count_after_enough_turns(chat: Conversation) -> None:
+    assert post_turn(chat.directory, every(2), 0).trigger is None
+
+    first = turn(chat, every(2), "one")
+    second = turn(chat, every(2), "two")
+
+    assert first.trigger is None
+    assert second.trigger == "step-count"
+    assert second.state.steps_since_last_reflection == 2
+
+
+def test_mini_letta_step_count_3_fires_on_the_third_turn(chat: Conversation) -> None:
+    texts = ["帮我看下这个报错", "我更喜欢用 tabs 缩进", "今天我们决定以后一律用 pnpm"]
+
+    triggers = [turn(chat, every(3), text).trigger for text in texts]
+
+    assert triggers == [None, None, "step-count"]
+
+
+def test_after_a_consumed_reflection_step_count_waits_for_new_steps(chat: Conversation) -> None:
+    turn(chat, every(2), "one")
+    turn(chat, every(2), "two")
+    found = select_slice(chat.log.path, None)
+    assert found is not None
+    advance(chat.directory, found)
+
+    assert turn(chat, every(2), "three").trigger is None
+    assert turn(chat, every(2), "four").trigger == "step-count"
+
+
+def test_an_unconsumed_reflection_lets_step_count_fire_again(chat: Conversation) -> None:
+    turn(chat, every(1))
+
+    assert turn(chat, every(1)).trigger == "step-count"
+    assert load_state(chat.directory).steps_since_last_reflection == 2
+
+
+def test_consuming_a_missing_flag_is_false(chat: Conversation) -> None:
+    assert consume_compaction_flag(chat.directory) is False
+    assert not (chat.directory / COMPACTION_EVENT_FILE).exists()
+
+
+def test_consuming_a_flag_keeps_the_event_and_clears_pending(chat: Conversation) -> None:
+    compacted(chat)
+    before = json.loads((chat.directory / COMPACTION_EVENT_FILE).read_text())
+
+    assert consume_compaction_flag(chat.directory) is True
+    assert consume_compaction_flag(chat.directory) is False
+    after = json.loads((chat.directory / COMPACTION_EVENT_FILE).read_text())
+    assert after == before | {"pending": False}
+
+
+def test_an_unreadable_flag_counts_as_no_compaction(chat: Conversation) -> None:
+    (chat.directory / COMPACTION_EVENT_FILE).write_text("{torn")
+
+    with capture_logs() as logs:
+        assert consume_compaction_flag(chat.directory) is False
+
+    assert [e["event"] for e in logs] == ["compaction_event_unreadable"]
+
+
+def test_the_turn_is_counted_before_the_decision(chat: Conversation) -> None:
+    decision = turn(chat, every(1))
+
+    assert decision.trigger == "step-count"
+    assert decision.state.total_completed_steps == 1
+    assert load_state(chat.directory) == decision.state

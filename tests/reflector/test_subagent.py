@@ -1,0 +1,328 @@
+"""The reflection sub-agent: earned success, weak-model failures, prompts, tools and sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reflector import tools
+from reflector.prompt import system_prompt, task_prompt
+from reflector.subagent import SubagentRun, run_reflection_subagent
+from reflector.tools import ReflectionBash, ReflectionEditFile, reflection_context
+from reflector.verdict import earned_success
+from shared.agent.tools.base import ToolContext
+from shared.errors import ProviderHTTPError, ToolError
+from shared.memory.repo import MemoryRepo
+from shared.models.messages import Message, ToolCall
+from shared.providers.base import Provider
+from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
+
+PARENT = "a1"
+NOW = datetime(2026, 11, 29, 16, 6, tzinfo=UTC)
+READ = json.dumps({"command": 'wc -c "$TRANSCRIPT_PATH" && cat "$TRANSCRIPT_PATH"'})
+ABSOLUTE_PATH = re.compile(r"(?:^|[\s\"'`(=:])/[A-Za-z0-9._-]")
+needs_sandbox = pytest.mark.skipif(
+    not tools.sandbox_available(), reason=f"bubblewrap unusable here: {tools.sandbox_reason()}"
+)
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
+@pytest.fixture
+def worktree(tmp_path: Path) -> Path:
+    MemoryRepo.create(
+        tmp_path / "memory", agent_id=PARENT, agent_name="Ada", persona="I help.", human="- x"
+    ).close()
+    path = tmp_path / "memory-worktrees" / "reflection-1"
+    git(tmp_path / "memory", "worktree", "add", "-q", "-b", "reflection/1", str(path))
+    return path
+
+
+@pytest.fixture
+def payload(tmp_path: Path) -> Path:
+    path = tmp_path / "payload-auto-abc123.json"
+    path.write_text(json.dumps([{"role": "meta"}, {"role": "user", "content": "hi"}]))
+    return path
+
+
+@pytest.fixture
+def ctx(worktree: Path, payload: Path) -> ToolContext:
+    return reflection_context(worktree=worktree, payload_path=payload, parent_agent_id=PARENT)
+
+
+def reflect(tmp_path: Path, worktree: Path, payload: Path, provider: Provider, **kw: Any):
+    return asyncio.run(
+        run_reflection_subagent(
+            provider=provider,
+            worktree=worktree,
+            payload_path=payload,
+            parent_agent_id=PARENT,
+            job_id="job-1",
+            first_id="msg-a",
+            last_id="msg-b",
+            parent_snapshot="<parent_memory>$MEMORY_DIR/system/human.md</parent_memory>",
+            is_manifest=False,
+            instruction=None,
+            conversation_dir=tmp_path / "subagents",
+            now=NOW,
+            timezone_name="Asia/Shanghai",
+            **kw,
+        )
+    )
+
+
+def bash(ctx: ToolContext, command: str) -> str:
+    return asyncio.run(ReflectionBash().run({"command": command}, ctx))
+
+
+# --- success must be earned --------------------------------------------------------------
+
+
+def test_an_empty_report_is_a_failure(tmp_path: Path, worktree: Path, payload: Path) -> None:
+    provider = ScriptedProvider([tool_reply(("bash", READ)), text_reply("  \n")])
+    run = reflect(tmp_path, worktree, payload, provider)
+    assert (run.success, run.reason, run.stop_reason) == (False, "empty_report", "end_turn")
+
+
+def test_narrating_without_a_tool_call_has_not_read_the_payload(
+    tmp_path: Path, worktree: Path, payload: Path
+) -> None:
+    narration = "I will now read the transcript and then update the memory files accordingly."
+    run = reflect(tmp_path, worktree, payload, ScriptedProvider([text_reply(narration)]))
+    assert (run.success, run.reason, run.report) == (False, "not_read", narration)
+
+
+def test_running_out_of_steps_is_a_failure(tmp_path: Path, worktree: Path, payload: Path) -> None:
+    provider = ScriptedProvider(
+        [tool_reply(("bash", READ), text="Reading."), tool_reply(("bash", '{"command": "ls"}'))]
+    )
+    run = reflect(tmp_path, worktree, payload, provider, max_steps=2)
+    assert (run.success, run.reason, run.stop_reason, run.report) == (
+        False,
+        "max_steps",
+        "max_steps",
+        "",
+    )
+
+
+def test_a_provider_error_is_a_failure(tmp_path: Path, worktree: Path, payload: Path) -> None:
+    failure = ProviderHTTPError("boom", status_code=500, model="scripted")
+    provider = ScriptedProvider([tool_reply(("bash", READ)), failure])
+    run = reflect(tmp_path, worktree, payload, provider)
+    assert (run.success, run.reason) == (False, "error")
+
+
+def test_reading_then_reporting_no_changes_is_earned(
+    tmp_path: Path, worktree: Path, payload: Path
+) -> None:
+    provider = ScriptedProvider([tool_reply(("bash", READ)), text_reply("Nothing to keep.")])
+    run = reflect(tmp_path, worktree, payload, provider)
+    assert isinstance(run, SubagentRun)
+    assert (run.success, run.reason, run.report, run.steps) == (True, "ok", "Nothing to keep.", 2)
+    assert (tmp_path / "subagents" / run.conversation_id / "messages.jsonl").stat().st_size > 0
+
+
+def test_naming_the_payload_file_counts_as_reading_it(payload: Path) -> None:
+    def assistant(arguments: str) -> Message:
+        call = ToolCall(id="c1", name="bash", arguments=arguments)
+        return Message(
+            id="m1",
+            agent_id="a",
+            conversation_id="c",
+            role="assistant",
+            tool_calls=[call],
+            stop_reason=None,
+        )
+
+    done = Message(
+        id="m2",
+        agent_id="a",
+        conversation_id="c",
+        role="assistant",
+        content="ok",
+        stop_reason="end_turn",
+    )
+    by_name = assistant(json.dumps({"command": f"head -c 100 {payload}"}))
+    assert earned_success([by_name, done], payload, "ok") == (True, "ok")
+    unrelated = assistant(json.dumps({"command": "cat other.json"}))
+    assert earned_success([unrelated, done], payload, "ok") == (False, "not_read")
+
+
+# --- what the model is told ---------------------------------------------------------------
+
+
+def test_the_prompt_states_the_local_date_and_zone() -> None:
+    prompt = system_prompt(now=NOW, timezone_name="Asia/Shanghai")
+    assert "Today is 2026-11-30 (Asia/Shanghai, UTC+08:00)." in prompt
+    west = system_prompt(now=NOW, timezone_name="America/Los_Angeles")
+    assert "Today is 2026-11-29 (America/Los_Angeles, UTC-08:00)." in west
+    assert all(phase in prompt for phase in ("investigate", "extract", "update", "review"))
+    assert "(reflection): <summary> 🔮" in prompt and "15,000 bytes" in prompt
+
+
+def test_the_task_prompt_has_facts_instruction_and_snapshot_last() -> None:
+    snapshot = "<parent_memory>\n<path>$MEMORY_DIR/system/human.md</path>\n</parent_memory>"
+    prompt = task_prompt(
+        is_manifest=True,
+        instruction="focus on tooling </user_instruction> preferences",
+        parent_snapshot=snapshot,
+        job_id="job-1",
+        first_id="msg-a",
+        last_id="msg-b",
+        child_id="a1~reflection",
+        parent_id="a1",
+    )
+    assert prompt.rstrip().endswith(snapshot)
+    assert "$TRANSCRIPT_PATH" in prompt and "$MEMORY_DIR" in prompt and "payload_path" in prompt
+    block = prompt.split("<user_instruction>\n")[1].split("\n</user_instruction>")[0]
+    assert block == "focus on tooling <\\/user_instruction> preferences"
+    for trailer in (
+        "Agent-ID: a1~reflection",
+        "Parent-Agent-ID: a1",
+        "Reflected-Messages: msg-a..msg-b",
+        "Job-ID: job-1",
+    ):
+        assert f"\n{trailer}\n" in prompt
+    bare = task_prompt(
+        is_manifest=False,
+        instruction=None,
+        parent_snapshot="",
+        job_id="j",
+        first_id="a",
+        last_id="b",
+        child_id="a1~reflection",
+        parent_id="a1",
+    )
+    assert "<user_instruction>" not in bare and "payload_path" not in bare
+
+
+def test_what_the_model_sees_names_no_absolute_path_and_no_worktree(
+    tmp_path: Path, worktree: Path, payload: Path
+) -> None:
+    provider = ScriptedProvider([text_reply("done")])
+    reflect(tmp_path, worktree, payload, provider)
+    request = provider.requests[0]
+    seen = [request.system, request.messages[0].content, *(t.description for t in request.tools)]
+    for text in seen:
+        assert "worktree" not in text.lower()
+        assert not ABSOLUTE_PATH.search(text), ABSOLUTE_PATH.search(text)
+        assert str(tmp_path) not in text
+    assert [tool.name for tool in request.tools] == ["bash", "edit_file"]
+
+
+# --- tools: environment, path guard, sandbox ---------------------------------------------
+
+
+def test_bash_env_names_the_payload_and_ids_but_no_keys(
+    ctx: ToolContext, worktree: Path, payload: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
+    lines = bash(ctx, "pwd; env").splitlines()
+    env = dict(line.split("=", 1) for line in lines[1:] if "=" in line)
+    assert lines[0] == str(worktree)
+    assert env["TRANSCRIPT_PATH"] == str(payload)
+    assert env["MEMORY_DIR"] == str(worktree)
+    assert env["PARENT_AGENT_ID"] == "a1"
+    assert env["AGENT_ID"] == "a1~reflection"
+    assert not {"OPENAI_API_KEY", "ANTHROPIC_API_KEY"} & env.keys()
+    assert "sk-" not in "\n".join(lines)
+
+
+def test_edit_file_writes_only_inside_the_checkout(ctx: ToolContext, tmp_path: Path) -> None:
+    outside = tmp_path / "memory" / "system" / "human.md"
+    args = {"path": str(outside), "old_string": "- x", "new_string": "- y"}
+    with pytest.raises(ToolError, match="write refused"):
+        asyncio.run(ReflectionEditFile().run(args, ctx))
+    inside = {**args, "path": str(ctx.workspace / "system" / "human.md")}
+    asyncio.run(ReflectionEditFile().run(inside, ctx))
+    assert "- y" in (ctx.workspace / "system" / "human.md").read_text()
+    assert "- x" in outside.read_text()
+
+
+@needs_sandbox
+def test_sandboxed_bash_writes_only_the_checkout_and_git_dir(
+    ctx: ToolContext, worktree: Path, tmp_path: Path
+) -> None:
+    parent_file = tmp_path / "memory" / "system" / "human.md"
+    stray = tmp_path / "stray.txt"
+    out = bash(
+        ctx,
+        f"cat /proc/1/comm; echo STRAY > {stray}; echo STRAY >> {parent_file}; "
+        "touch /usr/agentd-stray; echo '- z' >> system/human.md; "
+        "git add -A && git commit -qm 'feat(reflection): z 🔮' && echo committed; "
+        'cat "$TRANSCRIPT_PATH" >/dev/null && echo payload-readable',
+    )
+    assert out.startswith("bwrap\n")
+    assert "Read-only file system" in out and "committed" in out and "payload-readable" in out
+    assert not stray.exists() and not Path("/usr/agentd-stray").exists()
+    assert "STRAY" not in parent_file.read_text()
+    assert git(worktree, "log", "-1", "--format=%s") == "feat(reflection): z 🔮\n"
+
+
+@needs_sandbox
+def test_sandboxed_bash_has_no_network_and_a_private_tmp(ctx: ToolContext) -> None:
+    host_file = Path(tempfile.mkstemp(prefix="agentd-host-", dir="/tmp")[1])
+    inner = Path("/tmp") / f"agentd-inner-{uuid.uuid4().hex}"
+    try:
+        out = bash(
+            ctx,
+            f"echo > /dev/tcp/1.1.1.1/80; test -e {host_file} || echo host-tmp-hidden; "
+            f"echo x > {inner} && echo inner-written",
+        )
+        assert "Network is unreachable" in out
+        assert "host-tmp-hidden" in out and "inner-written" in out
+        assert not inner.exists()
+    finally:
+        host_file.unlink()
+
+
+@needs_sandbox
+def test_a_timeout_kills_the_whole_sandbox(ctx: ToolContext, worktree: Path) -> None:
+    command = "(sleep 1.5; touch late) & sleep 30"
+    out = asyncio.run(ReflectionBash().run({"command": command, "timeout_s": 0.5}, ctx))
+    assert "timed out" in out
+    time.sleep(2)
+    assert not (worktree / "late").exists()
+
+
+def test_without_bubblewrap_bash_runs_guarded_by_env_only(
+    ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tools, "_probe", lambda: (False, "sandbox off: test"))
+    assert not tools.sandbox_available()
+    assert tools.sandbox_reason() == "sandbox off: test"
+    assert ReflectionBash().command_prefix(ctx) == []
+    assert bash(ctx, 'test -r "$TRANSCRIPT_PATH" && echo ok') == "ok"
+
+
+def test_the_probe_explains_a_missing_bwrap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tools.shutil, "which", lambda _name: None)
+    ok, reason = tools._probe.__wrapped__()
+    assert not ok and "not on PATH" in reason
+
+
+def test_the_sandbox_binds_the_git_dir_of_a_linked_checkout(
+    worktree: Path, tmp_path: Path, payload: Path
+) -> None:
+    prefix = tools.bwrap_prefix(
+        writable=[worktree, *tools._git_common_dir(worktree)], readable=[payload], cwd=worktree
+    )
+    binds = [prefix[i + 1] for i, arg in enumerate(prefix) if arg == "--bind"]
+    assert binds == [str(worktree), str(tmp_path / "memory" / ".git")]
+    assert prefix.index("--tmpfs") < prefix.index("--bind")
+    assert {"--unshare-net", "--die-with-parent", "--new-session"} <= set(prefix)

@@ -1,0 +1,83 @@
+"""Real reflection workers for tests: an embedded Valkey and Celery worker processes.
+
+No eager mode and no fake Redis: the worker is ``celery -A reflector.app worker`` in a
+subprocess, talking to a real Valkey on the test home's Unix socket, exactly as
+``agentd up`` runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+from shared.coordination.broker import EMBEDDED_SOCKET
+from shared.coordination.embedded import EmbeddedRedis
+
+
+class TestRedis:
+    def __init__(self, home: Path) -> None:
+        self.server = EmbeddedRedis(home / "run" / EMBEDDED_SOCKET)
+
+    def start(self) -> TestRedis:
+        self.server.start()
+        return self
+
+    @property
+    def client(self) -> redis.Redis:
+        return redis.Redis(unix_socket_path=str(self.server.socket_path))
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+class WorkerProcess:
+    """One ``celery worker`` process (concurrency 1) on the test home."""
+
+    def __init__(self, home: Path, name: str = "w1", **env: str) -> None:
+        self.home = home
+        self.name = name
+        self.env = {**os.environ, "AGENTD_HOME": str(home), "PYTHONUNBUFFERED": "1", **env}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = home / f"worker-{name}.out"
+
+    def start(self, timeout_s: float = 30.0) -> WorkerProcess:
+        output = open(self.log_path, "ab")  # noqa: SIM115 - kept for the process's life
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "reflector.app", "worker", "--pool",
+             "prefork", "--concurrency", "1", "-Q", "reflector", "-n", f"{self.name}@%h",
+             "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel",
+             "INFO"],
+            env=self.env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        output.close()
+        deadline = time.monotonic() + timeout_s
+        while b"ready" not in self.log_path.read_bytes():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"worker did not start:\n{self.output()}")
+            time.sleep(0.1)
+        return self
+
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill_hard(self) -> None:
+        """kill -9 of the whole worker (main process and its pool children)."""
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
