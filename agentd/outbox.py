@@ -166,6 +166,15 @@ class Outbox:
             self._app.conf.broker_connection_timeout = 2
         return self._app
 
+    def resend_in(self, outcome: ReflectionOutcome, seconds: float) -> None:
+        """Send a coalesced request again after ``seconds``: if the lease holder it waited
+        for died, nobody else will run its follow-up before the lease expires."""
+        path = self.directory(outcome.agent_id) / f"{outcome.request_id}.json"
+        entry = read_model(path, OutboxEntry)
+        if entry is not None:
+            entry.sent_at = time.time() - RESEND_AFTER_S + seconds
+            write_model_atomic(path, entry)
+
     def complete(self, outcome: ReflectionOutcome) -> None:
         path = self.directory(outcome.agent_id) / f"{outcome.request_id}.json"
         path.unlink(missing_ok=True)

@@ -179,7 +179,10 @@ class Reflections:
 
     def _deliver(self, outcome: ReflectionOutcome) -> None:
         if not answers_request(outcome):
-            return  # coalesced into a follow-up run: its outcome will come
+            # Coalesced into a follow-up run, whose outcome will come; should the running
+            # job's worker be dead, resend once its lease has expired.
+            self.outbox.resend_in(outcome, self.settings.reflection_lease_s + 2)
+            return
         waiters = self._waiters.pop(outcome.request_id, [])
         for future in waiters:
             if not future.done():

@@ -167,7 +167,12 @@ class _Job:
     def _lease(self) -> ReflectionLease | None:
         if self.ctx.redis is None:
             return None
-        return ReflectionLease(self.ctx.redis, self.request.agent_id, owner=self.job_id)
+        return ReflectionLease(
+            self.ctx.redis,
+            self.request.agent_id,
+            owner=self.job_id,
+            ttl_s=self.ctx.settings.reflection_lease_s,
+        )
 
     def _keep_as_follow_up(self) -> None:
         if self.ctx.redis is None:

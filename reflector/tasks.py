@@ -20,6 +20,7 @@ from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionRequest
 from shared.providers.base import Provider
 from shared.providers.factory import ProviderFactory
+from shared.providers.latency import WithLatency
 from shared.providers.mock import MOCK_MODEL
 
 log = structlog.get_logger(__name__)
@@ -39,7 +40,9 @@ def _provider_for(agent: AgentRecord) -> Provider:
     if model == MOCK_MODEL:
         from shared.providers.mock_reflector import MockReflector
 
-        return MockReflector(timezone_name=settings.timezone)
+        reflector = MockReflector(timezone_name=settings.timezone)
+        latency = settings.mock_latency_s
+        return WithLatency(reflector, latency) if latency else reflector
     return _providers.get(model, settings.reflection_context_window)
 
 

@@ -58,6 +58,10 @@ class Settings(BaseSettings):
     """Model of the reflection sub-agent; unset means the agent's own model."""
     reflection_context_window: int | None = Field(default=None, gt=0)
     """The sub-agent's own window: a tiny shared window makes it forget the payload."""
+    reflection_lease_s: int = Field(default=60, ge=2)
+    """How long a dead worker keeps its agent's reflection lease (renewed while alive)."""
+    mock_latency_s: float = Field(default=0.0, ge=0)
+    """Simulated model latency of the mock models (demos and tests of slow providers)."""
     reflection_wait_s: float = Field(default=15.0, ge=0)
     """How long a chat turn that triggered a reflection waits to report its outcome."""
     workers: int = Field(default=2, ge=0, le=64)

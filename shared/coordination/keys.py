@@ -10,10 +10,9 @@ REFLECT_TASK = "reflector.reflect"
 """The task name the daemon sends by name: it never imports worker code."""
 
 LEASE_TTL_S = 60
-"""The reflection lease: how long a dead worker blocks its agent. The holder renews it
-every ``LEASE_RENEW_S``; a worker killed with -9 stops renewing and the agent is free
-again at most this long after."""
-LEASE_RENEW_S = 15
+"""The reflection lease (``AGENTD_REFLECTION_LEASE_S``): how long a dead worker blocks its
+agent. The holder renews it every quarter of that; a worker killed with -9 stops renewing
+and the agent is free again at most this long after."""
 
 FOLLOW_UP_TTL_S = 24 * 3600
 """A coalesced follow-up request waits this long for the running reflection to finish;

@@ -23,10 +23,13 @@ log = structlog.get_logger(__name__)
 
 
 class ReflectionLease:
-    def __init__(self, client: redis.Redis, agent_id: str, owner: str) -> None:
+    def __init__(
+        self, client: redis.Redis, agent_id: str, owner: str, ttl_s: int = keys.LEASE_TTL_S
+    ) -> None:
         self._lock = client.lock(
-            keys.lease(agent_id), timeout=keys.LEASE_TTL_S, blocking=False, thread_local=False
+            keys.lease(agent_id), timeout=ttl_s, blocking=False, thread_local=False
         )
+        self._renew_every_s = max(1.0, ttl_s / 4)
         self._owner = owner
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -41,7 +44,7 @@ class ReflectionLease:
         return True
 
     def _renew(self) -> None:
-        while not self._stop.wait(keys.LEASE_RENEW_S):
+        while not self._stop.wait(self._renew_every_s):
             try:
                 self._lock.reacquire()
             except LockError as exc:

@@ -9,6 +9,7 @@ imported here lazily, the first time a non-mock model is asked for: it costs ~5 
 from __future__ import annotations
 
 from shared.providers.base import Provider
+from shared.providers.latency import WithLatency
 from shared.providers.mock import DEFAULT_MOCK_CONTEXT_WINDOW, MOCK_MODEL, MockProvider
 from shared.settings import Settings
 
@@ -30,7 +31,9 @@ class ProviderFactory:
 
     def _make(self, model: str, window: int | None) -> Provider:
         if model == MOCK_MODEL:
-            return MockProvider(context_window=window or DEFAULT_MOCK_CONTEXT_WINDOW)
+            mock = MockProvider(context_window=window or DEFAULT_MOCK_CONTEXT_WINDOW)
+            latency = self.settings.mock_latency_s
+            return WithLatency(mock, latency) if latency else mock
         from shared.providers.litellm_provider import LiteLLMProvider
 
         return LiteLLMProvider(

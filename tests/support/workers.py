@@ -20,11 +20,11 @@ from shared.coordination.broker import EMBEDDED_SOCKET
 from shared.coordination.embedded import EmbeddedRedis
 
 
-class TestRedis:
+class RedisForTests:
     def __init__(self, home: Path) -> None:
         self.server = EmbeddedRedis(home / "run" / EMBEDDED_SOCKET)
 
-    def start(self) -> TestRedis:
+    def start(self) -> RedisForTests:
         self.server.start()
         return self
 
@@ -49,11 +49,31 @@ class WorkerProcess:
     def start(self, timeout_s: float = 30.0) -> WorkerProcess:
         output = open(self.log_path, "ab")  # noqa: SIM115 - kept for the process's life
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "reflector.app", "worker", "--pool",
-             "prefork", "--concurrency", "1", "-Q", "reflector", "-n", f"{self.name}@%h",
-             "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel",
-             "INFO"],
-            env=self.env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "reflector.app",
+                "worker",
+                "--pool",
+                "prefork",
+                "--concurrency",
+                "1",
+                "-Q",
+                "reflector",
+                "-n",
+                f"{self.name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "--loglevel",
+                "INFO",
+            ],
+            env=self.env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         output.close()
         deadline = time.monotonic() + timeout_s

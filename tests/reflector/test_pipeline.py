@@ -1,0 +1,337 @@
+"""One reflection job end to end, in process (no Celery): gates, earned success, finalize,
+watermark, backoff, follow-ups. Real git, real files; Redis only where the lease matters."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.agents import Agents
+from agentd.requests import AgentCreate
+from reflector.backoff import load_backoff
+from reflector.pipeline import JobContext, run_job
+from shared.coordination import keys
+from shared.coordination.lease import ReflectionLease
+from shared.errors import ProviderAuthError
+from shared.ids import new_id
+from shared.models.agents import AgentRecord
+from shared.models.messages import Message
+from shared.models.reflection import ReflectionOutcome, ReflectionRequest
+from shared.providers.base import ModelRequest, ModelResponse, Provider
+from shared.providers.mock_reflector import MockReflector
+from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
+from shared.reflection.state import load_state, record_turn
+from shared.settings import Settings
+from shared.store.conversations import Conversation
+from shared.store.layout import Layout
+from tests.support.workers import RedisForTests
+
+READ = json.dumps({"command": 'wc -c "$TRANSCRIPT_PATH" && cat "$TRANSCRIPT_PATH"'})
+SAID = ["帮我看下这个报错", "我更喜欢用 tabs 缩进", "今天我们决定以后一律用 pnpm"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@dataclass
+class World:
+    home: Path
+    agent: AgentRecord
+    conversation: Conversation
+    clock: Clock
+    sent: list[ReflectionRequest]
+
+    @property
+    def memory(self) -> Path:
+        return self.home / "agents" / self.agent.id / "memory"
+
+    @property
+    def reflections(self) -> Path:
+        return self.home / "agents" / self.agent.id / "reflections"
+
+    def say(self, *texts: str) -> None:
+        for text in texts:
+            self.conversation.append(
+                [
+                    _message(self.conversation, "user", text),
+                    _message(self.conversation, "assistant", f"（mock）我听到了：{text}"),
+                ]
+            )
+            record_turn(self.conversation.directory, 1)
+
+    def context(self, provider: Provider, redis_client: Any = None) -> JobContext:
+        return JobContext(
+            settings=Settings(home=self.home, reflection_lease_s=3),
+            redis=redis_client,
+            provider_for=lambda _agent: provider,
+            send_follow_up=self.sent.append,
+            clock=self.clock,
+            local_zone=UTC,
+            timezone_name="UTC",
+        )
+
+    def reflect(
+        self,
+        provider: Provider,
+        *,
+        trigger: str = "step-count",
+        redis_client: Any = None,
+        request_id: str | None = None,
+    ) -> ReflectionOutcome:
+        request = ReflectionRequest(
+            request_id=request_id or new_id("rq"),
+            agent_id=self.agent.id,
+            conversation_ids=[self.conversation.id],
+            trigger=trigger,  # type: ignore[arg-type]
+            requested_at=self.clock(),
+        )
+        return run_job(request, request.request_id, self.context(provider, redis_client))
+
+    def human(self) -> str:
+        return (self.memory / "system" / "human.md").read_text()
+
+    def git(self, *args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(self.memory), *args], check=True, capture_output=True, text=True
+        ).stdout
+
+
+def _message(conversation: Conversation, role: str, text: str) -> Message:
+    return Message(
+        id=new_id("msg"),
+        agent_id=conversation.agent_id,
+        conversation_id=conversation.id,
+        role=role,
+        content=text,
+    )  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def world(agentd_home: Path) -> World:
+    agents = Agents(Layout(agentd_home))
+    agent = asyncio.run(agents.create(AgentCreate(name="ada")))
+    conversation = agents.conversation(agent, None)
+    world = World(agentd_home, agent, conversation, Clock(), [])
+    world.say(*SAID)
+    agents.close()
+    return world
+
+
+@pytest.fixture
+def redis_server(agentd_home: Path) -> Iterator[RedisForTests]:
+    server = RedisForTests(agentd_home).start()
+    yield server
+    server.stop()
+
+
+def _watermark(world: World) -> str | None:
+    return load_state(world.conversation.directory).watermark
+
+
+def test_a_good_run_merges_and_moves_the_watermark_then_nothing_is_left(world: World) -> None:
+    outcome = world.reflect(MockReflector(timezone_name="UTC"))
+
+    assert (outcome.status, outcome.message) == ("merged", "Merged 1 reflection commit(s).")
+    assert len(outcome.commits) == 1
+    assert "- 我更喜欢用 tabs 缩进\n- 2026-11-30 我们决定以后一律用 pnpm" in world.human()
+    assert "报错" not in world.human()
+    assert world.git("status", "--porcelain") == ""
+    assert world.git("branch", "--list", "reflection/*") == ""
+    state = load_state(world.conversation.directory)
+    assert state.watermark == list(world.conversation.log)[-1].id
+    assert state.steps_since_last_reflection == 0
+    logged = (world.reflections / "log.jsonl").read_text().splitlines()
+    assert ReflectionOutcome.model_validate_json(logged[-1]).status == "merged"
+    assert world.reflect(MockReflector()).reason == "no_payload"
+
+
+def _weak(*replies: Any) -> ScriptedProvider:
+    return ScriptedProvider(list(replies))
+
+
+@pytest.mark.parametrize(
+    ("provider", "reason"),
+    [
+        (lambda: _weak(tool_reply(("bash", READ)), text_reply("")), "empty_report"),
+        (lambda: _weak(text_reply("I will read the transcript and update memory.")), "not_read"),
+        (lambda: _weak(*[tool_reply(("bash", READ))] * 12), "max_steps"),
+    ],
+)
+def test_weak_models_fail_and_the_same_slice_is_merged_by_a_good_run(
+    world: World, provider: Callable[[], ScriptedProvider], reason: str
+) -> None:
+    failed = world.reflect(provider())
+
+    assert (failed.status, failed.reason) == ("failed", reason)
+    assert failed.message.endswith("; the transcript can be retried.")
+    assert _watermark(world) is None
+    assert load_backoff(world.reflections).retry_at is None  # the sub-agent failed: no backoff
+
+    assert world.reflect(MockReflector(timezone_name="UTC")).status == "merged"
+    assert "- 我更喜欢用 tabs 缩进" in world.human()
+
+
+def test_reading_the_payload_but_leaving_edits_uncommitted_is_dirty_and_backs_off(
+    world: World,
+) -> None:
+    scribble = json.dumps({"command": 'echo "- half done" >> "$MEMORY_DIR/system/human.md"'})
+    outcome = world.reflect(
+        _weak(
+            tool_reply(("bash", READ)),
+            tool_reply(("bash", scribble)),
+            text_reply("Updated human.md."),
+        )
+    )
+    assert (outcome.status, outcome.reason) == ("failed", "dirty_uncommitted")
+    assert "half done" not in world.human()
+    assert _watermark(world) is None
+    assert load_backoff(world.reflections).delay_s == 60
+
+
+def test_a_dirty_parent_is_not_touched_and_nothing_is_prepared(world: World) -> None:
+    (world.memory / "scratch.md").write_text("the user's own edit\n")
+    outcome = world.reflect(MockReflector())
+    assert (outcome.status, outcome.reason) == ("skipped", "parent_dirty")
+    assert (world.memory / "scratch.md").exists()
+    assert not list((world.reflections / "worktrees").glob("*"))
+    assert not (world.reflections / "payloads").exists()
+
+
+class ConflictingProvider(Provider):
+    """Edits the name line in its checkout and commits, while the parent changes the same
+    line underneath it (another conversation's edit landing mid-reflection)."""
+
+    model = "conflict"
+    context_window = 128_000
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.step = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.step += 1
+        if self.step == 1:
+            return tool_reply(("bash", READ))
+        if self.step == 2:
+            command = (
+                'cd "$MEMORY_DIR" && printf -- "- call me Ada\\n" >> system/human.md && '
+                'git add -A && git commit -qm "feat(reflection): name 🔮"'
+            )
+            (self.world.memory / "system" / "human.md").write_text(
+                self.world.human() + "- call me Lu\n"
+            )
+            self.world.git("commit", "-qam", "user: name")
+            return tool_reply(("bash", json.dumps({"command": command})))
+        return text_reply("Recorded the user's name.")
+
+
+def test_a_conflict_with_newer_memory_aborts_cleanly_and_backs_off(world: World) -> None:
+    outcome = world.reflect(ConflictingProvider(world))
+    assert (outcome.status, outcome.reason) == ("failed", "merge_conflict")
+    assert world.human().endswith("- call me Lu\n")
+    assert world.git("status", "--porcelain") == ""
+    assert not (world.memory / ".git" / "MERGE_HEAD").exists()
+    assert _watermark(world) is None
+    assert load_backoff(world.reflections).delay_s == 60
+
+
+def test_backoff_doubles_to_30_minutes_and_manual_runs_bypass_it(world: World) -> None:
+    expected = [60, 120, 240, 480, 960, 1800, 1800]
+    for delay in expected:
+        outcome = world.reflect(ConflictingProvider(world))
+        assert outcome.reason == "merge_conflict"
+        state = load_backoff(world.reflections)
+        assert state.delay_s == delay
+        world.clock.now += timedelta(seconds=delay - 1)
+        deferred = world.reflect(MockReflector())
+        assert (deferred.status, deferred.reason) == ("skipped", "retry_backoff")
+        world.clock.now += timedelta(seconds=1)  # exactly retry_at: allowed
+    manual_while_deferred = world.reflect(MockReflector(timezone_name="UTC"), trigger="manual")
+    assert manual_while_deferred.status in ("merged", "no_changes")
+    assert load_backoff(world.reflections).retry_at is None
+
+
+class AppendingProvider(Provider):
+    """Reads the payload; while it works, the user says more (appended to the log)."""
+
+    model = "appending"
+    context_window = 128_000
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.inner = MockReflector(timezone_name="UTC")
+        self.appended = False
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        if not self.appended:
+            self.appended = True
+            self.world.say("以后一律用 ruff 检查代码")
+        return await self.inner.complete(request)
+
+
+def test_messages_appended_during_a_run_stay_unreflected(world: World) -> None:
+    before_run = list(world.conversation.log)[-1].id
+    outcome = world.reflect(AppendingProvider(world))
+    assert outcome.status == "merged"
+    assert "ruff" not in world.human()
+    state = load_state(world.conversation.directory)
+    assert state.watermark == before_run
+    assert state.steps_since_last_reflection == 1
+    again = world.reflect(MockReflector(timezone_name="UTC"))
+    assert again.status == "merged" and "- 以后一律用 ruff 检查代码" in world.human()
+
+
+def test_a_configuration_error_pauses_automatic_runs_until_one_succeeds(world: World) -> None:
+    broken = _weak(ProviderAuthError("openai/x: bad key; check OPENAI_API_KEY"))
+    failed = world.reflect(broken)
+    assert (failed.status, failed.reason) == ("failed", "provider_auth")
+    assert "OPENAI_API_KEY" in failed.message
+    paused = world.reflect(MockReflector())
+    assert (paused.status, paused.reason) == ("skipped", "configuration_error")
+    assert world.reflect(MockReflector(timezone_name="UTC"), trigger="manual").status == "merged"
+    assert load_backoff(world.reflections).configuration_error is None
+
+
+def test_a_second_job_for_a_busy_agent_becomes_the_one_follow_up(
+    world: World, redis_server: RedisForTests
+) -> None:
+    client = redis_server.client
+    holder = ReflectionLease(client, world.agent.id, owner="other-job", ttl_s=30)
+    assert holder.acquire()
+    first = world.reflect(MockReflector(), redis_client=client, request_id="rq-a")
+    second = world.reflect(MockReflector(), redis_client=client, request_id="rq-b")
+    assert (first.reason, second.reason) == ("already_active", "already_active")
+    holder.release()
+
+    done = world.reflect(MockReflector(timezone_name="UTC"), redis_client=client, request_id="rq-c")
+
+    assert done.status == "merged"
+    assert [r.request_id for r in world.sent] == ["rq-b"]  # latest wins, sent once
+    assert client.get(keys.follow_up(world.agent.id)) is None
+
+
+def test_a_redelivered_job_that_already_finished_is_a_no_op(
+    world: World, redis_server: RedisForTests
+) -> None:
+    client = redis_server.client
+    first = world.reflect(
+        MockReflector(timezone_name="UTC"), redis_client=client, request_id="rq-same"
+    )
+    again = world.reflect(
+        MockReflector(timezone_name="UTC"), redis_client=client, request_id="rq-same"
+    )
+    assert again == first
+    assert len((world.reflections / "log.jsonl").read_text().splitlines()) == 1

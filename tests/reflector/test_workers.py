@@ -1,0 +1,154 @@
+"""Reflection on the real stack: the daemon, an embedded Valkey and Celery worker
+processes (no eager mode, no fake Redis). Slow by nature: each test starts processes."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.models.reflection import ReflectionOutcome
+from tests.support.daemon import DaemonRunner
+from tests.support.workers import RedisForTests, WorkerProcess
+
+pytestmark = pytest.mark.slow
+
+SAID = ["帮我看下这个报错", "我更喜欢用 tabs 缩进", "今天我们决定以后一律用 pnpm"]
+
+
+@pytest.fixture
+def stack(agentd_home: Path) -> Iterator[dict[str, Any]]:
+    parts: dict[str, Any] = {"workers": []}
+    yield parts
+    for worker in parts["workers"]:
+        worker.stop()
+    if "redis" in parts:
+        parts["redis"].stop()
+
+
+def _events(lines: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [line["data"] for line in lines if line.get("event") == name]
+
+
+def _outcomes(home: Path) -> list[ReflectionOutcome]:
+    paths = list(home.glob("agents/*/reflections/log.jsonl"))
+    if not paths:
+        return []
+    return [
+        ReflectionOutcome.model_validate_json(line) for line in paths[0].read_text().splitlines()
+    ]
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def _human(daemon: DaemonRunner) -> str:
+    return daemon.result("memory.show", {"path": "system/human.md"})["text"]
+
+
+def test_the_seed_walkthrough_on_the_running_stack(
+    daemon: DaemonRunner, agentd_home: Path, stack: dict[str, Any]
+) -> None:
+    stack["redis"] = RedisForTests(agentd_home).start()
+    stack["workers"].append(WorkerProcess(agentd_home).start())
+    daemon.start(reflection_wait_s=30)
+
+    settings = daemon.result("reflection.settings", {"trigger": "step-count", "step_count": 3})
+    assert settings == {"trigger": "step-count", "stepCount": 3, "merge": "auto"}
+    first, second, third = (daemon.call("chat", {"text": text}) for text in SAID)
+
+    assert not _events(first, "reflection") and not _events(second, "reflection")
+    (reflection,) = _events(third, "reflection")
+    assert reflection["status"] == "merged"
+    assert reflection["line"] == (
+        f"☾ reflection {reflection['reflection_id']}: merged — Merged 1 reflection commit(s)."
+    )
+    subjects = [c["subject"] for c in daemon.result("memory.log")["commits"]]
+    assert subjects[-1] == "chore: initialize local memory"
+    assert subjects[0].startswith("feat(reflection): ") and subjects[0].endswith("🔮")
+    today = reflection["started_at"][:10]  # the worker's zone is the test machine's: UTC here
+    human = _human(daemon)
+    assert "- 我更喜欢用 tabs 缩进\n" in human and f"- {today} 我们决定以后一律用 pnpm\n" in human
+    assert "报错" not in human
+
+    asked = daemon.call("chat", {"text": "你知道我什么？"})
+    assert _events(asked, "memory_update")
+    assert asked[-1]["result"]["text"] == (
+        f"我记得关于你的这些：\n- 我更喜欢用 tabs 缩进\n- {today} 我们决定以后一律用 pnpm"
+    )
+
+
+def test_with_redis_down_chat_works_and_the_reflection_runs_once_it_is_back(
+    daemon: DaemonRunner, agentd_home: Path, stack: dict[str, Any]
+) -> None:
+    daemon.start(reflection_wait_s=5)
+    daemon.result("reflection.settings", {"trigger": "step-count", "step_count": 3})
+    started = time.monotonic()
+    for text in SAID:
+        assert daemon.result("chat", {"text": text})["stop_reason"] == "end_turn"
+    assert time.monotonic() - started < 5, "a turn waited for Redis"
+    assert list(agentd_home.glob("agents/*/reflections/outbox/*.json"))
+
+    stack["redis"] = RedisForTests(agentd_home).start()
+    stack["workers"].append(WorkerProcess(agentd_home).start())
+
+    _wait_for(
+        lambda: any(o.status == "merged" for o in _outcomes(agentd_home)),
+        40,
+        "the queued reflection",
+    )
+    assert "- 我更喜欢用 tabs 缩进" in _human(daemon)
+    _wait_for(
+        lambda: not list(agentd_home.glob("agents/*/reflections/outbox/*.json")),
+        20,
+        "the outbox to empty",
+    )
+
+
+def test_a_worker_killed_mid_job_is_redelivered_and_the_memory_ends_right(
+    daemon: DaemonRunner, agentd_home: Path, stack: dict[str, Any]
+) -> None:
+    stack["redis"] = RedisForTests(agentd_home).start()
+    slow = WorkerProcess(
+        agentd_home, "slow", AGENTD_MOCK_LATENCY_S="2", AGENTD_REFLECTION_LEASE_S="3"
+    ).start()
+    stack["workers"].append(slow)
+    daemon.start(reflection_wait_s=0, reflection_lease_s=3)
+    daemon.result("reflection.settings", {"trigger": "step-count", "step_count": 3})
+    for text in SAID:
+        daemon.result("chat", {"text": text})
+    worktrees = next(agentd_home.glob("agents/*")) / "reflections" / "worktrees"
+    _wait_for(lambda: worktrees.is_dir() and any(worktrees.iterdir()), 30, "the job to start")
+
+    slow.kill_hard()
+    assert any(worktrees.iterdir()), "the dead job's worktree is left behind"
+    stack["workers"].append(
+        WorkerProcess(agentd_home, "fresh", AGENTD_REFLECTION_LEASE_S="3").start()
+    )
+
+    _wait_for(
+        lambda: any(o.status == "merged" for o in _outcomes(agentd_home)), 60, "the redelivered job"
+    )
+    human = _human(daemon)
+    assert human.count("- 我更喜欢用 tabs 缩进") == 1
+    assert not any(worktrees.iterdir())
+    memory = next(agentd_home.glob("agents/*/memory"))
+    branches = subprocess.run(
+        ["git", "-C", str(memory), "branch", "--list", "reflection/*"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert branches == ""
+    statuses = [(o.status, o.reason) for o in _outcomes(agentd_home)]
+    assert statuses.count(("merged", None)) == 1, statuses
+    assert daemon.result("reflection.list")["reflections"][-1]["status"] == "merged"
