@@ -14,13 +14,14 @@ import structlog
 
 from agentd.requests import AgentCreate, AgentUpdate
 from shared.agent.prompts import BASE_SYSTEM_PROMPT, DEFAULT_HUMAN, DEFAULT_PERSONA
-from shared.errors import UnknownAgent
+from shared.errors import AgentdError, UnknownAgent
 from shared.ids import new_id
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.store.agents import AgentStore
 from shared.store.conversations import AppendListener, Conversation, list_conversations
 from shared.store.layout import Layout
+from shared.store.locks import file_lock
 
 log = structlog.get_logger(__name__)
 
@@ -137,6 +138,17 @@ class Agents:
             {**c.model_dump(mode="json"), "default": c.id == record.default_conversation_id}
             for c in list_conversations(self.layout, record.id)
         ]
+
+    def recover_memory(self) -> None:
+        """Undo what a crash left in memory repos (an unfinished merge would otherwise be
+        committed, conflict markers and all, by the next memory edit)."""
+        for record in self.store.list():
+            repo = self.memory(record.id)
+            try:
+                with file_lock(repo.lock_path, timeout_s=5):
+                    repo.recover()
+            except AgentdError as exc:
+                log.warning("memory_recovery_skipped", agent_id=record.id, error=exc.message)
 
     def close(self) -> None:
         for repo in self._memory.values():

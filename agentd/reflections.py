@@ -22,7 +22,7 @@ from shared.coordination.broker import RedisLocation
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.models.turns import TurnResult
-from shared.reflection.settings import ReflectionSettings, resolve
+from shared.reflection.settings import ReflectionSettings, configured_defaults, resolve
 from shared.reflection.triggers import post_turn
 from shared.settings import Settings
 from shared.store.agents import AgentStore
@@ -50,15 +50,8 @@ class Reflections:
 
     # --- settings --------------------------------------------------------------------------
 
-    def defaults(self) -> ReflectionSettings:
-        return ReflectionSettings(
-            trigger=self.settings.reflection_trigger,
-            step_count=self.settings.reflection_step_count,
-            merge=self.settings.reflection_merge,
-        )
-
     def settings_for(self, agent: AgentRecord) -> ReflectionSettings:
-        return resolve(self.defaults(), agent.reflection)
+        return resolve(configured_defaults(self.settings), agent.reflection)
 
     # --- requests --------------------------------------------------------------------------
 

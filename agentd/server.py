@@ -97,6 +97,7 @@ class Daemon:
         path = self.settings.socket_path
         _prepare_socket_dir(path)
         server = await _bind(path, self._on_connection)
+        await asyncio.to_thread(self.agents.recover_memory)
         self.recall.start([record.id for record in self.agents.store.list()])
         self.reflections.start()
         if install_signal_handlers:

@@ -71,6 +71,18 @@ def _restore_orphans(**_: object) -> None:
         connection.default_channel.qos.restore_visible(num=None)
 
 
+@signals.worker_ready.connect
+def _sweep_and_report(**_: object) -> None:
+    """At start-up: clean what dead workers left, where no live job holds the agent."""
+    import structlog
+
+    from reflector.startup import sweep_idle_agents
+    from reflector.tools import sandbox_reason
+
+    log = structlog.get_logger("reflector")
+    log.info("reflector_ready", sandbox=sandbox_reason(), swept=sweep_idle_agents(settings))
+
+
 @signals.task_prerun.connect
 def _bind_ids(task_id: str | None = None, kwargs: dict | None = None, **_: object) -> None:
     import structlog

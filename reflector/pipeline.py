@@ -23,10 +23,12 @@ import redis
 import structlog
 
 from reflector import backoff
+from reflector.integration import has_proposal, run_integration
 from reflector.outcomes import append_outcome, finished_outcome, publish_outcome
 from reflector.subagent import SubagentRun, run_reflection_subagent
 from reflector.worktree import (
     FinalizeResult,
+    Worktree,
     create_worktree,
     finalize,
     parent_snapshot,
@@ -48,6 +50,7 @@ from shared.reflection.payload import (
     slice_records,
     write_payload,
 )
+from shared.reflection.settings import configured_defaults, resolve
 from shared.reflection.state import advance, load_state, mark_started
 from shared.settings import Settings
 from shared.store.agents import AgentStore
@@ -66,6 +69,9 @@ class JobContext:
     provider_for: Callable[[AgentRecord], Provider]
     """The sub-agent's model for an agent (the mock reflector for ``mock``)."""
     send_follow_up: Callable[[ReflectionRequest], None]
+    agent_provider_for: Callable[[AgentRecord], Provider] | None = None
+    """The agent's own model, for explicit-merge integration (None: explicit mode is
+    unavailable and proposals are merged automatically)."""
     clock: Callable[[], datetime] = utc_now
     local_zone: tzinfo | None = None
     timezone_name: str = "UTC"
@@ -225,13 +231,43 @@ class _Job:
         )
         try:
             run = self._run_subagent(worktree.path, payload)
+            result = self._finalize(worktree, run, memory_dir)
         except BaseException:
             finalize(worktree, should_merge=False)
             raise
-        result = finalize(
-            worktree, should_merge=run.success, failure_summary=None if run.success else run.reason
-        )
         return self._conclude(payload, run, result, memory_dir, worktree.base_head)
+
+    def _finalize(self, worktree: Worktree, run: SubagentRun, memory_dir: Path) -> FinalizeResult:
+        """Merge by the harness, or (explicit mode) let the agent merge and ask git."""
+        agent = AgentStore(self.layout).get(self.request.agent_id)
+        mode = resolve(configured_defaults(self.ctx.settings), agent.reflection)
+        explicit = mode.merge == "explicit" and self.ctx.agent_provider_for is not None
+        if not (run.success and explicit and has_proposal(worktree)):
+            return finalize(
+                worktree,
+                should_merge=run.success,
+                failure_summary=None if run.success else run.reason,
+            )
+        assert self.ctx.agent_provider_for is not None
+        integration = asyncio.run(
+            run_integration(
+                provider=self.ctx.agent_provider_for(agent),
+                agent=agent,
+                memory_dir=memory_dir,
+                home=self.layout.home,
+                worktree=worktree,
+                reflection_id=self.reflection_id,
+                instructions=mode.merge_instructions,
+                conversation_dir=self.reflections_dir / "integrations",
+            )
+        )
+        log.info("reflection_integration_finished", stop_reason=integration.stop_reason)
+        return finalize(
+            worktree,
+            should_merge=True,
+            require_already_merged=True,
+            failure_summary=integration.error_message or integration.report or None,
+        )
 
     def _slices(self) -> list[Slice]:
         conversation_ids = list(self.request.conversation_ids)
@@ -300,7 +336,12 @@ class _Job:
                     advance(self._conversation_dir(kept.conversation_id), kept)
             commits = _commits(memory_dir, base_head) if result.status == "merged" else []
             return self.outcome(result.status, None, result.message, commits)
-        reason = run.reason if not run.success else result.status
+        if not run.success:
+            reason: str = run.reason
+        elif result.status == "failed":
+            reason = "integration"  # explicit mode: the agent did not merge the proposal
+        else:
+            reason = result.status
         if run.error_message:
             return self.outcome(
                 "failed",

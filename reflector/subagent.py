@@ -64,7 +64,7 @@ async def run_reflection_subagent(
     child_id = validate_agent_id(
         f"{validate_agent_id(parent_agent_id)}{REFLECTION_SUFFIX}", allow_reflection=True
     )
-    conversation = Conversation.create(_JobLayout(conversation_dir), child_id, memory_head=None)
+    conversation = Conversation.create(JobLayout(conversation_dir), child_id, memory_head=None)
     system = system_prompt(now=now, timezone_name=timezone_name)
     task = task_prompt(
         is_manifest=is_manifest,
@@ -90,9 +90,9 @@ async def run_reflection_subagent(
         system_prompt=fixed_system_prompt,
         max_steps=max_steps,
     )
-    result = await run_turn(turn, [_task_message(conversation, turn.turn_id, task)])
+    result = await run_turn(turn, [task_message(conversation, turn.turn_id, task)])
     messages = list(conversation.log)
-    report = _final_report(messages)
+    report = final_report(messages)
     ok, reason = earned_success(messages, payload_path, report)
     return SubagentRun(
         success=ok,
@@ -107,7 +107,7 @@ async def run_reflection_subagent(
 
 
 @dataclass(frozen=True)
-class _JobLayout(Layout):
+class JobLayout(Layout):
     """Sub-agent transcripts sit flat in the job's directory, ``<home>/<conversation id>``;
     the agents tree of :class:`Layout` has no place for ``~reflection`` ids."""
 
@@ -116,7 +116,7 @@ class _JobLayout(Layout):
         return self.home / validate_id(conversation_id, "conversation id")
 
 
-def _task_message(conversation: Conversation, turn_id: str, text: str) -> Message:
+def task_message(conversation: Conversation, turn_id: str, text: str) -> Message:
     return Message(
         id=new_id("msg"),
         agent_id=conversation.agent_id,
@@ -128,7 +128,7 @@ def _task_message(conversation: Conversation, turn_id: str, text: str) -> Messag
     )
 
 
-def _final_report(messages: list[Message]) -> str:
+def final_report(messages: list[Message]) -> str:
     """The reply that ended the turn by itself; a stopped run has no report."""
     for message in reversed(messages):
         if message.role == "assistant" and message.stop_reason is not None:

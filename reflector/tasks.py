@@ -46,6 +46,10 @@ def _provider_for(agent: AgentRecord) -> Provider:
     return _providers.get(model, settings.reflection_context_window)
 
 
+def _agent_provider_for(agent: AgentRecord) -> Provider:
+    return _providers.get(agent.model, agent.context_window)
+
+
 def _send_follow_up(request: ReflectionRequest) -> None:
     app.send_task(
         keys.REFLECT_TASK,
@@ -67,6 +71,7 @@ def reflect(self: Any, request: dict[str, Any]) -> dict[str, Any] | None:
         settings=settings,
         redis=redis.Redis.from_url(location.redis_url),
         provider_for=_provider_for,
+        agent_provider_for=_agent_provider_for,
         send_follow_up=_send_follow_up,
         local_zone=zone,
         timezone_name=zone_name,

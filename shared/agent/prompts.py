@@ -7,5 +7,8 @@ current: put what will matter later (the user, their preferences, your work) in 
 file with edit_file or write_file. Old messages leave your context but stay findable with \
 recall_search. Call tools to keep working; answer without one to hand back."""
 
+INTEGRATION_MARKER = "[reflection integration]"
+"""Opens every explicit-merge integration task, so transcripts (and the mock) can tell."""
+
 DEFAULT_PERSONA = "I am a helpful assistant who remembers what matters to the user."
 DEFAULT_HUMAN = ""

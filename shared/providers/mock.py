@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 
+from shared.agent.prompts import INTEGRATION_MARKER
 from shared.context.estimate import request_tokens, text_tokens
 from shared.context.summary import SUMMARY_PROMPT
 from shared.errors import ContextOverflowError
@@ -42,6 +43,7 @@ _REMEMBER_ZH = re.compile(r"^还记得(?P<topic>.+?)吗[？?]?$")
 _REMEMBER_EN = re.compile(r"^do you remember (?P<topic>.+?)\??$", re.IGNORECASE)
 _HIT_LINE = re.compile(r"^\[[^\]]*\] (?P<text>.*?)(?: \(id [^)]*\))?$")
 RECALL_TOOL = "recall_search"
+_MERGE_COMMAND = re.compile(r"git -C (?P<memory>\S+) merge --no-ff (?P<branch>\S+) -m")
 
 
 class MockProvider(Provider):
@@ -55,6 +57,14 @@ class MockProvider(Provider):
             raise ContextOverflowError(
                 f"mock: the request is ~{prompt_tokens} tokens but the context window is "
                 f"{self.context_window}; compact the conversation or raise AGENTD_CONTEXT_WINDOW"
+            )
+        integration = _integration_call(request)
+        if integration is not None:
+            return ModelResponse(
+                tool_calls=[integration],
+                usage=Usage(input_tokens=prompt_tokens),
+                finish_reason="tool_calls",
+                model=self.model,
             )
         recall = _recall_call(request)
         if recall is not None:
@@ -78,6 +88,8 @@ class MockProvider(Provider):
         if request.system == SUMMARY_PROMPT:
             return _summarise(request.messages[-1].content)
         user_text = _latest_user_speech(request.messages)
+        if user_text.startswith(INTEGRATION_MARKER):
+            return _report_integration(request.messages[-1])
         last = request.messages[-1] if request.messages else None
         if last is not None and last.role == "tool" and last.name == RECALL_TOOL:
             return _report_recall(last.content, user_text)
@@ -105,6 +117,29 @@ def _recall_call(request: ModelRequest) -> ToolCall | None:
         return None
     arguments = json.dumps({"query": match["topic"].strip()}, ensure_ascii=False)
     return ToolCall(id=new_id("call"), name=RECALL_TOOL, arguments=arguments)
+
+
+def _integration_call(request: ModelRequest) -> ToolCall | None:
+    """Explicit merge: merge the proposal with the command the task names, then report."""
+    if not request.messages or request.messages[-1].role != "user":
+        return None
+    task = _latest_user_speech(request.messages)
+    match = _MERGE_COMMAND.search(task) if task.startswith(INTEGRATION_MARKER) else None
+    if match is None or "bash" not in {tool.name for tool in request.tools}:
+        return None
+    command = (
+        f"git -C {match['memory']} merge --no-ff {match['branch']} "
+        '-m "merge(reflection): accept the reflection\'s proposal"'
+    )
+    return ToolCall(id=new_id("call"), name="bash", arguments=json.dumps({"command": command}))
+
+
+def _report_integration(result: Message) -> str:
+    if result.role != "tool":
+        return "（mock）I could not find the merge command in the integration task."
+    if result.is_error or "[exit code" in result.content:
+        return f"（mock）The merge failed: {result.content.strip()[:300]}"
+    return "（mock）Reviewed the reflection's proposal and merged it into my memory."
 
 
 def _report_recall(result: str, question: str) -> str:

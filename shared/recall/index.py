@@ -15,9 +15,11 @@ from the daemon's event loop while searches and the initial build run in threads
 
 from __future__ import annotations
 
+import re
 import threading
 from array import array
 from collections.abc import Iterable
+from itertools import repeat
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +34,7 @@ from shared.recall.ranking import (
     idf,
 )
 from shared.recall.segments import (
+    MAX_BIGRAM_TF,
     OPEN_SEGMENT_DOCS,
     SEGMENT_CAPACITY,
     Segment,
@@ -174,7 +177,12 @@ class AgentIndex:
 
 
 class _Search:
-    """One query against the index's state at the moment (the caller holds the lock)."""
+    """One query against the index's state at the moment (the caller holds the lock).
+
+    Everything is restricted to the request's scope as early as possible: segments without
+    an in-scope document are skipped, postings are cut to the scope before any per-document
+    work, and the text is only read (``count``, ``find``) for in-scope candidates.
+    """
 
     def __init__(self, index: AgentIndex, query: Query, request: SearchRequest) -> None:
         self.index = index
@@ -186,41 +194,23 @@ class _Search:
         self.conversation = np.frombuffer(index._conversation, dtype=np.uint32)
         self.role = np.frombuffer(index._role, dtype=np.uint8)
         self.segments: list[Segment | SegmentBuilder] = [*index._segments, index._open]
+        self.scope: np.ndarray
+        self.filtered = False
 
     def run(self) -> Ranked:
         scope = self._scope()
         if scope is None or not scope.any():
             return []
+        self._restrict(scope)
         echo = np.frombuffer(self.index._echo, dtype=np.uint8).astype(bool)
-        self._demote_question(scope, echo)
-        corpus = scope & ~echo
-        if not corpus.any():
-            corpus = scope
-        corpus_size = int(corpus.sum())
-        avgdl = int(self.lengths[corpus].sum(dtype=np.int64)) / corpus_size
-        scores = np.zeros(self.count)
-        candidates = np.zeros(self.count, dtype=bool)
-        for term in self.query.terms:
-            docs, tfs = self._postings(term)
-            weight = idf(corpus_size, int(corpus[docs].sum()))
-            keep = scope[docs]
-            docs, tf = docs[keep], tfs[keep].astype(np.float64)
-            scores[docs] += (
-                weight
-                * tf
-                * (K1 + 1)
-                / (tf + K1 * (1 - B + B * self.lengths[docs] / max(avgdl, 1.0)))
-            )
-            if not self.query.phrases:
-                candidates[docs] = True
-        if self.query.phrases:
-            candidates = scope.copy()
-            for phrase in self.query.phrases:
-                candidates &= self._phrase_mask(phrase)
-        numbers = np.flatnonzero(candidates)
+        self._demote_question(echo)
+        scores, matched = self._term_scores(echo)
+        numbers = self._phrase_matches() if self.query.phrases else matched
         final = scores[numbers] + PHRASE_BONUS * len(self.query.phrases)
         final[echo[numbers]] *= ECHO_FACTOR
         return self._top(numbers, final)
+
+    # --- scope -----------------------------------------------------------------------------
 
     def _scope(self) -> np.ndarray | None:
         request = self.request
@@ -240,7 +230,20 @@ class _Search:
             scope &= self.created <= request.until.timestamp()
         return scope
 
-    def _demote_question(self, scope: np.ndarray, echo: np.ndarray) -> None:
+    def _restrict(self, scope: np.ndarray) -> None:
+        """Search only segments holding an in-scope document (a date range is a few)."""
+        self.scope = scope
+        self.filtered = not scope.all()
+        if self.filtered:
+            self.segments = [s for s in self.segments if scope[s.base : s.base + s.size].any()]
+
+    def _in_scope(self, docs: np.ndarray, tfs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if not self.filtered:
+            return docs, tfs
+        keep = self.scope[docs]
+        return docs[keep], tfs[keep]
+
+    def _demote_question(self, echo: np.ndarray) -> None:
         """In-conversation recall: the conversation's newest user message is the question."""
         request = self.request
         if request.conversation_id is not None or request.current_conversation_id is None:
@@ -249,95 +252,207 @@ class _Search:
         if number is None:
             return
         mine = np.flatnonzero(
-            scope & (self.conversation == number) & (self.role == _ROLE_CODE["user"])
+            self.scope & (self.conversation == number) & (self.role == _ROLE_CODE["user"])
         )
         if len(mine):
             newest = self.created[mine].max()
             tied = mine[self.created[mine] == newest]
             echo[max(tied, key=self.index.message_id)] = True
 
+    # --- terms -----------------------------------------------------------------------------
+
+    def _term_scores(self, echo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 of the terms for every document (zero where none occurs) and the in-scope
+        documents holding at least one term, ascending.
+
+        The corpus statistics are the reference scan's: N and avgdl over the in-scope
+        non-echo documents (all in-scope ones if that leaves none), df over the same.
+        """
+        scores = np.zeros(self.count)
+        matched = np.zeros(self.count, dtype=bool)
+        if not self.query.terms:
+            return scores, np.flatnonzero(matched)
+        corpus = self.scope & ~echo
+        if not corpus.any():
+            corpus = self.scope
+        corpus_size = int(np.count_nonzero(corpus))
+        avgdl = int(np.sum(self.lengths, where=corpus, dtype=np.int64)) / corpus_size
+        for term in self.query.terms:
+            docs, tfs = self._postings(term)
+            weight = idf(corpus_size, int(np.count_nonzero(corpus[docs])))
+            tf = tfs.astype(np.float64)
+            scores[docs] += (
+                weight
+                * tf
+                * (K1 + 1)
+                / (tf + K1 * (1 - B + B * self.lengths[docs] / max(avgdl, 1.0)))
+            )
+            matched[docs] = True
+        return scores, np.flatnonzero(matched)
+
     def _postings(self, term: str) -> tuple[np.ndarray, np.ndarray]:
-        """Documents containing ``term`` (ascending) and its frequency in each."""
-        docs: list[np.ndarray] = []
-        tfs: list[np.ndarray] = []
+        """In-scope documents containing ``term`` (ascending) and its exact frequency in each."""
+        if not is_cjk(term):
+            return self._in_scope(*self._gather("word_postings", word_key(term)))
+        if len(term) == 1:
+            return self._in_scope(*self._char_postings(term))
+        if len(term) == 2:
+            return self._bigram_term_postings(term)
+        docs = self._intersect(self._bigram_lists(term))
+        tfs = self._each(docs, "count", term.encode())
+        found = tfs > 0
+        return docs[found], tfs[found]
+
+    def _bigram_term_postings(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        """A two-character CJK term is a bigram, and its postings carry the number of
+        positions it occurs at: the term frequency itself, except where that count is
+        saturated, or where the two characters are the same (哈哈哈 holds 哈哈 at two
+        positions but only once without overlap); only those documents are counted."""
+        docs, tfs = self._in_scope(*self._gather("bigram_postings", bigram_key(term)))
+        inexact = tfs >= MAX_BIGRAM_TF
+        if term[0] == term[1]:
+            inexact |= tfs > 1
+        if inexact.any():
+            tfs = tfs.astype(np.int64)
+            tfs[inexact] = self._each(docs[inexact], "count", term.encode())
+        return docs, tfs
+
+    def _char_postings(self, char: str) -> tuple[np.ndarray, np.ndarray]:
+        """A one-character CJK term has no bigram: find its occurrences in the text."""
+        pattern = re.compile(re.escape(char.encode()))
+        docs: list[np.ndarray] = [_NO_DOCS]
+        tfs: list[np.ndarray] = [_NO_DOCS]
         for segment in self.segments:
-            if is_cjk(term):
-                local, tf = _cjk_postings(segment, term)
-            else:
-                local, tf = segment.word_postings(word_key(term))
-            docs.append(local.astype(np.int64) + segment.base)
-            tfs.append(tf)
+            positions = np.fromiter(
+                (match.start() for match in pattern.finditer(segment.text)), dtype=np.int64
+            )
+            local = np.searchsorted(segment.text_starts, positions, side="right") - 1
+            unique, counts = np.unique(local, return_counts=True)
+            docs.append(unique + segment.base)
+            tfs.append(counts)
         return np.concatenate(docs), np.concatenate(tfs)
 
-    def _phrase_mask(self, phrase: str) -> np.ndarray:
-        mask = np.zeros(self.count, dtype=bool)
-        candidates: np.ndarray | None = None
-        for token in dict.fromkeys(phrase.split(" ")):
-            docs, _ = self._postings(token)
-            candidates = docs if candidates is None else np.intersect1d(candidates, docs)
-        if candidates is None or not len(candidates):
-            return mask
-        pattern = (
-            ("" if is_cjk_char(phrase[0]) else " ")
-            + phrase
-            + ("" if is_cjk_char(phrase[-1]) else " ")
-        ).encode()
+    # --- phrases ---------------------------------------------------------------------------
+
+    def _phrase_matches(self) -> np.ndarray:
+        """In-scope documents containing every phrase: the documents holding all of the
+        phrases' words and bigrams, each then checked with ``find`` in the text."""
+        lists: list[np.ndarray] = []
+        chars: list[str] = []
+        for token in dict.fromkeys(t for p in self.query.phrases for t in p.split(" ")):
+            if not is_cjk(token):
+                lists.append(self._gather("word_postings", word_key(token))[0])
+            elif len(token) > 1:
+                lists += self._bigram_lists(token)
+            else:
+                chars.append(token)
+        if not lists:
+            lists.append(self._postings(chars[0])[0])
+        numbers = self._intersect(lists)
+        for phrase in self.query.phrases:
+            numbers = numbers[self._each(numbers, "find", _phrase_pattern(phrase)) >= 0]
+        return numbers
+
+    # --- postings and text -----------------------------------------------------------------
+
+    def _gather(self, lookup: str, key: int) -> tuple[np.ndarray, np.ndarray]:
+        """A key's postings over the segments searched, as document numbers (ascending)."""
+        docs: list[np.ndarray] = [_NO_DOCS]
+        tfs: list[np.ndarray] = [_NO_DOCS]
         for segment in self.segments:
-            lo, hi = segment.base, segment.base + segment.size
-            text, starts = segment.text, segment.text_starts
-            for number in candidates[(candidates >= lo) & (candidates < hi)]:
-                local = int(number) - lo
-                if text.find(pattern, int(starts[local]), int(starts[local + 1])) != -1:
-                    mask[number] = True
-        return mask
+            local, tf = getattr(segment, lookup)(key)
+            if len(local):
+                docs.append(local.astype(np.int64) + segment.base)
+                tfs.append(tf)
+        return np.concatenate(docs), np.concatenate(tfs)
+
+    def _bigram_lists(self, token: str) -> list[np.ndarray]:
+        """The documents holding each bigram of a CJK token: a superset of its matches."""
+        return [
+            self._gather("bigram_postings", bigram_key(bigram))[0]
+            for bigram in sorted(cjk_bigrams(token))
+        ]
+
+    def _intersect(self, lists: list[np.ndarray]) -> np.ndarray:
+        """In-scope documents on every one of ``lists`` (each ascending and unique).
+
+        The shortest is cut to the scope and then to each longer one through a boolean
+        mask: one pass over each list, no sorting (``np.intersect1d`` sorts)."""
+        lists = sorted(lists, key=len)
+        numbers = lists[0][self.scope[lists[0]]] if self.filtered else lists[0]
+        for docs in lists[1:]:
+            if not len(numbers):
+                break
+            present = np.zeros(self.count, dtype=bool)
+            present[docs] = True
+            numbers = numbers[present[numbers]]
+        return numbers
+
+    def _each(self, numbers: np.ndarray, method: str, pattern: bytes) -> np.ndarray:
+        """``text.<method>(pattern, start, end)`` over each document's stretch of its
+        segment's text (``count`` or ``find``), looped by ``map`` rather than in Python."""
+        results = np.empty(len(numbers), dtype=np.int64)
+        for segment in self.segments:
+            lo, hi = np.searchsorted(numbers, (segment.base, segment.base + segment.size))
+            if lo == hi:
+                continue
+            local = numbers[lo:hi] - segment.base
+            starts = segment.text_starts
+            results[lo:hi] = np.fromiter(
+                map(
+                    getattr(segment.text, method),
+                    repeat(pattern),
+                    starts[local].tolist(),
+                    starts[local + 1].tolist(),
+                ),
+                dtype=np.int64,
+                count=int(hi - lo),
+            )
+        return results
+
+    # --- ranking ---------------------------------------------------------------------------
 
     def _top(self, numbers: np.ndarray, final: np.ndarray) -> Ranked:
-        limit = self.request.limit
-        if len(numbers) > limit:
-            kth = np.partition(final, len(final) - limit)[len(final) - limit]
-            chosen = final >= kth
-            numbers, final = numbers[chosen], final[chosen]
+        """The best ``limit`` by (score, created_at, message id), descending."""
+        chosen = self._contenders(numbers, final)
         rows = [
             (
-                float(score),
-                float(self.created[number]),
-                self.index.message_id(int(number)),
-                int(number),
+                float(final[i]),
+                float(self.created[numbers[i]]),
+                self.index.message_id(int(numbers[i])),
+                int(numbers[i]),
             )
-            for number, score in zip(numbers, final, strict=True)
+            for i in chosen.tolist()
         ]
         rows.sort(reverse=True)
-        return [(number, score) for score, _, _, number in rows[:limit]]
+        return [(number, score) for score, _, _, number in rows[: self.request.limit]]
+
+    def _contenders(self, numbers: np.ndarray, final: np.ndarray) -> np.ndarray:
+        """Positions in ``numbers`` of the top ``limit`` by (score, created_at), plus any
+        exact ties at the cut: only those need their message ids decoded to be ordered.
+        A phrase-only query scores thousands of documents alike, so this matters."""
+        limit = self.request.limit
+        if len(final) <= limit:
+            return np.arange(len(final))
+        kth = np.partition(final, len(final) - limit)[len(final) - limit]
+        above = np.flatnonzero(final > kth)
+        tied = np.flatnonzero(final == kth)
+        wanted = limit - len(above)
+        if len(tied) > wanted:
+            created = self.created[numbers[tied]]
+            newest = np.partition(created, len(tied) - wanted)[len(tied) - wanted]
+            tied = tied[created >= newest]
+        return np.concatenate((above, tied))
 
 
-def _cjk_postings(segment: Segment | SegmentBuilder, term: str) -> tuple[np.ndarray, np.ndarray]:
-    """Exact substring counts of a CJK term: candidates by bigrams, counted in the text."""
-    encoded = term.encode()
-    text, starts = segment.text, segment.text_starts
-    if len(term) == 1:
-        counts: dict[int, int] = {}
-        position = text.find(encoded)
-        while position != -1:
-            local = int(np.searchsorted(starts, position, side="right")) - 1
-            counts[local] = counts.get(local, 0) + 1
-            position = text.find(encoded, position + len(encoded))
-        local_docs = np.array(sorted(counts), dtype=np.int64)
-        return local_docs, np.array([counts[d] for d in sorted(counts)], dtype=np.int64)
-    candidates: np.ndarray | None = None
-    for bigram in sorted(cjk_bigrams(term)):
-        docs = segment.bigram_docs(bigram_key(bigram))
-        candidates = docs if candidates is None else np.intersect1d(candidates, docs)
-        if not len(candidates):
-            break
-    assert candidates is not None
-    found_docs: list[int] = []
-    found_tfs: list[int] = []
-    for local in candidates.tolist():
-        count = text.count(encoded, int(starts[local]), int(starts[local + 1]))
-        if count:
-            found_docs.append(local)
-            found_tfs.append(count)
-    return np.array(found_docs, dtype=np.int64), np.array(found_tfs, dtype=np.int64)
+_NO_DOCS = np.zeros(0, dtype=np.int64)
+
+
+def _phrase_pattern(phrase: str) -> bytes:
+    """The phrase as it appears in a segment's text: Latin edges on token boundaries."""
+    return (
+        ("" if is_cjk_char(phrase[0]) else " ") + phrase + ("" if is_cjk_char(phrase[-1]) else " ")
+    ).encode()
 
 
 def build_agent_index(conversation_logs: Iterable[tuple[str, Path]]) -> AgentIndex:

@@ -2,14 +2,17 @@
 
 A segment covers consecutive documents, so a document's number inside it fits in
 16 bits. For each key it holds the documents containing it, as a sorted ``uint16`` array
-in one CSR layout (``keys`` sorted, ``starts`` into ``docs``), which keeps the postings at
-2 bytes each (plus 2 for a word's term frequency) instead of a Python object each.
+in one CSR layout (``keys`` sorted, ``starts`` into ``docs``) with a parallel array of
+frequencies, which keeps a posting at 3 or 4 bytes instead of a Python object.
 
 Two kinds of keys:
-- *words*: every non-CJK token, with its term frequency;
-- *bigrams*: every pair of adjacent characters inside a CJK token, without frequency.
+- *words*: every non-CJK token, with its term frequency (``uint16``);
+- *bigrams*: every pair of adjacent characters inside a CJK token, with the number of
+  positions it occurs at in the document (``uint8``, saturating at :data:`MAX_BIGRAM_TF`).
   A CJK term matches as a substring, so its candidates are the documents holding all of
-  its bigrams; its exact frequency is then counted in the segment's text.
+  its bigrams. For a two-character term of two different characters that count *is* its
+  frequency (such occurrences cannot overlap); any other CJK term, or a saturated count,
+  is counted exactly in the segment's text.
 
 The text is each document's tokens joined by spaces, padded with a space on both sides
 and ended by a newline, in one UTF-8 ``bytes``: UTF-8 never matches inside a character, so
@@ -33,7 +36,12 @@ SEGMENT_CAPACITY = 65_536
 OPEN_SEGMENT_DOCS = 8_192
 """Documents the open segment takes before it is frozen (its lookups scan linearly)."""
 MAX_TF = 65_535
+MAX_BIGRAM_TF = 255
+"""A bigram count this high only says "at least": the term is counted in the text."""
 _EMPTY = np.zeros(0, dtype=np.uint16)
+
+Postings = tuple[np.ndarray, np.ndarray]
+"""(documents inside the segment, ascending ``uint16``; their frequencies)."""
 
 
 def word_key(token: str) -> int:
@@ -48,31 +56,45 @@ def cjk_bigrams(token: str) -> set[str]:
     return {token[i : i + 2] for i in range(len(token) - 1)}
 
 
+def _bigram_counts(tokens: list[str]) -> Counter[str]:
+    """Positions each bigram occurs at, over the document's CJK tokens."""
+    return Counter(
+        token[i : i + 2]
+        for token in tokens
+        if len(token) > 1 and is_cjk(token)
+        for i in range(len(token) - 1)
+    )
+
+
 @dataclass(frozen=True)
 class _Postings:
     keys: np.ndarray
     starts: np.ndarray
     docs: np.ndarray
-    tfs: np.ndarray | None
+    tfs: np.ndarray
 
     @classmethod
-    def build(cls, keys: np.ndarray, docs: np.ndarray, tfs: np.ndarray | None) -> _Postings:
+    def build(cls, keys: np.ndarray, docs: np.ndarray, tfs: np.ndarray) -> _Postings:
         order = np.argsort(keys, kind="stable")
-        keys, docs = keys[order], docs[order]
+        keys = keys[order]
         unique, first = np.unique(keys, return_index=True)
         starts = np.append(first, len(keys)).astype(np.int64)
-        return cls(unique, starts, docs, tfs[order] if tfs is not None else None)
+        return cls(unique, starts, docs[order], tfs[order])
 
-    def find(self, key: int) -> slice | None:
+    def find(self, key: int) -> Postings:
         index = int(np.searchsorted(self.keys, np.uint64(key)))
         if index < len(self.keys) and int(self.keys[index]) == key:
-            return slice(int(self.starts[index]), int(self.starts[index + 1]))
-        return None
+            found = slice(int(self.starts[index]), int(self.starts[index + 1]))
+            return self.docs[found], self.tfs[found]
+        return _EMPTY, _EMPTY
+
+    def expanded_keys(self) -> np.ndarray:
+        """The key of every posting (the inverse of the CSR compression), for merging."""
+        return np.repeat(self.keys, np.diff(self.starts))
 
     @property
     def nbytes(self) -> int:
-        extra = self.tfs.nbytes if self.tfs is not None else 0
-        return self.keys.nbytes + self.starts.nbytes + self.docs.nbytes + extra
+        return self.keys.nbytes + self.starts.nbytes + self.docs.nbytes + self.tfs.nbytes
 
 
 class Segment:
@@ -88,16 +110,11 @@ class Segment:
         self.text = text
         self.text_starts = text_starts
 
-    def word_postings(self, key: int) -> tuple[np.ndarray, np.ndarray]:
-        found = self.words.find(key)
-        if found is None:
-            return _EMPTY, _EMPTY
-        assert self.words.tfs is not None
-        return self.words.docs[found], self.words.tfs[found]
+    def word_postings(self, key: int) -> Postings:
+        return self.words.find(key)
 
-    def bigram_docs(self, key: int) -> np.ndarray:
-        found = self.bigrams.find(key)
-        return _EMPTY if found is None else self.bigrams.docs[found]
+    def bigram_postings(self, key: int) -> Postings:
+        return self.bigrams.find(key)
 
     @property
     def nbytes(self) -> int:
@@ -115,6 +132,7 @@ class SegmentBuilder:
         self._word_tfs = array("H")
         self._bigram_keys = array("Q")
         self._bigram_docs = array("H")
+        self._bigram_tfs = array("B")
         self._text = bytearray()
         self._text_starts = array("q", [0])
 
@@ -127,30 +145,28 @@ class SegmentBuilder:
             self._word_keys.append(word_key(token))
             self._word_docs.append(local)
             self._word_tfs.append(min(count, MAX_TF))
-        bigrams: set[str] = set()
-        for token in tokens:
-            if len(token) > 1 and is_cjk(token):
-                bigrams |= cjk_bigrams(token)
-        for bigram in bigrams:
+        for bigram, count in _bigram_counts(tokens).items():
             self._bigram_keys.append(bigram_key(bigram))
             self._bigram_docs.append(local)
+            self._bigram_tfs.append(min(count, MAX_BIGRAM_TF))
         self._text += b" " + " ".join(tokens).encode() + b" \n"
         self._text_starts.append(len(self._text))
         self.size += 1
 
-    def word_postings(self, key: int) -> tuple[np.ndarray, np.ndarray]:
-        keys = np.frombuffer(self._word_keys, dtype=np.uint64)
-        hits = np.flatnonzero(keys == np.uint64(key))
+    def word_postings(self, key: int) -> Postings:
+        return self._scan(self._word_keys, self._word_docs, self._word_tfs, key)
+
+    def bigram_postings(self, key: int) -> Postings:
+        return self._scan(self._bigram_keys, self._bigram_docs, self._bigram_tfs, key)
+
+    @staticmethod
+    def _scan(keys: array, docs: array, tfs: array, key: int) -> Postings:
+        hits = np.flatnonzero(np.frombuffer(keys, dtype=np.uint64) == np.uint64(key))
         if not len(hits):
             return _EMPTY, _EMPTY
-        docs = np.frombuffer(self._word_docs, dtype=np.uint16)[hits]
-        tfs = np.frombuffer(self._word_tfs, dtype=np.uint16)[hits]
-        return docs, tfs
-
-    def bigram_docs(self, key: int) -> np.ndarray:
-        keys = np.frombuffer(self._bigram_keys, dtype=np.uint64)
-        hits = np.flatnonzero(keys == np.uint64(key))
-        return np.frombuffer(self._bigram_docs, dtype=np.uint16)[hits] if len(hits) else _EMPTY
+        all_docs = np.frombuffer(docs, dtype=np.uint16)
+        all_tfs = np.frombuffer(tfs, dtype=np.dtype(tfs.typecode))
+        return all_docs[hits], all_tfs[hits]
 
     @property
     def text(self) -> bytearray:
@@ -162,16 +178,15 @@ class SegmentBuilder:
         return np.frombuffer(self._text_starts, dtype=np.int64)
 
     def freeze(self) -> Segment:
-        def arr(values: array, dtype: type) -> np.ndarray:
-            return np.array(values, dtype=dtype)
-
         words = _Postings.build(
-            arr(self._word_keys, np.uint64),
-            arr(self._word_docs, np.uint16),
-            arr(self._word_tfs, np.uint16),
+            np.array(self._word_keys, dtype=np.uint64),
+            np.array(self._word_docs, dtype=np.uint16),
+            np.array(self._word_tfs, dtype=np.uint16),
         )
         bigrams = _Postings.build(
-            arr(self._bigram_keys, np.uint64), arr(self._bigram_docs, np.uint16), None
+            np.array(self._bigram_keys, dtype=np.uint64),
+            np.array(self._bigram_docs, dtype=np.uint16),
+            np.array(self._bigram_tfs, dtype=np.uint8),
         )
         return Segment(
             self.base, words, bigrams, bytes(self._text), np.array(self._text_starts, np.int64)
@@ -185,6 +200,7 @@ class SegmentBuilder:
             self._word_tfs,
             self._bigram_keys,
             self._bigram_docs,
+            self._bigram_tfs,
             self._text_starts,
         )
         return sum(a.itemsize * len(a) for a in arrays) + len(self._text)
@@ -193,30 +209,22 @@ class SegmentBuilder:
 def merge(segments: list[Segment]) -> Segment:
     """One segment holding the documents of consecutive ``segments`` (≤ 65,536 in all)."""
     base = segments[0].base
-    word_keys, word_docs, word_tfs, bigram_keys, bigram_docs, starts = [], [], [], [], [], []
-    text_parts: list[bytes] = []
+
+    def merged(part: str) -> _Postings:
+        postings: list[_Postings] = [getattr(segment, part) for segment in segments]
+        return _Postings.build(
+            np.concatenate([p.expanded_keys() for p in postings]),
+            np.concatenate(
+                [p.docs + np.uint16(s.base - base) for p, s in zip(postings, segments, strict=True)]
+            ),
+            np.concatenate([p.tfs for p in postings]),
+        )
+
+    starts: list[np.ndarray] = []
     offset = 0
     for segment in segments:
-        shift = segment.base - base
-        for postings, keys, docs in (
-            (segment.words, word_keys, word_docs),
-            (segment.bigrams, bigram_keys, bigram_docs),
-        ):
-            counts = np.diff(postings.starts)
-            keys.append(np.repeat(postings.keys, counts))
-            docs.append(postings.docs.astype(np.uint32) + shift)
-        assert segment.words.tfs is not None
-        word_tfs.append(segment.words.tfs)
         starts.append(segment.text_starts[:-1] + offset)
-        text_parts.append(segment.text)
         offset += len(segment.text)
     starts.append(np.array([offset], dtype=np.int64))
-    words = _Postings.build(
-        np.concatenate(word_keys),
-        np.concatenate(word_docs).astype(np.uint16),
-        np.concatenate(word_tfs),
-    )
-    bigrams = _Postings.build(
-        np.concatenate(bigram_keys), np.concatenate(bigram_docs).astype(np.uint16), None
-    )
-    return Segment(base, words, bigrams, b"".join(text_parts), np.concatenate(starts))
+    text = b"".join(segment.text for segment in segments)
+    return Segment(base, merged("words"), merged("bigrams"), text, np.concatenate(starts))

@@ -9,9 +9,12 @@ older version stored) are ignored.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator
+
+if TYPE_CHECKING:
+    from shared.settings import Settings
 
 Trigger = Literal["off", "step-count", "compaction-event"]
 MergeMode = Literal["auto", "explicit"]
@@ -70,4 +73,13 @@ def resolve(
         return defaults
     return ReflectionSettings.model_validate(
         {**defaults.model_dump(), **overrides.model_dump(exclude_none=True)}
+    )
+
+
+def configured_defaults(settings: Settings) -> ReflectionSettings:
+    """The daemon-wide layer (``AGENTD_REFLECTION_*``) every agent inherits from."""
+    return ReflectionSettings(
+        trigger=settings.reflection_trigger,
+        step_count=settings.reflection_step_count,
+        merge=settings.reflection_merge,
     )

@@ -26,10 +26,13 @@ from shared.models.agents import AgentRecord
 from shared.models.messages import Message
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.providers.base import ModelRequest, ModelResponse, Provider
+from shared.providers.mock import MockProvider
 from shared.providers.mock_reflector import MockReflector
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
+from shared.reflection.settings import ReflectionOverrides
 from shared.reflection.state import load_state, record_turn
 from shared.settings import Settings
+from shared.store.agents import AgentStore
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.workers import RedisForTests
@@ -72,11 +75,14 @@ class World:
             )
             record_turn(self.conversation.directory, 1)
 
-    def context(self, provider: Provider, redis_client: Any = None) -> JobContext:
+    def context(
+        self, provider: Provider, redis_client: Any = None, agent_provider: Provider | None = None
+    ) -> JobContext:
         return JobContext(
             settings=Settings(home=self.home, reflection_lease_s=3),
             redis=redis_client,
             provider_for=lambda _agent: provider,
+            agent_provider_for=lambda _agent: agent_provider or MockProvider(),
             send_follow_up=self.sent.append,
             clock=self.clock,
             local_zone=UTC,
@@ -90,6 +96,7 @@ class World:
         trigger: str = "step-count",
         redis_client: Any = None,
         request_id: str | None = None,
+        agent_provider: Provider | None = None,
     ) -> ReflectionOutcome:
         request = ReflectionRequest(
             request_id=request_id or new_id("rq"),
@@ -98,7 +105,8 @@ class World:
             trigger=trigger,  # type: ignore[arg-type]
             requested_at=self.clock(),
         )
-        return run_job(request, request.request_id, self.context(provider, redis_client))
+        context = self.context(provider, redis_client, agent_provider)
+        return run_job(request, request.request_id, context)
 
     def human(self) -> str:
         return (self.memory / "system" / "human.md").read_text()
@@ -335,3 +343,34 @@ def test_a_redelivered_job_that_already_finished_is_a_no_op(
     )
     assert again == first
     assert len((world.reflections / "log.jsonl").read_text().splitlines()) == 1
+
+
+def _explicit(world: World) -> None:
+    store = AgentStore(Layout(world.home))
+    agent = store.get(world.agent.id)
+    agent.reflection = ReflectionOverrides(merge="explicit")
+    store.save(agent)
+
+
+def test_explicit_mode_the_agent_reviews_and_merges_and_git_is_the_judge(world: World) -> None:
+    _explicit(world)
+    outcome = world.reflect(MockReflector(timezone_name="UTC"))
+    assert outcome.status == "merged"
+    assert outcome.message == "The primary agent integrated 1 reflection commit(s)."
+    assert "- 我更喜欢用 tabs 缩进" in world.human()
+    assert world.git("log", "-1", "--format=%s").startswith("merge(reflection): ")
+    assert _watermark(world) is not None
+    transcripts = list((world.reflections / "integrations").glob("*/messages.jsonl"))
+    assert len(transcripts) == 1 and "[reflection integration]" in transcripts[0].read_text()
+
+
+def test_explicit_mode_an_agent_that_only_says_it_merged_has_not(world: World) -> None:
+    _explicit(world)
+    outcome = world.reflect(
+        MockReflector(timezone_name="UTC"),
+        agent_provider=ScriptedProvider([text_reply("Done, I merged it.")]),
+    )
+    assert (outcome.status, outcome.reason) == ("failed", "integration")
+    assert outcome.message.endswith("; the transcript can be retried.")
+    assert "tabs" not in world.human()
+    assert _watermark(world) is None

@@ -1,0 +1,57 @@
+"""Start-up hygiene for a worker: sweep orphans of agents no live job is working on.
+
+A worker killed mid-job leaves a worktree and a ``reflection/*`` branch behind. Each job
+sweeps its own agent before it launches; at start-up a worker also sweeps every agent
+whose reflection lease is free (a held lease means a live job elsewhere owns what it
+finds, so that agent is left alone).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import redis
+import structlog
+
+from reflector.worktree import sweep_orphans
+from shared.coordination.broker import locate
+from shared.coordination.lease import ReflectionLease
+from shared.errors import AgentdError
+from shared.settings import Settings
+from shared.store.agents import AgentStore
+from shared.store.layout import Layout
+
+log = structlog.get_logger(__name__)
+
+
+def sweep_idle_agents(settings: Settings) -> list[str]:
+    layout = Layout(settings.home)
+    client = redis.Redis.from_url(locate(settings).redis_url)
+    removed: list[str] = []
+    try:
+        for agent in AgentStore(layout).list():
+            lease = ReflectionLease(
+                client,
+                agent.id,
+                owner=f"startup-{uuid.uuid4().hex[:8]}",
+                ttl_s=settings.reflection_lease_s,
+            )
+            try:
+                if not lease.acquire():
+                    continue
+            except redis.RedisError as exc:
+                log.warning("startup_sweep_skipped", error=str(exc))
+                return removed
+            try:
+                removed += sweep_orphans(
+                    layout.memory_dir(agent.id),
+                    layout.agent_dir(agent.id) / "reflections" / "worktrees",
+                    set(),
+                )
+            except AgentdError as exc:
+                log.warning("startup_sweep_failed", agent_id=agent.id, error=exc.message)
+            finally:
+                lease.release()
+    finally:
+        client.close()
+    return removed

@@ -1,0 +1,106 @@
+"""CJK terms against the reference scan, where the index takes shortcuts: a two-character
+term's frequency read from its bigram's postings (exact unless the characters repeat or
+the count saturates), longer terms counted only in in-scope candidates, phrases checked
+only in in-scope documents holding all their words and bigrams."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shared.recall.documents import Document
+from shared.recall.index import AgentIndex
+from shared.recall.ranking import SearchRequest
+from shared.recall.segments import MAX_BIGRAM_TF
+from tests.support.recall_oracle import reference_search
+
+CHARS = "哈你好们我"
+"""Few characters, so terms of any length share bigrams with many documents, repeat
+(哈哈哈 holds 哈哈 twice, but only once without overlap), and often fail to occur."""
+
+
+@st.composite
+def cjk_texts(draw: st.DrawFn) -> str:
+    runs = draw(st.lists(st.text(CHARS, min_size=1, max_size=7), max_size=6))
+    separators = draw(st.lists(st.sampled_from([" ", "。", " ok ", "x"]), min_size=len(runs)))
+    return "".join(run + sep for run, sep in zip(runs, separators, strict=False))
+
+
+@st.composite
+def cjk_corpora(draw: st.DrawFn) -> list[Document]:
+    return [
+        Document(
+            message_id=f"m{i:03d}",
+            conversation_id=draw(st.sampled_from(["c1", "c2"])),
+            role=draw(st.sampled_from(["user", "assistant"])),
+            created_at=float(draw(st.integers(0, 10))),
+            text=draw(cjk_texts()),
+            echo=draw(st.booleans()),
+        )
+        for i in range(draw(st.integers(0, 30)))
+    ]
+
+
+def _moment(draw: st.DrawFn) -> datetime | None:
+    at = draw(st.none() | st.integers(0, 10))
+    return None if at is None else datetime.fromtimestamp(at, UTC)
+
+
+@st.composite
+def cjk_requests(draw: st.DrawFn) -> SearchRequest:
+    terms = draw(st.lists(st.text(CHARS, min_size=1, max_size=4), min_size=1, max_size=3))
+    words = list(terms)
+    if draw(st.booleans()):
+        phrase = draw(st.lists(st.text(CHARS, min_size=1, max_size=4) | st.just("ok"), max_size=2))
+        words.append('"' + " ".join(phrase) + '"')
+    if draw(st.booleans()):
+        words = words[-1:]  # a phrase alone, or a single term
+    return SearchRequest(
+        query=" ".join(words),
+        limit=draw(st.integers(1, 8)),
+        conversation_id=draw(st.none() | st.just("c1")),
+        role=draw(st.none() | st.just("user")),
+        since=_moment(draw),
+        until=_moment(draw),
+        current_conversation_id=draw(st.none() | st.just("c2")),
+    )
+
+
+def _same(index: AgentIndex, documents: list[Document], request: SearchRequest) -> None:
+    actual = [(index.message_id(n), score) for n, score in index.search(request)]
+    expected = reference_search(documents, request)
+    assert [i for i, _ in actual] == [i for i, _ in expected]
+    for (_, a), (_, e) in zip(actual, expected, strict=True):
+        assert abs(a - e) <= 1e-9
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cjk_corpora(), cjk_requests(), st.booleans())
+def test_cjk_terms_and_phrases_agree_with_the_reference_scan(
+    documents: list[Document], request: SearchRequest, appended: bool
+) -> None:
+    index = AgentIndex(open_segment_docs=4, segment_capacity=8)
+    if appended:  # through the open segment, frozen and merged ones
+        for document in documents:
+            index.add(document)
+    else:
+        index.build(documents)
+    _same(index, documents, request)
+
+
+def test_saturated_bigram_counts_are_counted_in_the_text() -> None:
+    many = MAX_BIGRAM_TF + 40
+    documents = [
+        Document("a", "c1", "user", 1.0, "你好" * many, False),
+        Document("b", "c1", "user", 2.0, "哈" * (2 * many + 1), False),
+        Document("c", "c2", "assistant", 3.0, "你好 哈哈 " * MAX_BIGRAM_TF, False),
+        Document("d", "c2", "user", 4.0, "你好哈哈", False),
+        Document("e", "c1", "tool", 5.0, "其他", False),
+    ]
+    index = AgentIndex()
+    index.build(documents)
+    for query in ("你好", "哈哈", "哈", "好哈", "你好哈哈", '"好 哈哈"'):
+        for fields in ({}, {"role": "user"}, {"since": datetime.fromtimestamp(2, UTC)}):
+            _same(index, documents, SearchRequest(query, **fields))  # type: ignore[arg-type]
