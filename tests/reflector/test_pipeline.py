@@ -374,3 +374,35 @@ def test_explicit_mode_an_agent_that_only_says_it_merged_has_not(world: World) -
     assert outcome.message.endswith("; the transcript can be retried.")
     assert "tabs" not in world.human()
     assert _watermark(world) is None
+
+
+def test_a_manual_reflection_over_recent_conversations_uses_a_manifest(world: World) -> None:
+    agents = Agents(Layout(world.home))
+    other = agents.new_conversation(world.agent)
+    other.append(
+        [_message(other, "user", "总是用中文回答我"), _message(other, "assistant", "好的")]
+    )
+    record_turn(other.directory, 1)
+    agents.close()
+    request = ReflectionRequest(
+        request_id="rq-multi",
+        agent_id=world.agent.id,
+        recent=2,
+        trigger="manual",
+        requested_at=world.clock(),
+    )
+
+    outcome = run_job(
+        request, request.request_id, world.context(MockReflector(timezone_name="UTC"))
+    )
+
+    assert outcome.status == "merged"
+    human = world.human()
+    assert "- 我更喜欢用 tabs 缩进" in human and "- 总是用中文回答我" in human
+    manifests = [json.loads(p.read_text()) for p in (world.reflections / "payloads").glob("*.json")]
+    assert any(
+        isinstance(m, dict) and m.get("type") == "multi_transcript_reflection_payload"
+        for m in manifests
+    )
+    assert load_state(other.directory).watermark is not None
+    assert _watermark(world) is not None

@@ -1,0 +1,110 @@
+"""``agentd up``: the whole stack from one command, driven with agentctl like a user does."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import run_agentctl
+
+pytestmark = pytest.mark.slow
+
+
+class Up:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.env = {**os.environ, "AGENTD_WORKERS": "1", "AGENTD_REFLECTION_WAIT_S": "30"}
+        self.output = home / "up.out"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Up:
+        with open(self.output, "ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "agentd.cli", "up"],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 60
+        while b"ready" not in self.output.read_bytes() or run_agentctl("status").returncode:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(self.output.read_text(errors="replace"))
+            time.sleep(0.2)
+        return self
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(60)
+
+
+@pytest.fixture
+def up(agentd_home: Path) -> Iterator[Up]:
+    stack = Up(agentd_home).start()
+    yield stack
+    stack.stop()
+
+
+def _children_of(pid: int) -> list[int]:
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(p) for p in found.split()]
+
+
+def test_the_seed_walkthrough_through_agentctl_then_a_clean_stop(up: Up, agentd_home: Path) -> None:
+    assert run_agentctl("sleeptime", "--trigger", "step-count", "--steps", "3").stdout == (
+        '{"trigger":"step-count","stepCount":3,"merge":"auto"}\n'
+    )
+    assert (
+        run_agentctl("chat", "-p", "帮我看下这个报错").stdout
+        == "（mock）我听到了：帮我看下这个报错\n"
+    )
+    run_agentctl("chat", "-p", "我更喜欢用 tabs 缩进")
+    third = run_agentctl("chat", "-p", "今天我们决定以后一律用 pnpm").stdout.splitlines()
+    assert third[0] == "（mock）我听到了：今天我们决定以后一律用 pnpm"
+    assert third[1].startswith("  ☾ reflection ")
+    assert third[1].endswith(": merged — Merged 1 reflection commit(s).")
+
+    log = run_agentctl("memory", "log").stdout.splitlines()
+    assert "(reflection): " in log[0] and log[0].endswith("🔮")
+    assert log[-1].endswith("chore: initialize local memory")
+    human = run_agentctl("memory", "show", "system/human.md").stdout
+    assert "- 我更喜欢用 tabs 缩进" in human and "我们决定以后一律用 pnpm" in human
+    assert "报错" not in human
+
+    asked = run_agentctl("chat", "-p", "你知道我什么？").stdout.splitlines()
+    assert asked[0] == "  ↻ memory changed — injected <memory_update> reminder"
+    assert asked[1] == "我记得关于你的这些："
+    assert asked[2] == "- 我更喜欢用 tabs 缩进"
+
+    manual = run_agentctl("reflect", "--wait", "--timeout", "60")
+    assert manual.returncode == 0 and "no_changes" in manual.stdout
+    assert "merged" in run_agentctl("reflections").stdout
+
+    assert up.proc is not None
+    children = _children_of(up.proc.pid)
+    assert len(children) == 3  # valkey, agentd, one reflector
+    assert up.stop() == 0
+    time.sleep(0.5)
+    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
+    assert not (agentd_home / "run" / "agentd.sock").exists()
+    assert not (agentd_home / "run" / "valkey.sock").exists()
+
+
+def test_a_second_up_on_the_same_home_says_it_is_running(up: Up) -> None:
+    second = subprocess.run(
+        [sys.executable, "-m", "agentd.cli", "up"],
+        env=up.env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert second.returncode == 1
+    assert "already running" in second.stderr
