@@ -3,6 +3,7 @@ processes (no eager mode, no fake Redis). Slow by nature: each test starts proce
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from shared.models.reflection import ReflectionOutcome
+from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from tests.support.daemon import DaemonRunner
 from tests.support.workers import RedisForTests, WorkerProcess
 
@@ -152,3 +154,42 @@ def test_a_worker_killed_mid_job_is_redelivered_and_the_memory_ends_right(
     statuses = [(o.status, o.reason) for o in _outcomes(agentd_home)]
     assert statuses.count(("merged", None)) == 1, statuses
     assert daemon.result("reflection.list")["reflections"][-1]["status"] == "merged"
+
+
+def test_turns_that_edit_memory_while_a_reflection_runs_both_land(
+    daemon: DaemonRunner, agentd_home: Path, stack: dict[str, Any]
+) -> None:
+    stack["redis"] = RedisForTests(agentd_home).start()
+    stack["workers"].append(WorkerProcess(agentd_home, "slow", AGENTD_MOCK_LATENCY_S="1").start())
+    chat_model = ScriptedProvider([text_reply("ok")] * 3)
+    daemon.start(provider=chat_model, reflection_wait_s=0)
+    for text in SAID:
+        daemon.result("chat", {"text": text})
+    memory_dir = Path(daemon.result("memory.path")["path"])
+    note = {
+        "path": str(memory_dir / "notes" / "deploy.md"),
+        "content": "---\ndescription: How we deploy\n---\nWith pnpm.\n",
+    }
+    chat_model.enqueue(tool_reply(("write_file", json.dumps(note))), text_reply("saved"))
+
+    queued = daemon.result("reflection.request", {})
+    assert queued["queued"] is True
+    time.sleep(1.5)  # the reflection is reading the payload now
+    assert daemon.result("chat", {"text": "记一下部署方式"})["stop_reason"] == "end_turn"
+
+    _wait_for(
+        lambda: any(o.status == "merged" for o in _outcomes(agentd_home)), 60, "the reflection"
+    )
+    human = _human(daemon)
+    assert "- 我更喜欢用 tabs 缩进" in human
+    assert (memory_dir / "notes" / "deploy.md").read_text().endswith("With pnpm.\n")
+    status = subprocess.run(
+        ["git", "-C", str(memory_dir), "status", "--porcelain"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert status == ""
+    subjects = [c["subject"] for c in daemon.result("memory.log")["commits"]]
+    assert "write_file: create notes/deploy.md" in subjects
+    assert any("(reflection): " in s for s in subjects)
