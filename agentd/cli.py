@@ -48,9 +48,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("serve", help="run the chat daemon in the foreground")
     sub.add_parser("up", help="run the whole stack in the foreground (Ctrl-C stops it)")
+    sub.add_parser("doctor", help="check the setup and say how to fix each problem")
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve()
+    if args.command == "doctor":
+        from agentd.doctor import run_doctor
+
+        settings = _settings()
+        return 2 if settings is None else run_doctor(settings)
     if args.command == "up":
         from agentd.supervisor import Stack
 

@@ -165,10 +165,34 @@ def cmd_status(conn: Connection, args: argparse.Namespace) -> int:
     if args.json:
         _print_json(status)
         return 0
-    print(f"agentd {status['version']}  pid {status['pid']}  up {status['uptime_s']:.0f} s")
-    print(f"home    {status['home']}")
-    print(f"model   {status['model']}")
-    print(f"agents  {status['agents']}  active turns {status['active_turns']}")
+    print(
+        f"agentd {status['version']}  pid {status['pid']}  up {status['uptime_s']:.0f} s  "
+        f"ready  model {status['model']}  active turns {status['active_turns']}"
+    )
+    print(f"home     {status['home']}")
+    redis = status["redis"]
+    kind = "embedded" if redis["embedded"] else "external"
+    if redis["reachable"]:
+        print(
+            f"redis    {kind}, reachable ({redis['latency_ms']} ms)  queue "
+            f"{redis['queue_depth']}  running {len(redis['reflections_running'])}"
+        )
+    else:
+        print(f"redis    {kind}, NOT reachable: reflections wait on disk (start `agentd up`)")
+    names = ", ".join(w["name"] for w in redis["workers"]) or "none"
+    print(f"workers  {len(redis['workers'])}: {names}")
+    for agent in status["agents"]:
+        settings = agent["reflection"]
+        trigger = settings["trigger"] + (
+            f" every {settings['stepCount']}" if settings["trigger"] == "step-count" else ""
+        )
+        last = agent["last_reflection"]
+        last_text = f"{last['status']} at {last['finished_at'][:19]}" if last else "never"
+        extra = f"  backoff until {agent['backoff_until'][:19]}" if agent["backoff_until"] else ""
+        print(
+            f"agent    {agent['name']} ({agent['id']})  {trigger}  "
+            f"{agent['steps_since_last_reflection']} steps since  last {last_text}{extra}"
+        )
     return 0
 
 

@@ -30,6 +30,7 @@ from agentd.requests import (
     SleeptimeSettings,
 )
 from agentd.requests import RecallSearch as RecallSearchParams
+from agentd.status import agent_status, redis_status
 from agentd.turns import Turns
 from shared.agent.loop import Emit
 from shared.errors import PayloadTooLarge, UnknownMessage
@@ -68,17 +69,24 @@ class Handlers:
         }
 
     async def status(self, _params: Params, _emit: Emit) -> dict[str, Any]:
+        default_model = self.settings.model
         return {
             "version": __version__,
             "pid": os.getpid(),
             "uptime_s": round(time.time() - self.started_at, 1),
             "home": str(self.settings.home),
             "socket": str(self.settings.socket_path),
-            "model": self.settings.model,
-            "agents": len(self.agents.store.list()),
+            "model": default_model,
+            "ready": True,
             "active_turns": self.turns.active,
             "connections": self.connections,
-            "ready": True,
+            "redis": await redis_status(self.reflections.location),
+            "agents": [
+                agent_status(
+                    self.agents.layout, record, self.reflections.settings_for(record), default_model
+                )
+                for record in self.agents.store.list()
+            ],
         }
 
     async def agent_create(self, params: AgentCreate, _emit: Emit) -> dict[str, Any]:

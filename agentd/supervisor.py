@@ -5,7 +5,8 @@ chat daemon and ``AGENTD_WORKERS`` reflection workers as child processes, prefix
 their output with their names. Ctrl-C or SIGTERM stops the children (workers finish the
 job in hand), then Redis. A child that dies is reported and restarted, at most
 :data:`MAX_RESTARTS` times a minute; the others keep running. A second ``agentd up`` on
-the same home refuses to start.
+the same home refuses to start. ``agentctl shutdown`` (the daemon exiting cleanly) stops the
+whole stack.
 """
 
 from __future__ import annotations
@@ -153,6 +154,10 @@ class Stack:
                 status = child.process.poll()
                 if status is None:
                     continue
+                if child.name == "agentd" and status == 0:
+                    self._say(child.name, "stopped on request; stopping the stack", child.color)
+                    self._stopping.set()
+                    return
                 now = time.monotonic()
                 while child.restarts and now - child.restarts[0] > RESTART_WINDOW_S:
                     child.restarts.popleft()

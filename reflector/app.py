@@ -72,15 +72,16 @@ def _restore_orphans(**_: object) -> None:
 
 
 @signals.worker_ready.connect
-def _sweep_and_report(**_: object) -> None:
+def _sweep_and_report(sender: object = None, **_: object) -> None:
     """At start-up: clean what dead workers left, where no live job holds the agent."""
     import structlog
 
-    from reflector.startup import sweep_idle_agents
+    from reflector.startup import start_heartbeat, sweep_idle_agents
     from reflector.tools import sandbox_reason
 
     log = structlog.get_logger("reflector")
     log.info("reflector_ready", sandbox=sandbox_reason(), swept=sweep_idle_agents(settings))
+    start_heartbeat(location.redis_url, sender)
 
 
 @signals.task_prerun.connect

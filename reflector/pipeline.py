@@ -22,7 +22,6 @@ from pathlib import Path
 import redis
 import structlog
 
-from reflector import backoff
 from reflector.integration import has_proposal, run_integration
 from reflector.outcomes import append_outcome, finished_outcome, publish_outcome
 from reflector.subagent import SubagentRun, run_reflection_subagent
@@ -42,6 +41,7 @@ from shared.models.agents import AgentRecord
 from shared.models.messages import utc_now
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.providers.base import Provider
+from shared.reflection import backoff
 from shared.reflection.payload import (
     PayloadFile,
     Slice,

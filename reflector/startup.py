@@ -1,4 +1,4 @@
-"""Start-up hygiene for a worker: sweep orphans of agents no live job is working on.
+"""Start-up of a worker: sweep orphans of agents no live job works on; announce itself.
 
 A worker killed mid-job leaves a worktree and a ``reflection/*`` branch behind. Each job
 sweeps its own agent before it launches; at start-up a worker also sweeps every agent
@@ -8,12 +8,18 @@ finds, so that agent is left alone).
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import threading
+import time
 import uuid
 
 import redis
 import structlog
 
 from reflector.worktree import sweep_orphans
+from shared.coordination import keys
 from shared.coordination.broker import locate
 from shared.coordination.lease import ReflectionLease
 from shared.errors import AgentdError
@@ -55,3 +61,21 @@ def sweep_idle_agents(settings: Settings) -> list[str]:
     finally:
         client.close()
     return removed
+
+
+def start_heartbeat(redis_url: str, consumer: object) -> threading.Thread:
+    """Keep ``agentd:worker:<name>`` alive while this worker runs (``agentctl status``)."""
+    hostname = getattr(consumer, "hostname", None) or f"reflector@{os.uname().nodename}"
+    key = keys.worker(f"{hostname}:{os.getpid()}")
+    info = json.dumps({"name": hostname, "pid": os.getpid(), "started_at": time.time()})
+
+    def beat() -> None:
+        client = redis.Redis.from_url(redis_url)
+        while True:
+            with contextlib.suppress(redis.RedisError):
+                client.set(key, info, ex=keys.WORKER_TTL_S)
+            time.sleep(keys.WORKER_HEARTBEAT_S)
+
+    thread = threading.Thread(target=beat, name="worker-heartbeat", daemon=True)
+    thread.start()
+    return thread

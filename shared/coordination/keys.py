@@ -26,6 +26,19 @@ OUTCOME_STREAM_MAXLEN = 10_000
 """Outcomes are on disk too (``log.jsonl``); the stream only tells the daemon quickly."""
 
 
+WORKER_HEARTBEAT_S = 10
+WORKER_TTL_S = 30
+"""A worker refreshes its key every ``WORKER_HEARTBEAT_S``; gone after ``WORKER_TTL_S``."""
+
+
+def worker(name: str) -> str:
+    return f"{PREFIX}:worker:{name}"
+
+
+WORKER_PATTERN = f"{PREFIX}:worker:*"
+LEASE_PATTERN = f"{PREFIX}:reflection-lease:*"
+
+
 def lease(agent_id: str) -> str:
     return f"{PREFIX}:reflection-lease:{agent_id}"
 

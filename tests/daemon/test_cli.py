@@ -44,7 +44,9 @@ def test_messages_and_status_are_printed_for_people_and_for_scripts(
     assert listing.returncode == 0
     assert [line.split()[2] for line in listing.stdout.splitlines()] == ["user", "assistant"]
     status = json.loads(run_agentctl("status", "--json").stdout)
-    assert status["ready"] is True and status["agents"] == 1
+    assert status["ready"] is True and [a["name"] for a in status["agents"]] == ["default"]
+    assert status["agents"][0]["reflection"]["trigger"] == "compaction-event"
+    assert status["redis"]["reachable"] is False and status["redis"]["embedded"] is True
 
 
 def test_interactive_chat_reads_lines_until_end_of_input(agentd: AgentdProcess) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -108,3 +109,47 @@ def test_a_second_up_on_the_same_home_says_it_is_running(up: Up) -> None:
     )
     assert second.returncode == 1
     assert "already running" in second.stderr
+
+
+def test_a_killed_worker_is_reported_and_restarted(up: Up) -> None:
+    assert up.proc is not None
+    worker = next(
+        pid
+        for pid in _children_of(up.proc.pid)
+        if b"celery" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    )
+    os.kill(worker, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while b"reflector1 | exited with status" not in up.output.read_bytes():
+        assert time.monotonic() < deadline, up.output.read_text()
+        time.sleep(0.2)
+    deadline = time.monotonic() + 30
+    while True:
+        workers = [
+            p
+            for p in _children_of(up.proc.pid)
+            if b"celery" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
+        if workers and workers != [worker]:
+            break
+        assert time.monotonic() < deadline, "the worker was not restarted"
+        time.sleep(0.2)
+    assert run_agentctl("chat", "-p", "still here").returncode == 0
+
+
+def test_status_json_reports_the_stack(up: Up) -> None:
+    run_agentctl("chat", "-p", "hi")
+    deadline = time.monotonic() + 20
+    while True:
+        status = json.loads(run_agentctl("status", "--json").stdout)
+        if status["redis"]["workers"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert status["ready"] is True and status["uptime_s"] >= 0
+    assert status["redis"]["embedded"] is True and status["redis"]["reachable"] is True
+    assert status["redis"]["queue_depth"] == 0
+    assert [w["name"].split("@")[0] for w in status["redis"]["workers"]] == ["reflector1"]
+    (agent,) = status["agents"]
+    assert agent["reflection"] == {"trigger": "compaction-event", "stepCount": 25, "merge": "auto"}
+    assert agent["steps_since_last_reflection"] == 1
+    assert agent["last_reflection"] is None and agent["backoff_until"] is None

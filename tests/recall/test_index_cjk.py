@@ -21,9 +21,15 @@ CHARS = "哈你好们我"
 (哈哈哈 holds 哈哈 twice, but only once without overlap), and often fail to occur."""
 
 
+REPEATS = st.builds(lambda char, times: char * times, st.sampled_from(CHARS), st.integers(2, 6))
+TERMS = st.sampled_from(["哈哈", "你你", "你好", "好你", "哈哈哈"]) | st.text(
+    CHARS, min_size=1, max_size=4
+)
+
+
 @st.composite
 def cjk_texts(draw: st.DrawFn) -> str:
-    runs = draw(st.lists(st.text(CHARS, min_size=1, max_size=7), max_size=6))
+    runs = draw(st.lists(REPEATS | st.text(CHARS, min_size=1, max_size=7), max_size=6))
     separators = draw(st.lists(st.sampled_from([" ", "。", " ok ", "x"]), min_size=len(runs)))
     return "".join(run + sep for run, sep in zip(runs, separators, strict=False))
 
@@ -50,10 +56,10 @@ def _moment(draw: st.DrawFn) -> datetime | None:
 
 @st.composite
 def cjk_requests(draw: st.DrawFn) -> SearchRequest:
-    terms = draw(st.lists(st.text(CHARS, min_size=1, max_size=4), min_size=1, max_size=3))
+    terms = draw(st.lists(TERMS, min_size=1, max_size=3))
     words = list(terms)
     if draw(st.booleans()):
-        phrase = draw(st.lists(st.text(CHARS, min_size=1, max_size=4) | st.just("ok"), max_size=2))
+        phrase = draw(st.lists(TERMS | st.just("ok"), max_size=2))
         words.append('"' + " ".join(phrase) + '"')
     if draw(st.booleans()):
         words = words[-1:]  # a phrase alone, or a single term
@@ -97,6 +103,7 @@ def test_saturated_bigram_counts_are_counted_in_the_text() -> None:
         Document("b", "c1", "user", 2.0, "哈" * (2 * many + 1), False),
         Document("c", "c2", "assistant", 3.0, "你好 哈哈 " * MAX_BIGRAM_TF, False),
         Document("d", "c2", "user", 4.0, "你好哈哈", False),
+        Document("d2", "c2", "user", 4.5, "哈哈哈 你好哈哈哈哈哈", False),
         Document("e", "c1", "tool", 5.0, "其他", False),
     ]
     index = AgentIndex()

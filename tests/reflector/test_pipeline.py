@@ -16,7 +16,6 @@ import pytest
 
 from agentd.agents import Agents
 from agentd.requests import AgentCreate
-from reflector.backoff import load_backoff
 from reflector.pipeline import JobContext, run_job
 from shared.coordination import keys
 from shared.coordination.lease import ReflectionLease
@@ -29,6 +28,7 @@ from shared.providers.base import ModelRequest, ModelResponse, Provider
 from shared.providers.mock import MockProvider
 from shared.providers.mock_reflector import MockReflector
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
+from shared.reflection.backoff import load_backoff
 from shared.reflection.settings import ReflectionOverrides
 from shared.reflection.state import load_state, record_turn
 from shared.settings import Settings

@@ -1,0 +1,185 @@
+"""``agentd doctor``: check the setup and say how to fix each problem.
+
+Each check returns a :class:`Finding`; the command prints one line per finding and exits
+1 if any failed. Checks are cheap and local: they never call a model (a configured model
+is checked for its credentials, not with a paid request).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from shared.coordination.broker import locate
+from shared.coordination.embedded import RedisUnavailable, ping, server_binary
+from shared.errors import CorruptStateFile
+from shared.models.agents import AgentRecord
+from shared.providers.mock import MOCK_MODEL
+from shared.settings import Settings
+from shared.store.atomic import read_model
+
+
+@dataclass(frozen=True)
+class Finding:
+    ok: bool
+    what: str
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        mark = "✓" if self.ok else "✗"
+        text = f"{mark} {self.what}: {self.detail}"
+        return text if self.ok or not self.fix else f"{text}\n    → {self.fix}"
+
+
+def check_git(_settings: Settings) -> Finding:
+    path = shutil.which("git")
+    if path is None:
+        return Finding(False, "git", "not found", "install git (e.g. `apt-get install git`)")
+    version = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.strip()
+    return Finding(True, "git", version)
+
+
+def check_home(settings: Settings) -> Finding:
+    home = settings.home
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        probe = home / ".doctor-probe"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        return Finding(
+            False,
+            "data directory",
+            f"{home} is not writable ({exc.strerror})",
+            "set AGENTD_HOME to a directory you own, or fix its permissions",
+        )
+    run_dir = settings.run_dir
+    if run_dir.exists() and stat.S_IMODE(run_dir.stat().st_mode) & 0o077:
+        return Finding(
+            False, "data directory", f"{run_dir} is readable by others", f"chmod 700 {run_dir}"
+        )
+    return Finding(True, "data directory", f"{home} (writable)")
+
+
+def check_state_files(settings: Settings) -> Finding:
+    agents_dir = settings.agents_dir
+    broken = []
+    for child in sorted(agents_dir.iterdir()) if agents_dir.is_dir() else []:
+        try:
+            read_model(child / "agent.json", AgentRecord)
+        except CorruptStateFile as exc:
+            broken.append(exc.path)
+    if broken:
+        return Finding(
+            False,
+            "state files",
+            f"corrupt: {', '.join(broken)}",
+            "move the file aside and restore it from a backup; agentd refuses to "
+            "guess what it held",
+        )
+    count = len(list(agents_dir.iterdir())) if agents_dir.is_dir() else 0
+    return Finding(True, "state files", f"{count} agent record(s) readable")
+
+
+def check_redis(settings: Settings) -> Finding:
+    location = locate(settings)
+    if location.embedded:
+        try:
+            binary = server_binary()
+        except RedisUnavailable as exc:
+            return Finding(False, "redis", "no embedded Valkey binary", exc.message)
+        running = location.socket_path is not None and ping(location.socket_path)
+        state = "running" if running else "not running (started by `agentd up`)"
+        return Finding(True, "redis", f"embedded Valkey {binary.name}, {state}")
+    try:
+        import redis
+
+        redis.Redis.from_url(location.redis_url, socket_connect_timeout=1, socket_timeout=1).ping()
+    except Exception as exc:  # any failure to reach it is the finding
+        return Finding(
+            False,
+            "redis",
+            f"{location.redis_url} is not reachable ({exc})",
+            "start that Redis, fix AGENTD_REDIS_URL, or unset it to use the embedded Valkey",
+        )
+    return Finding(True, "redis", f"{location.redis_url} reachable")
+
+
+def check_daemon(settings: Settings) -> Finding:
+    path = settings.socket_path
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return Finding(True, "daemon", "not running (start it with `agentd up`)")
+    return Finding(True, "daemon", f"answering on {path}")
+
+
+def check_sandbox(_settings: Settings) -> Finding:
+    from reflector.tools import sandbox_available, sandbox_reason
+
+    if sandbox_available():
+        return Finding(True, "sandbox", sandbox_reason())
+    return Finding(
+        False,
+        "sandbox",
+        sandbox_reason(),
+        "install bubblewrap (`apt-get install bubblewrap`) so the reflection "
+        "sub-agent's shell runs confined; without it only a path guard applies",
+    )
+
+
+def check_model(settings: Settings) -> Finding:
+    model = settings.model
+    if model == MOCK_MODEL:
+        return Finding(True, "model", "mock (offline, deterministic)")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
+    try:
+        import litellm
+
+        litellm.suppress_debug_info = True
+        report = litellm.validate_environment(model=model, api_base=settings.api_base)
+    except Exception as exc:  # an unknown provider prefix, say
+        return Finding(
+            False,
+            "model",
+            f"{model}: {exc}",
+            "use a litellm model string such as openai/gpt-4o or ollama/llama3.1",
+        )
+    missing = report.get("missing_keys") or []
+    if missing and not settings.api_key:
+        return Finding(
+            False,
+            "model",
+            f"{model}: missing {', '.join(missing)}",
+            f"export {missing[0]}=… (or set AGENTD_API_KEY)",
+        )
+    return Finding(True, "model", f"{model} (credentials present)")
+
+
+CHECKS: list[Callable[[Settings], Finding]] = [
+    check_git,
+    check_home,
+    check_state_files,
+    check_redis,
+    check_daemon,
+    check_sandbox,
+    check_model,
+]
+
+
+def run_doctor(settings: Settings) -> int:
+    findings = [check(settings) for check in CHECKS]
+    for finding in findings:
+        print(finding.line())
+    failed = [f for f in findings if not f.ok]
+    print(f"{len(findings) - len(failed)} ok, {len(failed)} to fix" if failed else "all good")
+    return 1 if failed else 0

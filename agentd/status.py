@@ -1,0 +1,92 @@
+"""``agentctl status``: the daemon, Redis, the workers, the queue, and every agent's
+reflection state, gathered in one request (fast: a few Redis round trips and small files).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import structlog
+
+from agentd.outbox import read_outcomes
+from shared.coordination import keys
+from shared.coordination.broker import RedisLocation
+from shared.models.agents import AgentRecord
+from shared.reflection.backoff import load_backoff
+from shared.reflection.settings import ReflectionSettings
+from shared.reflection.state import load_state
+from shared.store.conversations import list_conversations
+from shared.store.layout import Layout
+
+log = structlog.get_logger(__name__)
+
+REDIS_TIMEOUT_S = 0.3
+
+
+async def redis_status(location: RedisLocation) -> dict[str, Any]:
+    import redis.asyncio as aioredis
+
+    report: dict[str, Any] = {
+        "url": location.redis_url,
+        "embedded": location.embedded,
+        "reachable": False,
+        "latency_ms": None,
+        "workers": [],
+        "queue_depth": None,
+        "reflections_running": [],
+    }
+    client = aioredis.Redis.from_url(
+        location.redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
+    )
+    try:
+        started = time.perf_counter()
+        await client.ping()
+        report["latency_ms"] = round((time.perf_counter() - started) * 1000, 2)
+        report["reachable"] = True
+        workers = [key async for key in client.scan_iter(match=keys.WORKER_PATTERN)]
+        for raw in await client.mget(workers) if workers else []:
+            if raw:
+                report["workers"].append(json.loads(raw))
+        report["queue_depth"] = await client.llen(keys.REFLECTION_QUEUE)
+        leases = [key async for key in client.scan_iter(match=keys.LEASE_PATTERN)]
+        report["reflections_running"] = sorted(k.decode().rsplit(":", 1)[-1] for k in leases)
+    except Exception as exc:  # unreachable Redis is a status, not an error
+        report["error"] = str(exc)
+    finally:
+        await client.aclose()
+    return report
+
+
+def agent_status(
+    layout: Layout, agent: AgentRecord, settings: ReflectionSettings, default_model: str
+) -> dict[str, Any]:
+    steps = 0
+    for record in list_conversations(layout, agent.id):
+        steps += load_state(
+            layout.conversation_dir(agent.id, record.id)
+        ).steps_since_last_reflection
+    outcomes = [o for o in read_outcomes(layout, agent.id, tail=20) if o.status != "skipped"]
+    last = outcomes[-1] if outcomes else None
+    backoff = load_backoff(layout.agent_dir(agent.id) / "reflections")
+    outbox = layout.agent_dir(agent.id) / "reflections" / "outbox"
+    return {
+        "id": agent.id,
+        "name": agent.name,
+        "model": agent.model or default_model,
+        "reflection": settings.public(),
+        "steps_since_last_reflection": steps,
+        "last_reflection": None
+        if last is None
+        else {
+            "id": last.reflection_id,
+            "status": last.status,
+            "reason": last.reason,
+            "finished_at": last.finished_at.isoformat(),
+            "message": last.message,
+        },
+        "backoff_until": backoff.retry_at.isoformat() if backoff.retry_at else None,
+        "configuration_error": backoff.configuration_error,
+        "pending_requests": len(list(outbox.glob("*.json"))) if outbox.is_dir() else 0,
+    }
