@@ -28,7 +28,7 @@ from shared.memory.changes import memory_update_reminder
 from shared.memory.compile import compile_system_prompt
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
-from shared.models.messages import Message, MessageKind, utc_now
+from shared.models.messages import Message
 from shared.models.turns import TurnResult
 from shared.protocol import EVENT_MEMORY_UPDATE, EVENT_WAITING
 from shared.providers.base import ModelRequest, Provider
@@ -118,15 +118,15 @@ class Turns:
         if seen is not None and seen != head:
             files = await asyncio.to_thread(repo.changed_files, seen, head)
             inputs.append(
-                _message(
-                    conversation,
-                    turn_id,
-                    memory_update_reminder(seen, head, files),
+                conversation.new_message(
+                    role="user",
                     kind="reminder",
+                    content=memory_update_reminder(seen, head, files),
+                    turn_id=turn_id,
                 )
             )
             await emit(EVENT_MEMORY_UPDATE, {"from": seen, "to": head, "files": files})
-        inputs.append(_message(conversation, turn_id, text))
+        inputs.append(conversation.new_message(role="user", content=text, turn_id=turn_id))
         seen_head = _SeenHead(head)
         provider = self.providers.get(agent.model, agent.context_window)
         turn = Turn(
@@ -193,18 +193,3 @@ def _memory_edit(agent: AgentRecord, repo: MemoryRepo, seen: _SeenHead) -> Memor
             seen.sha = repo.head()
 
     return edit
-
-
-def _message(
-    conversation: Conversation, turn_id: str, text: str, *, kind: MessageKind = "message"
-) -> Message:
-    return Message(
-        id=new_id("msg"),
-        agent_id=conversation.agent_id,
-        conversation_id=conversation.id,
-        role="user",
-        kind=kind,
-        content=text,
-        turn_id=turn_id,
-        created_at=utc_now(),
-    )

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from reflector.subagent import JobLayout, final_report, task_message
+from reflector.subagent import JobLayout, final_report
 from reflector.worktree import Worktree
 from shared.agent.loop import Turn, run_turn
 from shared.agent.prompts import INTEGRATION_MARKER
@@ -118,7 +118,9 @@ async def run_integration(
         instructions=instructions,
     )
     async with async_file_lock(lock_path):
-        result = await run_turn(turn, [task_message(conversation, turn.turn_id, task)])
+        result = await run_turn(
+            turn, [conversation.new_message(role="user", content=task, turn_id=turn.turn_id)]
+        )
     return IntegrationRun(
         stop_reason=result.stop_reason,
         report=final_report(list(conversation.log)),

@@ -18,8 +18,8 @@ from reflector.prompt import system_prompt, task_prompt
 from reflector.tools import reflection_context, reflection_tools
 from reflector.verdict import Reason, earned_success
 from shared.agent.loop import Turn, run_turn
-from shared.ids import REFLECTION_SUFFIX, new_id, validate_agent_id, validate_id
-from shared.models.messages import Message, StopReason, utc_now
+from shared.ids import REFLECTION_SUFFIX, validate_agent_id, validate_id
+from shared.models.messages import Message, StopReason
 from shared.providers.base import Provider
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
@@ -90,7 +90,9 @@ async def run_reflection_subagent(
         system_prompt=fixed_system_prompt,
         max_steps=max_steps,
     )
-    result = await run_turn(turn, [task_message(conversation, turn.turn_id, task)])
+    result = await run_turn(
+        turn, [conversation.new_message(role="user", content=task, turn_id=turn.turn_id)]
+    )
     messages = list(conversation.log)
     report = final_report(messages)
     ok, reason = earned_success(messages, payload_path, report)
@@ -114,18 +116,6 @@ class JobLayout(Layout):
     def conversation_dir(self, agent_id: str, conversation_id: str) -> Path:
         validate_agent_id(agent_id, allow_reflection=True)
         return self.home / validate_id(conversation_id, "conversation id")
-
-
-def task_message(conversation: Conversation, turn_id: str, text: str) -> Message:
-    return Message(
-        id=new_id("msg"),
-        agent_id=conversation.agent_id,
-        conversation_id=conversation.id,
-        role="user",
-        content=text,
-        turn_id=turn_id,
-        created_at=utc_now(),
-    )
 
 
 def final_report(messages: list[Message]) -> str:

@@ -26,7 +26,7 @@ from shared.context.budget import Budget, check_floor, measure
 from shared.context.compaction import compact
 from shared.errors import AgentdError, ContextOverflowError, ToolError
 from shared.ids import new_id
-from shared.models.messages import Message, StopReason, ToolCall, utc_now
+from shared.models.messages import Message, StopReason, ToolCall
 from shared.models.turns import TurnResult
 from shared.protocol import EVENT_ASSISTANT, EVENT_COMPACTION, EVENT_TOOL_CALL, EVENT_TOOL_RESULT
 from shared.providers.base import ModelRequest, ModelResponse, Provider
@@ -273,14 +273,7 @@ class _TurnRunner:
         self.result.message_ids.extend(m.id for m in messages)
 
     def _message(self, **fields: Any) -> Message:
-        return Message(
-            id=new_id("msg"),
-            agent_id=self.conversation.agent_id,
-            conversation_id=self.conversation.id,
-            turn_id=self.turn.turn_id,
-            created_at=utc_now(),
-            **fields,
-        )
+        return self.conversation.new_message(turn_id=self.turn.turn_id, **fields)
 
 
 def _call_event(call: ToolCall, *, awaiting_approval: bool = False) -> dict[str, Any]:

@@ -35,11 +35,14 @@ from shared.recall.ranking import (
 )
 from shared.recall.segments import (
     MAX_BIGRAM_TF,
+    OFFSET_MODULUS,
     OPEN_SEGMENT_DOCS,
     SEGMENT_CAPACITY,
     Segment,
     SegmentBuilder,
     bigram_key,
+    bigram_offsets,
+    bigram_tfs,
     cjk_bigrams,
     merge,
     word_key,
@@ -298,17 +301,15 @@ class _Search:
             return self._in_scope(*self._char_postings(term))
         if len(term) == 2:
             return self._bigram_term_postings(term)
-        docs = self._intersect(self._bigram_lists(term))
-        tfs = self._each(docs, "count", term.encode())
-        found = tfs > 0
-        return docs[found], tfs[found]
+        return self._substring_postings(term)
 
     def _bigram_term_postings(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         """A two-character CJK term is a bigram, and its postings carry the number of
         positions it occurs at: the term frequency itself, except where that count is
         saturated, or where the two characters are the same (哈哈哈 holds 哈哈 at two
         positions but only once without overlap); only those documents are counted."""
-        docs, tfs = self._in_scope(*self._gather("bigram_postings", bigram_key(term)))
+        docs, codes = self._in_scope(*self._gather("bigram_postings", bigram_key(term)))
+        tfs = bigram_tfs(codes)
         inexact = tfs >= MAX_BIGRAM_TF
         if term[0] == term[1]:
             inexact |= tfs > 1
@@ -316,6 +317,33 @@ class _Search:
             tfs = tfs.astype(np.int64)
             tfs[inexact] = self._each(docs[inexact], "count", term.encode())
         return docs, tfs
+
+    def _substring_postings(self, term: str) -> tuple[np.ndarray, np.ndarray]:
+        """A CJK term of three or more characters, in the documents holding all its bigrams.
+
+        Where one of its bigrams occurs once, the term occurs at most once, and only
+        around that occurrence: :meth:`_seen_at` looks there. Only documents where every
+        bigram of the term repeats (or that are in the open segment) are counted."""
+        encoded = term.encode()
+        within = {term[i : i + 2]: len(term[:i].encode()) for i in reversed(range(len(term) - 1))}
+        postings = {b: self._gather("bigram_postings", bigram_key(b)) for b in within}
+        docs = self._intersect([bigram_docs for bigram_docs, _ in postings.values()])
+        tfs = np.full(len(docs), -1, dtype=np.int64)
+        for bigram, (bigram_docs, codes) in postings.items():
+            open_ = np.flatnonzero(tfs < 0)
+            if not len(open_):
+                break
+            code = np.zeros(self.count, dtype=np.uint8)
+            code[bigram_docs] = codes
+            code = code[docs[open_]]
+            once = bigram_tfs(code) == 1
+            settled = open_[once]
+            starts = bigram_offsets(code[once]).astype(np.int64) - within[bigram]
+            tfs[settled] = self._seen_at(docs[settled], starts, encoded)
+        counted = tfs < 0
+        tfs[counted] = self._each(docs[counted], "count", encoded)
+        found = tfs > 0
+        return docs[found], tfs[found]
 
     def _char_postings(self, char: str) -> tuple[np.ndarray, np.ndarray]:
         """A one-character CJK term has no bigram: find its occurrences in the text."""
@@ -409,6 +437,33 @@ class _Search:
                 count=int(hi - lo),
             )
         return results
+
+    def _seen_at(self, numbers: np.ndarray, starts: np.ndarray, pattern: bytes) -> np.ndarray:
+        """1 where ``pattern`` occurs in the document at an offset ≡ ``starts`` (mod 128),
+        0 where it does not, -1 for documents of the open segment (not looked at).
+
+        Every candidate offset of every document is compared at once, byte by byte from
+        the end (a byte in the middle of a character rules out most offsets at once)."""
+        seen = np.full(len(numbers), -1, dtype=np.int64)
+        for segment in self.segments:
+            lo, hi = np.searchsorted(numbers, (segment.base, segment.base + segment.size))
+            if lo == hi or not isinstance(segment, Segment):
+                continue
+            local = numbers[lo:hi] - segment.base
+            first = segment.text_starts[local] + starts[lo:hi] % OFFSET_MODULUS
+            last = segment.text_starts[local + 1] - len(pattern)
+            tries = np.maximum((last - first) // OFFSET_MODULUS + 1, 0)
+            owner = np.repeat(np.arange(hi - lo), tries)
+            step = np.arange(len(owner)) - np.repeat(np.cumsum(tries) - tries, tries)
+            offsets = first[owner] + OFFSET_MODULUS * step
+            text = np.frombuffer(segment.text, dtype=np.uint8)
+            for k in reversed(range(len(pattern))):
+                match = text[offsets + k] == pattern[k]
+                offsets, owner = offsets[match], owner[match]
+            found = np.zeros(hi - lo, dtype=np.int64)
+            found[owner] = 1
+            seen[lo:hi] = found
+        return seen
 
     # --- ranking ---------------------------------------------------------------------------
 

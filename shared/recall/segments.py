@@ -3,16 +3,18 @@
 A segment covers consecutive documents, so a document's number inside it fits in
 16 bits. For each key it holds the documents containing it, as a sorted ``uint16`` array
 in one CSR layout (``keys`` sorted, ``starts`` into ``docs``) with a parallel array of
-frequencies, which keeps a posting at 3 or 4 bytes instead of a Python object.
+per-posting numbers, which keeps a posting at 3 or 4 bytes instead of a Python object.
 
 Two kinds of keys:
 - *words*: every non-CJK token, with its term frequency (``uint16``);
-- *bigrams*: every pair of adjacent characters inside a CJK token, with the number of
-  positions it occurs at in the document (``uint8``, saturating at :data:`MAX_BIGRAM_TF`).
+- *bigrams*: every pair of adjacent characters inside a CJK token, with one byte (see
+  :func:`bigram_code`) saying at how many positions it occurs in the document and, when
+  that is one, where (the byte offset in the document's text, modulo 128).
   A CJK term matches as a substring, so its candidates are the documents holding all of
-  its bigrams. For a two-character term of two different characters that count *is* its
-  frequency (such occurrences cannot overlap); any other CJK term, or a saturated count,
-  is counted exactly in the segment's text.
+  its bigrams. For a two-character term of two different characters the position count
+  *is* its frequency (such occurrences cannot overlap). A longer term can occur at most
+  once in a document where one of its bigrams occurs once, and only there: a look at
+  the few offsets that the code allows settles it. Anything else is counted in the text.
 
 The text is each document's tokens joined by spaces, padded with a space on both sides
 and ended by a newline, in one UTF-8 ``bytes``: UTF-8 never matches inside a character, so
@@ -27,6 +29,7 @@ from __future__ import annotations
 from array import array
 from collections import Counter
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 
@@ -36,12 +39,16 @@ SEGMENT_CAPACITY = 65_536
 OPEN_SEGMENT_DOCS = 8_192
 """Documents the open segment takes before it is frozen (its lookups scan linearly)."""
 MAX_TF = 65_535
-MAX_BIGRAM_TF = 255
+MAX_BIGRAM_TF = 127
 """A bigram count this high only says "at least": the term is counted in the text."""
+OFFSET_MODULUS = 128
+"""A bigram occurring once records its byte offset in the document modulo this."""
+_ONCE = 0x80
 _EMPTY = np.zeros(0, dtype=np.uint16)
 
 Postings = tuple[np.ndarray, np.ndarray]
-"""(documents inside the segment, ascending ``uint16``; their frequencies)."""
+"""(documents inside the segment, ascending ``uint16``; for each, the term frequency of a
+word or the code of a bigram)."""
 
 
 def word_key(token: str) -> int:
@@ -56,14 +63,42 @@ def cjk_bigrams(token: str) -> set[str]:
     return {token[i : i + 2] for i in range(len(token) - 1)}
 
 
-def _bigram_counts(tokens: list[str]) -> Counter[str]:
-    """Positions each bigram occurs at, over the document's CJK tokens."""
-    return Counter(
-        token[i : i + 2]
-        for token in tokens
-        if len(token) > 1 and is_cjk(token)
-        for i in range(len(token) - 1)
-    )
+def bigram_code(positions: int, first: int) -> int:
+    """One byte per bigram posting: ``0x80 | first % 128`` for a bigram at one position
+    (``first``: its byte offset in the document's text), else the number of positions
+    (at most :data:`MAX_BIGRAM_TF`)."""
+    if positions == 1:
+        return _ONCE | first % OFFSET_MODULUS
+    return min(positions, MAX_BIGRAM_TF)
+
+
+def bigram_tfs(codes: np.ndarray) -> np.ndarray:
+    """The position counts in bigram codes."""
+    return np.where(codes >= _ONCE, 1, codes)
+
+
+def bigram_offsets(codes: np.ndarray) -> np.ndarray:
+    """Byte offsets modulo :data:`OFFSET_MODULUS`, meaningful where the count is one."""
+    return codes & (OFFSET_MODULUS - 1)
+
+
+def _bigram_codes(tokens: list[str]) -> dict[str, int]:
+    """The code of each bigram of the document's CJK tokens (offsets as in its text)."""
+    bigrams: list[str] = []
+    offsets: list[int] = []
+    offset = 1  # the text starts with a space
+    for token in tokens:
+        size = len(token.encode())
+        if len(token) > 1 and is_cjk(token):
+            bigrams += [token[i : i + 2] for i in range(len(token) - 1)]
+            if size == 3 * len(token):  # the usual case: every character is 3 bytes
+                offsets += range(offset, offset + size - 3, 3)
+            else:
+                widths = [len(char.encode()) for char in token[:-1]]
+                offsets += accumulate(widths[:-1], initial=offset)
+        offset += size + 1
+    firsts = dict(zip(reversed(bigrams), reversed(offsets), strict=True))
+    return {bigram: bigram_code(n, firsts[bigram]) for bigram, n in Counter(bigrams).items()}
 
 
 @dataclass(frozen=True)
@@ -71,21 +106,21 @@ class _Postings:
     keys: np.ndarray
     starts: np.ndarray
     docs: np.ndarray
-    tfs: np.ndarray
+    values: np.ndarray
 
     @classmethod
-    def build(cls, keys: np.ndarray, docs: np.ndarray, tfs: np.ndarray) -> _Postings:
+    def build(cls, keys: np.ndarray, docs: np.ndarray, values: np.ndarray) -> _Postings:
         order = np.argsort(keys, kind="stable")
         keys = keys[order]
         unique, first = np.unique(keys, return_index=True)
         starts = np.append(first, len(keys)).astype(np.int64)
-        return cls(unique, starts, docs[order], tfs[order])
+        return cls(unique, starts, docs[order], values[order])
 
     def find(self, key: int) -> Postings:
         index = int(np.searchsorted(self.keys, np.uint64(key)))
         if index < len(self.keys) and int(self.keys[index]) == key:
             found = slice(int(self.starts[index]), int(self.starts[index + 1]))
-            return self.docs[found], self.tfs[found]
+            return self.docs[found], self.values[found]
         return _EMPTY, _EMPTY
 
     def expanded_keys(self) -> np.ndarray:
@@ -94,7 +129,7 @@ class _Postings:
 
     @property
     def nbytes(self) -> int:
-        return self.keys.nbytes + self.starts.nbytes + self.docs.nbytes + self.tfs.nbytes
+        return self.keys.nbytes + self.starts.nbytes + self.docs.nbytes + self.values.nbytes
 
 
 class Segment:
@@ -132,7 +167,7 @@ class SegmentBuilder:
         self._word_tfs = array("H")
         self._bigram_keys = array("Q")
         self._bigram_docs = array("H")
-        self._bigram_tfs = array("B")
+        self._bigram_codes = array("B")
         self._text = bytearray()
         self._text_starts = array("q", [0])
 
@@ -145,10 +180,10 @@ class SegmentBuilder:
             self._word_keys.append(word_key(token))
             self._word_docs.append(local)
             self._word_tfs.append(min(count, MAX_TF))
-        for bigram, count in _bigram_counts(tokens).items():
+        for bigram, code in _bigram_codes(tokens).items():
             self._bigram_keys.append(bigram_key(bigram))
             self._bigram_docs.append(local)
-            self._bigram_tfs.append(min(count, MAX_BIGRAM_TF))
+            self._bigram_codes.append(code)
         self._text += b" " + " ".join(tokens).encode() + b" \n"
         self._text_starts.append(len(self._text))
         self.size += 1
@@ -157,16 +192,16 @@ class SegmentBuilder:
         return self._scan(self._word_keys, self._word_docs, self._word_tfs, key)
 
     def bigram_postings(self, key: int) -> Postings:
-        return self._scan(self._bigram_keys, self._bigram_docs, self._bigram_tfs, key)
+        return self._scan(self._bigram_keys, self._bigram_docs, self._bigram_codes, key)
 
     @staticmethod
-    def _scan(keys: array, docs: array, tfs: array, key: int) -> Postings:
+    def _scan(keys: array, docs: array, values: array, key: int) -> Postings:
         hits = np.flatnonzero(np.frombuffer(keys, dtype=np.uint64) == np.uint64(key))
         if not len(hits):
             return _EMPTY, _EMPTY
         all_docs = np.frombuffer(docs, dtype=np.uint16)
-        all_tfs = np.frombuffer(tfs, dtype=np.dtype(tfs.typecode))
-        return all_docs[hits], all_tfs[hits]
+        all_values = np.frombuffer(values, dtype=np.dtype(values.typecode))
+        return all_docs[hits], all_values[hits]
 
     @property
     def text(self) -> bytearray:
@@ -186,7 +221,7 @@ class SegmentBuilder:
         bigrams = _Postings.build(
             np.array(self._bigram_keys, dtype=np.uint64),
             np.array(self._bigram_docs, dtype=np.uint16),
-            np.array(self._bigram_tfs, dtype=np.uint8),
+            np.array(self._bigram_codes, dtype=np.uint8),
         )
         return Segment(
             self.base, words, bigrams, bytes(self._text), np.array(self._text_starts, np.int64)
@@ -200,7 +235,7 @@ class SegmentBuilder:
             self._word_tfs,
             self._bigram_keys,
             self._bigram_docs,
-            self._bigram_tfs,
+            self._bigram_codes,
             self._text_starts,
         )
         return sum(a.itemsize * len(a) for a in arrays) + len(self._text)
@@ -217,7 +252,7 @@ def merge(segments: list[Segment]) -> Segment:
             np.concatenate(
                 [p.docs + np.uint16(s.base - base) for p, s in zip(postings, segments, strict=True)]
             ),
-            np.concatenate([p.tfs for p in postings]),
+            np.concatenate([p.values for p in postings]),
         )
 
     starts: list[np.ndarray] = []

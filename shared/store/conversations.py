@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -74,6 +75,16 @@ class Conversation:
         state = read_model(directory / "context.json", ContextState)
         context = _load_context(messages_log, state.message_ids if state else None)
         return cls(directory, record, context)
+
+    def new_message(self, **fields: Any) -> Message:
+        """A message of this conversation with a fresh id and timestamp (not yet appended)."""
+        return Message(
+            id=new_id("msg"),
+            agent_id=self.agent_id,
+            conversation_id=self.id,
+            created_at=utc_now(),
+            **fields,
+        )
 
     def append(self, messages: list[Message]) -> None:
         """Persist ``messages`` (fsync'd) and add those a model sees to the window."""

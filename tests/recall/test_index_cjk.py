@@ -22,14 +22,18 @@ CHARS = "哈你好们我"
 
 
 REPEATS = st.builds(lambda char, times: char * times, st.sampled_from(CHARS), st.integers(2, 6))
-TERMS = st.sampled_from(["哈哈", "你你", "你好", "好你", "哈哈哈"]) | st.text(
+TERMS = st.sampled_from(["哈哈", "你你", "你好", "好你", "哈哈哈", "你好你好", "们们们"]) | st.text(
     CHARS, min_size=1, max_size=4
 )
 
 
+PADDING = st.sampled_from(["", "ok " * 50, "们" * 45, "数据库" * 30 + " ", "你 " * 100])
+"""Long stretches, so that offsets in a document pass the bigram codes' modulus of 128."""
+
+
 @st.composite
 def cjk_texts(draw: st.DrawFn) -> str:
-    runs = draw(st.lists(REPEATS | st.text(CHARS, min_size=1, max_size=7), max_size=6))
+    runs = draw(st.lists(REPEATS | st.text(CHARS, min_size=1, max_size=7) | PADDING, max_size=6))
     separators = draw(st.lists(st.sampled_from([" ", "。", " ok ", "x"]), min_size=len(runs)))
     return "".join(run + sep for run, sep in zip(runs, separators, strict=False))
 
