@@ -29,3 +29,13 @@ def test_a_bad_value_is_refused_naming_the_setting(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("AGENTD_CONTEXT_WINDOW", "-5")
     with pytest.raises(ValidationError, match="context_window"):
         Settings()
+
+
+def test_every_setting_is_documented_in_the_readme() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    undocumented = [
+        f"AGENTD_{name.upper()}"
+        for name in Settings.model_fields
+        if f"`AGENTD_{name.upper()}`" not in readme
+    ]
+    assert undocumented == []
