@@ -5,7 +5,9 @@ role, echo flag, where its line starts in the log) and its tokens in a
 :class:`~shared.recall.segments.Segment`. A query touches only the postings of its terms
 and vectorises the BM25 arithmetic with numpy; corpus statistics (N, df, avgdl) are
 recomputed per query over the documents in scope, exactly as the reference scan in the
-tests does, so the two agree on ids, order and scores.
+tests does, so the two agree on ids, order and scores. The scope is applied first: CJK
+frequencies come from the bigram postings where those settle them, and the text is only
+read (to count a CJK term or check a phrase) for the in-scope candidates that remain.
 
 New documents go to an open segment that is frozen every 8,192 documents; eight frozen
 small segments are merged into one of 65,536. An append costs its own tokens (and, once
@@ -330,14 +332,14 @@ class _Search:
         docs = self._intersect([bigram_docs for bigram_docs, _ in postings.values()])
         tfs = np.full(len(docs), -1, dtype=np.int64)
         for bigram, (bigram_docs, codes) in postings.items():
-            open_ = np.flatnonzero(tfs < 0)
-            if not len(open_):
+            unsettled = np.flatnonzero(tfs < 0)
+            if not len(unsettled):
                 break
-            code = np.zeros(self.count, dtype=np.uint8)
-            code[bigram_docs] = codes
-            code = code[docs[open_]]
+            by_number = np.zeros(self.count, dtype=np.uint8)
+            by_number[bigram_docs] = codes
+            code = by_number[docs[unsettled]]
             once = bigram_tfs(code) == 1
-            settled = open_[once]
+            settled = unsettled[once]
             starts = bigram_offsets(code[once]).astype(np.int64) - within[bigram]
             tfs[settled] = self._seen_at(docs[settled], starts, encoded)
         counted = tfs < 0
@@ -384,15 +386,16 @@ class _Search:
     # --- postings and text -----------------------------------------------------------------
 
     def _gather(self, lookup: str, key: int) -> tuple[np.ndarray, np.ndarray]:
-        """A key's postings over the segments searched, as document numbers (ascending)."""
+        """A key's postings over the segments searched, as document numbers (ascending),
+        with their term frequencies (words) or codes (bigrams)."""
         docs: list[np.ndarray] = [_NO_DOCS]
-        tfs: list[np.ndarray] = [_NO_DOCS]
+        values: list[np.ndarray] = [_NO_DOCS]
         for segment in self.segments:
-            local, tf = getattr(segment, lookup)(key)
+            local, value = getattr(segment, lookup)(key)
             if len(local):
                 docs.append(local.astype(np.int64) + segment.base)
-                tfs.append(tf)
-        return np.concatenate(docs), np.concatenate(tfs)
+                values.append(value)
+        return np.concatenate(docs), np.concatenate(values)
 
     def _bigram_lists(self, token: str) -> list[np.ndarray]:
         """The documents holding each bigram of a CJK token: a superset of its matches."""

@@ -113,7 +113,7 @@ class _Postings:
         order = np.argsort(keys, kind="stable")
         keys = keys[order]
         unique, first = np.unique(keys, return_index=True)
-        starts = np.append(first, len(keys)).astype(np.int64)
+        starts = np.append(first, len(keys)).astype(np.uint32)
         return cls(unique, starts, docs[order], values[order])
 
     def find(self, key: int) -> Postings:

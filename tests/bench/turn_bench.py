@@ -4,9 +4,10 @@
     python tests/bench/turn_bench.py [--turns 200] [--history 100 100000]
 
 "Harness time" is a whole chat turn through the daemon's turn path (lock, memory HEAD
-check, prompt, request shaping, persistence with fsync, context replace) minus the time
-spent inside the model. Targets: under 5 ms, and the long-history figure within 1.5× of
-the short one (a turn must not read history it does not need).
+check, prompt, request shaping, persistence with fsync, context replace, recall indexing,
+the post-turn reflection check) minus the time spent inside the model. Targets: under
+5 ms, and the long-history figure within 1.5× of the short one (a turn must not read
+history it does not need).
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from agentd.agents import Agents
+from agentd.recall import RecallService
+from agentd.reflections import Reflections
 from agentd.requests import AgentCreate
 from agentd.turns import Turns
+from shared.coordination.broker import locate
 from shared.ids import new_id
 from shared.logging import configure
 from shared.models.messages import Message
@@ -92,8 +96,11 @@ async def _measure(history: int, turns: int) -> dict[str, Any]:
         setup.close()
 
         mock = TimedMock()
-        agents = Agents(layout)
-        runner = Turns(settings, layout, OneProvider(settings, mock))
+        recall = RecallService(layout)
+        agents = Agents(layout, on_append=recall.on_append)
+        recall.start([agent.id]).join()
+        runner = Turns(settings, layout, OneProvider(settings, mock), recall)
+        reflections = Reflections(settings, layout, locate(settings), agents.store)
 
         async def emit(_event: str, _data: dict[str, Any]) -> None:
             return None
@@ -102,12 +109,15 @@ async def _measure(history: int, turns: int) -> dict[str, Any]:
         conversation = agents.conversation(agent, None)
         open_ms = (time.perf_counter() - open_start) * 1000
         repo = agents.memory(agent.id)
-        await runner.chat(agent, repo, conversation, "warm up", emit)
+        warm_up = await runner.chat(agent, repo, conversation, "warm up", emit)
+        await reflections.after_turn(agent, conversation, warm_up)  # builds its state once
         samples = []
         for i in range(turns):
             mock.seconds = 0.0
             start = time.perf_counter()
-            await runner.chat(agent, repo, conversation, f"turn {i}: 我更喜欢用 tabs 缩进", emit)
+            text = f"turn {i}: 我更喜欢用 tabs 缩进"
+            result = await runner.chat(agent, repo, conversation, text, emit)
+            await reflections.after_turn(agent, conversation, result)
             samples.append((time.perf_counter() - start - mock.seconds) * 1000)
         agents.close()
     samples.sort()

@@ -35,7 +35,7 @@ PADDING = st.sampled_from(["", "ok " * 50, "们" * 45, "数据库" * 30 + " ", "
 def cjk_texts(draw: st.DrawFn) -> str:
     runs = draw(st.lists(REPEATS | st.text(CHARS, min_size=1, max_size=7) | PADDING, max_size=6))
     separators = draw(st.lists(st.sampled_from([" ", "。", " ok ", "x"]), min_size=len(runs)))
-    return "".join(run + sep for run, sep in zip(runs, separators, strict=False))
+    return draw(PADDING) + "".join(run + sep for run, sep in zip(runs, separators, strict=False))
 
 
 @st.composite
@@ -100,7 +100,7 @@ def test_cjk_terms_and_phrases_agree_with_the_reference_scan(
     _same(index, documents, request)
 
 
-def test_saturated_bigram_counts_are_counted_in_the_text() -> None:
+def test_saturated_bigram_counts_and_offsets_past_the_modulus() -> None:
     many = MAX_BIGRAM_TF + 40
     documents = [
         Document("a", "c1", "user", 1.0, "你好" * many, False),
@@ -110,8 +110,12 @@ def test_saturated_bigram_counts_are_counted_in_the_text() -> None:
         Document("d2", "c2", "user", 4.5, "哈哈哈 你好哈哈哈哈哈", False),
         Document("e", "c1", "tool", 5.0, "其他", False),
     ]
+    documents += [
+        Document(f"far-{n}", "c1", "user", 6.0 + n, "ok " * n + "们" * (n % 7) + "你好哈", False)
+        for n in range(0, 400, 23)
+    ]
     index = AgentIndex()
     index.build(documents)
-    for query in ("你好", "哈哈", "哈", "好哈", "你好哈哈", '"好 哈哈"'):
+    for query in ("你好", "哈哈", "哈", "好哈", "你好哈", "你好哈哈", '"好 哈哈"'):
         for fields in ({}, {"role": "user"}, {"since": datetime.fromtimestamp(2, UTC)}):
             _same(index, documents, SearchRequest(query, **fields))  # type: ignore[arg-type]
