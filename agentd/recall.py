@@ -10,6 +10,8 @@ is missed or counted twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import threading
 import time
 from collections.abc import Iterator
@@ -69,10 +71,12 @@ class RecallService:
                     for conversation, messages, offsets in pending:
                         self._add(state, conversation, messages, offsets)
                     state.ready.set()
+            _release_build_memory()
             log.info(
                 "recall_index_built",
                 agent_id=agent_id,
                 documents=len(state.index),
+                bytes=state.index.nbytes,
                 seconds=round(time.perf_counter() - started, 2),
             )
 
@@ -188,3 +192,10 @@ def _document_at(path: Path, offset: int) -> Document | None:
     except (OSError, ValueError):
         return None
     return EchoTracker().document(fields, offset)
+
+
+def _release_build_memory() -> None:
+    """Hand the build's temporaries back to the OS: glibc keeps freed arenas otherwise, and
+    a large build then holds ~25% more resident memory than the index needs."""
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL("libc.so.6").malloc_trim(0)

@@ -1,7 +1,8 @@
 """CJK terms against the reference scan, where the index takes shortcuts: a two-character
 term's frequency read from its bigram's postings (exact unless the characters repeat or
-the count saturates), longer terms counted only in in-scope candidates, phrases checked
-only in in-scope documents holding all their words and bigrams."""
+the count saturates), a longer term looked for only where one of its bigrams occurs once
+(an offset known modulo 128), else counted in the in-scope candidates, and phrases
+checked only in in-scope documents holding all their words and bigrams."""
 
 from __future__ import annotations
 
@@ -16,18 +17,15 @@ from shared.recall.ranking import SearchRequest
 from shared.recall.segments import MAX_BIGRAM_TF
 from tests.support.recall_oracle import reference_search
 
-CHARS = "哈你好们我"
+CHARS = "哈你好们我𠮷"
 """Few characters, so terms of any length share bigrams with many documents, repeat
-(哈哈哈 holds 哈哈 twice, but only once without overlap), and often fail to occur."""
-
+(哈哈哈 holds 哈哈 twice, but only once without overlap), and often fail to occur; 𠮷 is
+four bytes in UTF-8, the others three."""
 
 REPEATS = st.builds(lambda char, times: char * times, st.sampled_from(CHARS), st.integers(2, 6))
-TERMS = st.sampled_from(["哈哈", "你你", "你好", "好你", "哈哈哈", "你好你好", "们们们"]) | st.text(
-    CHARS, min_size=1, max_size=4
-)
-
-
-PADDING = st.sampled_from(["", "ok " * 50, "们" * 45, "数据库" * 30 + " ", "你 " * 100])
+TRICKY = st.sampled_from(["哈哈", "你你", "你好", "好你", "哈哈哈", "你好你好", "们们们", "𠮷你好"])
+TERMS = TRICKY | st.text(CHARS, min_size=1, max_size=4)
+PADDING = st.sampled_from(["", "ok " * 50, "们" * 45, "𠮷" * 40, "数据库" * 30 + " ", "你 " * 100])
 """Long stretches, so that offsets in a document pass the bigram codes' modulus of 128."""
 
 
@@ -114,8 +112,9 @@ def test_saturated_bigram_counts_and_offsets_past_the_modulus() -> None:
         Document(f"far-{n}", "c1", "user", 6.0 + n, "ok " * n + "们" * (n % 7) + "你好哈", False)
         for n in range(0, 400, 23)
     ]
+    documents.append(Document("wide", "c2", "user", 500.0, "𠮷" * 50 + "你好哈 们𠮷你好", False))
     index = AgentIndex()
     index.build(documents)
-    for query in ("你好", "哈哈", "哈", "好哈", "你好哈", "你好哈哈", '"好 哈哈"'):
+    for query in ("你好", "哈哈", "哈", "好哈", "你好哈", "你好哈哈", "们𠮷你好", '"好 哈哈"'):
         for fields in ({}, {"role": "user"}, {"since": datetime.fromtimestamp(2, UTC)}):
             _same(index, documents, SearchRequest(query, **fields))  # type: ignore[arg-type]
