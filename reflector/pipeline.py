@@ -24,13 +24,13 @@ import structlog
 
 from reflector.integration import has_proposal, run_integration
 from reflector.outcomes import append_outcome, finished_outcome, publish_outcome
+from reflector.snapshot import parent_snapshot
 from reflector.subagent import SubagentRun, run_reflection_subagent
 from reflector.worktree import (
     FinalizeResult,
     Worktree,
     create_worktree,
     finalize,
-    parent_snapshot,
     sweep_orphans,
 )
 from shared.coordination import keys

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from reflector import worktree as worktree_module
+from reflector.snapshot import parent_snapshot
 from reflector.worktree import (
     NO_CHANGES_MESSAGE,
     SUBAGENT_NAME,
     Worktree,
     create_worktree,
     finalize,
-    parent_snapshot,
     sweep_orphans,
 )
 from shared.errors import InvalidId, MemoryRepoError
