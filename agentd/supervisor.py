@@ -41,6 +41,32 @@ class Child:
     restarts: deque[float] = field(default_factory=deque)
 
 
+def worker_command(name: str, log_level: str = "INFO") -> list[str]:
+    """One reflection worker process: one job at a time, no gossip, mingle or heartbeat
+    (they only slow start-up on a single node; liveness comes from our own heartbeat)."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "reflector.app",
+        "worker",
+        "--pool",
+        "prefork",
+        "--concurrency",
+        "1",
+        "-Q",
+        "reflector",
+        "-n",
+        f"{name}@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "--loglevel",
+        log_level,
+    ]
+
+
 class Stack:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -93,30 +119,11 @@ class Stack:
         python = sys.executable
         self.children.append(Child("agentd", [python, "-m", "agentd.cli", "serve"], _COLORS[0]))
         for number in range(1, self.settings.workers + 1):
+            name = f"reflector{number}"
             self.children.append(
                 Child(
-                    f"reflector{number}",
-                    [
-                        python,
-                        "-m",
-                        "celery",
-                        "-A",
-                        "reflector.app",
-                        "worker",
-                        "--pool",
-                        "prefork",
-                        "--concurrency",
-                        "1",
-                        "-Q",
-                        "reflector",
-                        "-n",
-                        f"reflector{number}@%h",
-                        "--without-gossip",
-                        "--without-mingle",
-                        "--without-heartbeat",
-                        "--loglevel",
-                        self.settings.log_level,
-                    ],
+                    name,
+                    worker_command(name, self.settings.log_level),
                     _COLORS[number % len(_COLORS)],
                 )
             )

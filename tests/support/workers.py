@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import redis
 
+from agentd.supervisor import worker_command
 from shared.coordination.broker import EMBEDDED_SOCKET
 from shared.coordination.embedded import EmbeddedRedis
 
@@ -49,27 +49,7 @@ class WorkerProcess:
     def start(self, timeout_s: float = 30.0) -> WorkerProcess:
         output = open(self.log_path, "ab")  # noqa: SIM115 - kept for the process's life
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "reflector.app",
-                "worker",
-                "--pool",
-                "prefork",
-                "--concurrency",
-                "1",
-                "-Q",
-                "reflector",
-                "-n",
-                f"{self.name}@%h",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-                "--loglevel",
-                "INFO",
-            ],
+            worker_command(self.name),
             env=self.env,
             stdout=output,
             stderr=subprocess.STDOUT,
