@@ -118,10 +118,11 @@ class Handlers:
             outcome = await self.reflections.wait(
                 request.request_id, self.settings.reflection_wait_s
             )
-            if outcome is not None:
+            if outcome is not None and self.reflections.worth_telling(outcome):
                 await emit(EVENT_REFLECTION, _outcome_event(outcome))
         for notice in self.reflections.take_notices(record.id):
-            await emit(EVENT_REFLECTION, _outcome_event(notice))
+            if self.reflections.worth_telling(notice):
+                await emit(EVENT_REFLECTION, _outcome_event(notice))
         return result.model_dump(mode="json")
 
     async def reflection_settings(self, params: SleeptimeSettings, _emit: Emit) -> dict[str, Any]:

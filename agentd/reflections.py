@@ -47,6 +47,7 @@ class Reflections:
         self._waiters: dict[str, list[asyncio.Future[ReflectionOutcome]]] = defaultdict(list)
         self._notices: dict[str, list[ReflectionOutcome]] = defaultdict(list)
         self._tasks: list[asyncio.Task[None]] = []
+        self._told_failures: dict[str, set[str]] = defaultdict(set)
 
     # --- settings --------------------------------------------------------------------------
 
@@ -107,6 +108,22 @@ class Reflections:
 
     def take_notices(self, agent_id: str) -> list[ReflectionOutcome]:
         return self._notices.pop(agent_id, [])
+
+    def worth_telling(self, outcome: ReflectionOutcome) -> bool:
+        """Whether to show an outcome in a chat: an automatic failure is told once per kind
+        (``failed:<reason>``) until a reflection succeeds, so a broken setup does not
+        repeat itself after every turn; manual runs and successes are always told."""
+        seen = self._told_failures[outcome.agent_id]
+        if outcome.status in ("merged", "no_changes"):
+            seen.clear()
+            return True
+        if outcome.status != "failed" or outcome.trigger == "manual":
+            return outcome.status != "skipped"
+        key = f"failed:{outcome.reason}"
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
 
     # --- background loops ------------------------------------------------------------------
 

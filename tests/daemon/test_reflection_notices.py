@@ -1,0 +1,53 @@
+"""Which reflection outcomes a chat shows: automatic failures once per kind, until a
+success; manual runs and successes always."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentd.reflections import Reflections
+from shared.coordination.broker import locate
+from shared.models.reflection import ReflectionOutcome
+from shared.settings import Settings
+from shared.store.agents import AgentStore
+from shared.store.layout import Layout
+
+
+@pytest.fixture
+def reflections(agentd_home: Path) -> Reflections:
+    settings = Settings(home=agentd_home)
+    layout = Layout(agentd_home)
+    return Reflections(settings, layout, locate(settings), AgentStore(layout))
+
+
+def _outcome(
+    status: str, reason: str | None = None, trigger: str = "step-count"
+) -> ReflectionOutcome:
+    return ReflectionOutcome(
+        reflection_id="r",
+        request_id="q",
+        agent_id="a",
+        trigger=trigger,
+        status=status,
+        reason=reason,
+    )  # type: ignore[arg-type]
+
+
+def test_an_automatic_failure_is_told_once_per_kind_until_a_success(
+    reflections: Reflections,
+) -> None:
+    told = [
+        reflections.worth_telling(_outcome(*args))
+        for args in [
+            ("failed", "merge_conflict"),
+            ("failed", "merge_conflict"),
+            ("failed", "parent_dirty"),
+            ("failed", "merge_conflict", "manual"),
+            ("merged",),
+            ("failed", "merge_conflict"),
+            ("skipped", "no_payload"),
+        ]
+    ]
+    assert told == [True, False, True, True, True, True, False]
