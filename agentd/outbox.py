@@ -6,8 +6,8 @@ is down the request stays on disk, and the reconcile loop sends it again when Re
 back (or after a restart). An entry leaves the outbox when an outcome for it is known,
 from the outcome stream or, if Redis lost that, from ``reflections/log.jsonl``.
 
-Requests for the same slice collapse: the entry's name is derived from (agent,
-conversation, watermark), so a step-count trigger that fires on every turn while a
+Requests for the same slice collapse: a pending entry for the same (agent, conversation,
+watermark) absorbs a new one, so a step-count trigger that fires on every turn while a
 reflection is pending adds nothing.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,10 @@ RESEND_AFTER_S = 15 * 60.0
 
 class OutboxEntry(BaseModel):
     request: ReflectionRequest
+    slice_key: str | None = None
+    """(agent, conversation, watermark): a pending entry with the same key absorbs a new
+    request. Each request still gets its own id — the job's identity in Redis — so a slice
+    whose reflection failed is tried again by the next request instead of being a no-op."""
     sent_at: float | None = None
     attempts: int = 0
 
@@ -66,21 +69,22 @@ class Outbox:
         """Record a request (or find the pending one for the same slice) and send it."""
         directory = self.directory(agent_id)
         directory.mkdir(parents=True, exist_ok=True)
-        name = hashlib.sha256(slice_key.encode()).hexdigest()[:20] if slice_key else None
-        if name is not None:
-            existing = read_model(directory / f"{name}.json", OutboxEntry)
-            if existing is not None:
-                log.info("reflection_request_collapsed", request_id=existing.request.request_id)
-                return existing.request
+        if slice_key is not None:
+            for path in sorted(directory.glob("*.json")):
+                existing = read_model(path, OutboxEntry)
+                if existing is not None and existing.slice_key == slice_key:
+                    log.info("reflection_request_collapsed", request_id=existing.request.request_id)
+                    return existing.request
         request = ReflectionRequest(
-            request_id=name or new_id("rq"),
+            request_id=new_id("rq"),
             agent_id=agent_id,
             conversation_ids=conversation_ids,
             trigger=trigger,
             recent=recent,
             instruction=instruction,
         )
-        write_model_atomic(directory / f"{request.request_id}.json", OutboxEntry(request=request))
+        entry = OutboxEntry(request=request, slice_key=slice_key)
+        write_model_atomic(directory / f"{request.request_id}.json", entry)
         log.info("reflection_requested", request_id=request.request_id, trigger=trigger)
         return request
 
