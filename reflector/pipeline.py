@@ -35,7 +35,7 @@ from reflector.worktree import (
 )
 from shared.coordination import keys
 from shared.coordination.lease import ReflectionLease
-from shared.errors import AgentdError
+from shared.errors import AgentdError, ReflectionError
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.models.messages import utc_now
@@ -117,6 +117,7 @@ class _Job:
         self.agent_dir = self.layout.agent_dir(request.agent_id)
         self.reflections_dir = self.agent_dir / "reflections"
         self.manual = request.trigger == "manual"
+        self.lease: ReflectionLease | None = None
 
     def outcome(
         self,
@@ -156,7 +157,7 @@ class _Job:
                     "Automatic reflection is paused until the model configuration is fixed "
                     f"({state.configuration_error}); `agentctl reflect` retries.",
                 )
-        lease = self._lease()
+        lease = self.lease = self._lease()
         if lease is not None and not lease.acquire():
             self._keep_as_follow_up()
             return self.skipped("already_active", "Another reflection is running; queued.")
@@ -238,7 +239,15 @@ class _Job:
         return self._conclude(payload, run, result, memory_dir, worktree.base_head)
 
     def _finalize(self, worktree: Worktree, run: SubagentRun, memory_dir: Path) -> FinalizeResult:
-        """Merge by the harness, or (explicit mode) let the agent merge and ask git."""
+        """Merge by the harness, or (explicit mode) let the agent merge and ask git.
+
+        Only while this job still holds the agent's lease: a job whose lease expired (its
+        renewals stalled) may no longer be the only reflection of the agent."""
+        if self.lease is not None and not self.lease.still_held():
+            raise ReflectionError(
+                "the reflection lease expired during the job, so another job may own the "
+                "agent now; nothing was merged"
+            )
         agent = AgentStore(self.layout).get(self.request.agent_id)
         mode = resolve(configured_defaults(self.ctx.settings), agent.reflection)
         explicit = mode.merge == "explicit" and self.ctx.agent_provider_for is not None

@@ -25,30 +25,7 @@ MAX_REQUEST_BYTES = 1024 * 1024
 
 SOCKET_NAME = "agentd.sock"
 
-OPS = (
-    "hello",
-    "status",
-    "agent.create",
-    "agent.list",
-    "agent.show",
-    "agent.update",
-    "chat",
-    "conversation.create",
-    "conversation.list",
-    "messages.list",
-    "context.show",
-    "recall.search",
-    "messages.around",
-    "reflection.settings",
-    "reflection.request",
-    "reflection.list",
-    "memory.log",
-    "memory.path",
-    "memory.show",
-    "shutdown",
-)
 
-EVENT_USER_MESSAGE = "user_message"
 EVENT_ASSISTANT = "assistant"
 EVENT_TOOL_CALL = "tool_call"
 EVENT_TOOL_RESULT = "tool_result"

@@ -22,11 +22,10 @@ import threading
 from array import array
 from collections.abc import Iterable
 from itertools import repeat
-from pathlib import Path
 
 import numpy as np
 
-from shared.recall.documents import Document, EchoTracker, read_documents
+from shared.recall.documents import Document, EchoTracker
 from shared.recall.ranking import (
     ECHO_FACTOR,
     K1,
@@ -511,16 +510,3 @@ def _phrase_pattern(phrase: str) -> bytes:
     return (
         ("" if is_cjk_char(phrase[0]) else " ") + phrase + ("" if is_cjk_char(phrase[-1]) else " ")
     ).encode()
-
-
-def build_agent_index(conversation_logs: Iterable[tuple[str, Path]]) -> AgentIndex:
-    """An index over every conversation log of an agent, in the order given."""
-    index = AgentIndex()
-
-    def documents() -> Iterable[Document]:
-        for conversation_id, path in conversation_logs:
-            tracker = index.tracker(conversation_id)
-            yield from read_documents(path, tracker)
-
-    index.build(documents())
-    return index

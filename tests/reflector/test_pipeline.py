@@ -406,3 +406,31 @@ def test_a_manual_reflection_over_recent_conversations_uses_a_manifest(world: Wo
     )
     assert load_state(other.directory).watermark is not None
     assert _watermark(world) is not None
+
+
+class LeaseThief(Provider):
+    """Works normally, but meanwhile the job's lease expires and another job takes it."""
+
+    model = "thief"
+    context_window = 128_000
+
+    def __init__(self, world: World, client: Any) -> None:
+        self.world = world
+        self.client = client
+        self.inner = MockReflector(timezone_name="UTC")
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.client.set(keys.lease(self.world.agent.id), "someone-else")
+        return await self.inner.complete(request)
+
+
+def test_a_job_that_lost_its_lease_does_not_merge(
+    world: World, redis_server: RedisForTests
+) -> None:
+    client = redis_server.client
+    outcome = world.reflect(LeaseThief(world, client), redis_client=client)
+    assert (outcome.status, outcome.reason) == ("failed", "error")
+    assert "lease expired" in outcome.message
+    assert "tabs" not in world.human()
+    assert world.git("branch", "--list", "reflection/*") == ""
+    assert _watermark(world) is None

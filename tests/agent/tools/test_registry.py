@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from shared.agent.tools.registry import main_agent_tools, tool_schemas
+from shared.agent.tools.registry import main_agent_tools
 
 
 def test_the_main_agent_has_files_bash_and_recall() -> None:
@@ -18,13 +18,8 @@ def test_the_main_agent_has_files_bash_and_recall() -> None:
     ]
 
 
-def test_tool_schemas_are_the_tools_schemas_in_order() -> None:
-    tools = main_agent_tools()
-    assert tool_schemas(tools) == [tool.schema for tool in tools]
-
-
 def test_every_schema_is_small_and_requires_only_declared_properties() -> None:
-    for schema in tool_schemas(main_agent_tools()):
+    for schema in (tool.schema for tool in main_agent_tools()):
         assert len(json.dumps(schema.model_dump(), separators=(",", ":"))) < 350, schema.name
         params = schema.parameters
         assert set(params["required"]) <= set(params["properties"]), schema.name
