@@ -35,7 +35,7 @@ def _serve() -> int:
         "agentd",
         level=settings.log_level,
         console_format=settings.log_format,
-        log_dir=settings.logs_dir,
+        log_dir=settings.layout.logs_dir,
     )
     from agentd.server import Daemon
 

@@ -59,7 +59,7 @@ def check_home(settings: Settings) -> Finding:
             f"{home} is not writable ({exc.strerror})",
             "set AGENTD_HOME to a directory you own, or fix its permissions",
         )
-    run_dir = settings.run_dir
+    run_dir = settings.layout.run_dir
     if run_dir.exists() and stat.S_IMODE(run_dir.stat().st_mode) & 0o077:
         return Finding(
             False, "data directory", f"{run_dir} is readable by others", f"chmod 700 {run_dir}"
@@ -68,7 +68,7 @@ def check_home(settings: Settings) -> Finding:
 
 
 def check_state_files(settings: Settings) -> Finding:
-    agents_dir = settings.agents_dir
+    agents_dir = settings.layout.agents_dir
     broken = []
     for child in sorted(agents_dir.iterdir()) if agents_dir.is_dir() else []:
         try:
@@ -112,7 +112,7 @@ def check_redis(settings: Settings) -> Finding:
 
 
 def check_daemon(settings: Settings) -> Finding:
-    path = settings.socket_path
+    path = settings.layout.socket_path
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1)
         try:

@@ -75,7 +75,7 @@ class Handlers:
             "pid": os.getpid(),
             "uptime_s": round(time.time() - self.started_at, 1),
             "home": str(self.settings.home),
-            "socket": str(self.settings.socket_path),
+            "socket": str(self.settings.layout.socket_path),
             "model": default_model,
             "ready": True,
             "active_turns": self.turns.active,

@@ -54,7 +54,7 @@ class Outbox:
         self._warned_down = False
 
     def directory(self, agent_id: str) -> Path:
-        return self.layout.agent_dir(agent_id) / "reflections" / "outbox"
+        return self.layout.reflections_dir(agent_id) / "outbox"
 
     def submit(
         self,
@@ -199,7 +199,7 @@ class Outbox:
 
 
 def outcomes_log(layout: Layout, agent_id: str) -> Path:
-    return layout.agent_dir(agent_id) / "reflections" / "log.jsonl"
+    return layout.reflections_dir(agent_id) / "log.jsonl"
 
 
 def read_outcomes(layout: Layout, agent_id: str, *, tail: int = 100) -> list[ReflectionOutcome]:

@@ -94,7 +94,7 @@ class Daemon:
     async def serve(
         self, *, ready: asyncio.Event | None = None, install_signal_handlers: bool = False
     ) -> None:
-        path = self.settings.socket_path
+        path = self.settings.layout.socket_path
         _prepare_socket_dir(path)
         server = await _bind(path, self._on_connection)
         await asyncio.to_thread(self.agents.recover_memory)

@@ -69,8 +69,8 @@ def agent_status(
         ).steps_since_last_reflection
     outcomes = [o for o in read_outcomes(layout, agent.id, tail=20) if o.status != "skipped"]
     last = outcomes[-1] if outcomes else None
-    backoff = load_backoff(layout.agent_dir(agent.id) / "reflections")
-    outbox = layout.agent_dir(agent.id) / "reflections" / "outbox"
+    backoff = load_backoff(layout.reflections_dir(agent.id))
+    outbox = layout.reflections_dir(agent.id) / "outbox"
     return {
         "id": agent.id,
         "name": agent.name,

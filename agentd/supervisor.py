@@ -77,8 +77,8 @@ class Stack:
         self._tty = sys.stdout.isatty()
 
     def run(self) -> int:
-        self.settings.run_dir.mkdir(parents=True, exist_ok=True)
-        lock = open(self.settings.run_dir / "up.lock", "w")  # noqa: SIM115 - held for the run
+        self.settings.layout.run_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(self.settings.layout.run_dir / "up.lock", "w")  # noqa: SIM115 - held for the run
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -108,9 +108,9 @@ class Stack:
             self._say("agentd", f"using Redis at {location.redis_url}")
             return
         assert location.socket_path is not None
-        self.settings.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.settings.layout.logs_dir.mkdir(parents=True, exist_ok=True)
         self.redis = EmbeddedRedis(
-            location.socket_path, log_path=self.settings.logs_dir / "valkey.log"
+            location.socket_path, log_path=self.settings.layout.logs_dir / "valkey.log"
         )
         self.redis.start()
         self._say("valkey", f"embedded Valkey on {location.socket_path}")

@@ -54,7 +54,7 @@ def _logging(**_: object) -> None:
         "reflector",
         level=settings.log_level,
         console_format=settings.log_format,
-        log_dir=settings.logs_dir,
+        log_dir=settings.layout.logs_dir,
     )
 
 

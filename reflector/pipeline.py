@@ -115,7 +115,7 @@ class _Job:
         self.started = ctx.clock()
         self.layout = ctx.layout
         self.agent_dir = self.layout.agent_dir(request.agent_id)
-        self.reflections_dir = self.agent_dir / "reflections"
+        self.reflections_dir = self.layout.reflections_dir(request.agent_id)
         self.manual = request.trigger == "manual"
         self.lease: ReflectionLease | None = None
 

@@ -51,7 +51,7 @@ def sweep_idle_agents(settings: Settings) -> list[str]:
             try:
                 removed += sweep_orphans(
                     layout.memory_dir(agent.id),
-                    layout.agent_dir(agent.id) / "reflections" / "worktrees",
+                    layout.reflections_dir(agent.id) / "worktrees",
                     set(),
                 )
             except AgentdError as exc:

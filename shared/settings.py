@@ -19,6 +19,7 @@ from pydantic_settings import (
 )
 
 from shared.protocol import agentd_home
+from shared.store.layout import Layout
 
 DEFAULT_MODEL = "mock"
 DEFAULT_MAX_STEPS = 50
@@ -100,17 +101,6 @@ class Settings(BaseSettings):
         )
 
     @property
-    def run_dir(self) -> Path:
-        return self.home / "run"
-
-    @property
-    def socket_path(self) -> Path:
-        return self.run_dir / "agentd.sock"
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.home / "logs"
-
-    @property
-    def agents_dir(self) -> Path:
-        return self.home / "agents"
+    def layout(self) -> Layout:
+        """Where everything lives under ``home`` (:class:`shared.store.layout.Layout`)."""
+        return Layout(self.home)

@@ -13,7 +13,7 @@ from shared.settings import Settings
 def test_defaults_run_offline_on_the_mock_model(agentd_home: Path) -> None:
     settings = Settings()
     assert (settings.home, settings.model, settings.max_steps) == (agentd_home, "mock", 50)
-    assert settings.socket_path == agentd_home / "run" / "agentd.sock"
+    assert settings.layout.socket_path == agentd_home / "run" / "agentd.sock"
 
 
 def test_the_config_file_is_read_and_the_environment_wins(

@@ -36,5 +36,5 @@ def locate(settings: Settings) -> RedisLocation:
             path = url.removeprefix("unix://").split("?", 1)[0]
             return RedisLocation(url, f"redis+socket://{path}", embedded=False)
         return RedisLocation(url, url, embedded=False)
-    path = settings.run_dir / EMBEDDED_SOCKET
+    path = settings.layout.run_dir / EMBEDDED_SOCKET
     return RedisLocation(f"unix://{path}?db=0", f"redis+socket://{path}", embedded=True)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shared.ids import validate_agent_id, validate_id
+from shared.protocol import socket_path
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,10 @@ class Layout:
     @property
     def run_dir(self) -> Path:
         return self.home / "run"
+
+    @property
+    def socket_path(self) -> Path:
+        return socket_path(self.home)
 
     @property
     def logs_dir(self) -> Path:
@@ -39,6 +44,10 @@ class Layout:
 
     def workspace_dir(self, agent_id: str) -> Path:
         return self.agent_dir(agent_id) / "workspace"
+
+    def reflections_dir(self, agent_id: str) -> Path:
+        """Outbox, payloads, worktrees, outcome log and backoff of the agent's reflections."""
+        return self.agent_dir(agent_id) / "reflections"
 
     def conversations_dir(self, agent_id: str) -> Path:
         return self.agent_dir(agent_id) / "conversations"
