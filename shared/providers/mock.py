@@ -46,43 +46,42 @@ RECALL_TOOL = "recall_search"
 _MERGE_COMMAND = re.compile(r"git -C (?P<memory>\S+) merge --no-ff (?P<branch>\S+) -m")
 
 
+def admit(request: ModelRequest, context_window: int, who: str) -> int:
+    """Count the request as the mocks do (chars/4) and refuse it over the window, like a
+    real provider would; returns the count for the usage report."""
+    prompt_tokens = request_tokens(request)
+    if prompt_tokens > context_window:
+        raise ContextOverflowError(
+            f"{who}: the request is ~{prompt_tokens} tokens but the context window is "
+            f"{context_window}; compact the conversation or raise AGENTD_CONTEXT_WINDOW"
+        )
+    return prompt_tokens
+
+
+def respond(prompt_tokens: int, action: str | list[ToolCall]) -> ModelResponse:
+    """A mock's reply (an answer or tool calls) with usage, as a provider reports it."""
+    if isinstance(action, str):
+        output, calls, finish = action, [], "stop"
+    else:
+        output, calls, finish = "".join(c.arguments for c in action), action, "tool_calls"
+    return ModelResponse(
+        text=action if isinstance(action, str) else "",
+        tool_calls=calls,
+        usage=Usage(input_tokens=prompt_tokens, output_tokens=text_tokens(output)),
+        finish_reason=finish,  # type: ignore[arg-type]
+        model=MOCK_MODEL,
+    )
+
+
 class MockProvider(Provider):
     def __init__(self, *, context_window: int = DEFAULT_MOCK_CONTEXT_WINDOW) -> None:
         self.model = MOCK_MODEL
         self.context_window = context_window
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        prompt_tokens = request_tokens(request)
-        if prompt_tokens > self.context_window:
-            raise ContextOverflowError(
-                f"mock: the request is ~{prompt_tokens} tokens but the context window is "
-                f"{self.context_window}; compact the conversation or raise AGENTD_CONTEXT_WINDOW"
-            )
-        integration = _integration_call(request)
-        if integration is not None:
-            return ModelResponse(
-                tool_calls=[integration],
-                usage=Usage(input_tokens=prompt_tokens),
-                finish_reason="tool_calls",
-                model=self.model,
-            )
-        recall = _recall_call(request)
-        if recall is not None:
-            return ModelResponse(
-                tool_calls=[recall],
-                usage=Usage(
-                    input_tokens=prompt_tokens, output_tokens=text_tokens(recall.arguments)
-                ),
-                finish_reason="tool_calls",
-                model=self.model,
-            )
-        text = self._answer(request)
-        return ModelResponse(
-            text=text,
-            usage=Usage(input_tokens=prompt_tokens, output_tokens=text_tokens(text)),
-            finish_reason="stop",
-            model=self.model,
-        )
+        prompt_tokens = admit(request, self.context_window, "mock")
+        call = _integration_call(request) or _recall_call(request)
+        return respond(prompt_tokens, [call] if call is not None else self._answer(request))
 
     def _answer(self, request: ModelRequest) -> str:
         if request.system == SUMMARY_PROMPT:

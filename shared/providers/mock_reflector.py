@@ -32,13 +32,11 @@ from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from shared.context.estimate import request_tokens, text_tokens
-from shared.errors import ContextOverflowError
 from shared.ids import new_id
 from shared.memory import frontmatter
-from shared.models.messages import Message, ToolCall, Usage
+from shared.models.messages import Message, ToolCall
 from shared.providers.base import ModelRequest, ModelResponse, Provider
-from shared.providers.mock import DEFAULT_MOCK_CONTEXT_WINDOW, MOCK_MODEL
+from shared.providers.mock import DEFAULT_MOCK_CONTEXT_WINDOW, MOCK_MODEL, admit, respond
 
 HUMAN_FILE = "system/human.md"
 READ_PAYLOAD = 'wc -c "$TRANSCRIPT_PATH" && cat "$TRANSCRIPT_PATH"'
@@ -106,27 +104,8 @@ class MockReflector(Provider):
         self.timezone_name = timezone_name
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        prompt_tokens = request_tokens(request)
-        if prompt_tokens > self.context_window:
-            raise ContextOverflowError(
-                f"mock reflector: the request is ~{prompt_tokens} tokens but the context "
-                f"window is {self.context_window}"
-            )
-        action = _next_action(request, self.timezone_name)
-        if isinstance(action, str):
-            return ModelResponse(
-                text=action,
-                usage=Usage(input_tokens=prompt_tokens, output_tokens=text_tokens(action)),
-                finish_reason="stop",
-                model=self.model,
-            )
-        written = "".join(call.arguments for call in action)
-        return ModelResponse(
-            tool_calls=action,
-            usage=Usage(input_tokens=prompt_tokens, output_tokens=text_tokens(written)),
-            finish_reason="tool_calls",
-            model=self.model,
-        )
+        prompt_tokens = admit(request, self.context_window, "mock reflector")
+        return respond(prompt_tokens, _next_action(request, self.timezone_name))
 
 
 # --- what the run has seen so far ---------------------------------------------------------
