@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from shared.ids import new_id
-from shared.models.messages import Message, ToolCall
+from shared.models.messages import ToolCall
 from shared.reflection.payload import (
     ARGS_LIMIT,
     MANIFEST_TYPE,
@@ -26,26 +25,9 @@ from shared.reflection.payload import (
 )
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
+from tests.support.transcripts import say
 
 ISO_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
-
-
-@pytest.fixture
-def chat(tmp_path: Path) -> Conversation:
-    return Conversation.create(Layout(tmp_path), "agent-1", memory_head=None)
-
-
-def say(chat: Conversation, role: str, content: str = "", **fields: Any) -> Message:
-    message = Message(
-        id=new_id("msg"),
-        agent_id=chat.agent_id,
-        conversation_id=chat.id,
-        role=role,  # type: ignore[arg-type]
-        content=content,
-        **fields,
-    )
-    chat.append([message])
-    return message
 
 
 def roles(records: list[dict[str, Any]]) -> list[str]:

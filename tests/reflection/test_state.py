@@ -16,7 +16,6 @@ import pytest
 from structlog.testing import capture_logs
 
 from shared.errors import ReflectionError
-from shared.ids import new_id
 from shared.models.messages import Message, ToolCall
 from shared.reflection.payload import Slice, replay_slice, select_slice
 from shared.reflection.state import (
@@ -30,24 +29,7 @@ from shared.reflection.state import (
 )
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
-
-
-@pytest.fixture
-def chat(tmp_path: Path) -> Conversation:
-    return Conversation.create(Layout(tmp_path), "agent-1", memory_head=None)
-
-
-def say(chat: Conversation, role: str, content: str = "", **fields: Any) -> Message:
-    message = Message(
-        id=new_id("msg"),
-        agent_id=chat.agent_id,
-        conversation_id=chat.id,
-        role=role,  # type: ignore[arg-type]
-        content=content,
-        **fields,
-    )
-    chat.append([message])
-    return message
+from tests.support.transcripts import say
 
 
 def turn(chat: Conversation, text: str) -> Message:

@@ -4,15 +4,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-import pytest
 from structlog.testing import capture_logs
 
 from shared.context.compaction import CompactionEvent
 from shared.ids import new_id
-from shared.models.messages import Message
 from shared.reflection.payload import select_slice
 from shared.reflection.settings import ReflectionSettings
 from shared.reflection.state import TranscriptState, advance, load_state
@@ -24,7 +21,7 @@ from shared.reflection.triggers import (
 )
 from shared.store.atomic import write_model_atomic
 from shared.store.conversations import Conversation
-from shared.store.layout import Layout
+from tests.support.transcripts import say
 
 OFF = ReflectionSettings(trigger="off")
 ON_COMPACTION = ReflectionSettings(trigger="compaction-event")
@@ -32,23 +29,6 @@ ON_COMPACTION = ReflectionSettings(trigger="compaction-event")
 
 def every(n: int) -> ReflectionSettings:
     return ReflectionSettings(trigger="step-count", step_count=n)
-
-
-@pytest.fixture
-def chat(tmp_path: Path) -> Conversation:
-    return Conversation.create(Layout(tmp_path), "agent-1", memory_head=None)
-
-
-def say(chat: Conversation, role: str, content: str) -> Message:
-    message = Message(
-        id=new_id("msg"),
-        agent_id=chat.agent_id,
-        conversation_id=chat.id,
-        role=role,  # type: ignore[arg-type]
-        content=content,
-    )
-    chat.append([message])
-    return message
 
 
 def turn(chat: Conversation, settings: ReflectionSettings, text: str = "hi") -> Any:
