@@ -197,6 +197,14 @@ class Daemon:
         except AgentdError as exc:
             reply = {"id": request_id, "ok": False, "error": exc.to_dict()}
         except asyncio.CancelledError:
+            # Shutdown past its grace, or the client went away: say so if anyone listens.
+            cancelled = {
+                "code": "cancelled",
+                "message": "the request was cancelled (agentd is "
+                "stopping, or the client disconnected); what was done is kept",
+            }
+            with contextlib.suppress(ConnectionError, OSError):
+                await send({"id": request_id, "ok": False, "error": cancelled})
             raise
         except Exception as exc:
             log.exception("request_crashed", request_id=request_id)

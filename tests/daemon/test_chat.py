@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shared import protocol
 from shared.models.messages import Message
 from shared.providers.base import ModelRequest, ModelResponse
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
@@ -214,3 +215,49 @@ class SlowProvider(ScriptedProvider):
 
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(repo), *args], check=True)
+
+
+def _last_logged(home: Path) -> dict[str, Any]:
+    (path,) = home.glob("agents/*/conversations/*/messages.jsonl")
+    return json.loads(path.read_text().splitlines()[-1])
+
+
+def test_shutdown_cancels_a_turn_that_outlasts_the_grace_and_records_it(
+    daemon: DaemonRunner, agentd_home: Path
+) -> None:
+    calls: list[tuple[float, float]] = []
+    daemon.start(provider=SlowProvider(calls, delay_s=30), shutdown_grace_s=0.3)
+    memory_dir_ready = daemon.result("agent.show")  # creates the agent before the turn
+    assert memory_dir_ready["name"] == "default"
+    replies: list[list[dict[str, Any]]] = []
+    chat = threading.Thread(
+        target=lambda: replies.append(daemon.call("chat", {"text": "take your time"}))
+    )
+    chat.start()
+    time.sleep(0.3)
+    started = time.monotonic()
+    daemon.result("shutdown")
+    daemon.thread.join(15)  # type: ignore[union-attr]
+
+    chat.join(10)
+    assert time.monotonic() - started < 10
+    assert replies[0][-1]["error"]["code"] == "cancelled"
+    last = _last_logged(agentd_home)
+    assert (last["kind"], last["stop_reason"]) == ("stop", "cancelled")
+    assert not (agentd_home / "run" / "agentd.sock").exists()
+
+
+def test_closing_the_connection_cancels_its_turn(daemon: DaemonRunner, agentd_home: Path) -> None:
+    calls: list[tuple[float, float]] = []
+    daemon.start(provider=SlowProvider(calls, delay_s=30))
+    daemon.result("agent.show")
+    connection = daemon.connect()
+    connection.sock.sendall(protocol.request("r1", "chat", {"text": "never mind"}))
+    time.sleep(0.3)
+    connection.close()
+
+    deadline = time.monotonic() + 5
+    while _last_logged(agentd_home).get("stop_reason") != "cancelled":
+        assert time.monotonic() < deadline, "the turn was not cancelled"
+        time.sleep(0.05)
+    assert daemon.result("hello")["service"] == "agentd"
