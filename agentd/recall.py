@@ -157,11 +157,21 @@ class RecallService:
         self, agent_id: str, message_id: str, before: int, after: int
     ) -> list[Message]:
         """The messages around ``message_id`` in its conversation, oldest first."""
-        return await asyncio.to_thread(self._around, agent_id, message_id, before, after)
+        state = await self._ready(agent_id)
+        number = state.index.number_of(message_id)
+        if number is not None:  # a search hit: the index knows its conversation
+            conversations = [state.index.locate(number)[0]]
+        else:  # not searchable (a summary, say): look through every conversation
+            conversations = [r.id for r in list_conversations(self.layout, agent_id)]
+        return await asyncio.to_thread(
+            self._around, agent_id, conversations, message_id, before, after
+        )
 
-    def _around(self, agent_id: str, message_id: str, before: int, after: int) -> list[Message]:
-        for record in list_conversations(self.layout, agent_id):
-            path = self.layout.conversation_dir(agent_id, record.id) / "messages.jsonl"
+    def _around(
+        self, agent_id: str, conversations: list[str], message_id: str, before: int, after: int
+    ) -> list[Message]:
+        for conversation_id in conversations:
+            path = self.layout.conversation_dir(agent_id, conversation_id) / "messages.jsonl"
             messages = list(MessageLog(path))
             for position, message in enumerate(messages):
                 if message.id == message_id:

@@ -17,6 +17,7 @@ from the daemon's event loop while searches and the initial build run in threads
 
 from __future__ import annotations
 
+import bisect
 import re
 import threading
 from array import array
@@ -138,6 +139,22 @@ class AgentIndex:
 
     def message_id(self, number: int) -> str:
         return self._ids[self._id_starts[number] : self._id_starts[number + 1]].decode()
+
+    def number_of(self, message_id: str) -> int | None:
+        """The document number of a message id, or None (a search of the id blob in C)."""
+        wanted = message_id.encode()
+        with self._lock:
+            position = self._ids.find(wanted)
+            while position != -1:
+                number = bisect.bisect_left(self._id_starts, position)
+                if (
+                    number < len(self._id_starts) - 1
+                    and self._id_starts[number] == position
+                    and self._id_starts[number + 1] == position + len(wanted)
+                ):
+                    return number
+                position = self._ids.find(wanted, position + 1)
+        return None
 
     def locate(self, number: int) -> tuple[str, int]:
         """(conversation id, byte offset of the message's line) of a document."""

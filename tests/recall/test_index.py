@@ -118,3 +118,12 @@ def test_appends_through_frozen_and_merged_segments_agree_too(
     for document in more:
         index.add(document)
     _assert_same(_index_results(index, request), reference_search(first + more, request))
+
+
+def test_a_message_id_finds_its_document_even_among_prefixes_of_each_other() -> None:
+    ids = ["m1", "m12", "m123", "x-m1", "m"]
+    index = AgentIndex(open_segment_docs=2, segment_capacity=4)
+    index.build(Document(i, "c", "user", 1.0, f"text {i}", False) for i in ids)
+    assert [index.number_of(i) for i in ids] == [0, 1, 2, 3, 4]
+    assert [index.message_id(n) for n in range(5)] == ids
+    assert index.number_of("m1234") is None and index.number_of("1") is None
