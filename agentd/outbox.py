@@ -54,7 +54,7 @@ class Outbox:
         self._warned_down = False
 
     def directory(self, agent_id: str) -> Path:
-        return self.layout.reflections_dir(agent_id) / "outbox"
+        return outbox_dir(self.layout, agent_id)
 
     def submit(
         self,
@@ -196,6 +196,10 @@ class Outbox:
                     pending.discard(outcome.request_id)
                     settled.append(outcome)
         return settled
+
+
+def outbox_dir(layout: Layout, agent_id: str) -> Path:
+    return layout.reflections_dir(agent_id) / "outbox"
 
 
 def outcomes_log(layout: Layout, agent_id: str) -> Path:

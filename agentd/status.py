@@ -10,7 +10,7 @@ from typing import Any
 
 import structlog
 
-from agentd.outbox import read_outcomes
+from agentd.outbox import outbox_dir, read_outcomes
 from shared.coordination import keys
 from shared.coordination.broker import RedisLocation
 from shared.models.agents import AgentRecord
@@ -70,7 +70,7 @@ def agent_status(
     outcomes = [o for o in read_outcomes(layout, agent.id, tail=20) if o.status != "skipped"]
     last = outcomes[-1] if outcomes else None
     backoff = load_backoff(layout.reflections_dir(agent.id))
-    outbox = layout.reflections_dir(agent.id) / "outbox"
+    outbox = outbox_dir(layout, agent.id)
     return {
         "id": agent.id,
         "name": agent.name,
