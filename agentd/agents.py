@@ -14,6 +14,7 @@ import structlog
 
 from agentd.requests import AgentCreate, AgentUpdate
 from shared.agent.prompts import BASE_SYSTEM_PROMPT, DEFAULT_HUMAN, DEFAULT_PERSONA
+from shared.clock import Clock, utc_now
 from shared.errors import AgentdError, UnknownAgent
 from shared.ids import new_id
 from shared.memory.repo import MemoryRepo
@@ -29,8 +30,15 @@ DEFAULT_AGENT_NAME = "default"
 
 
 class Agents:
-    def __init__(self, layout: Layout, *, on_append: AppendListener | None = None) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        on_append: AppendListener | None = None,
+        clock: Clock = utc_now,
+    ) -> None:
         self.layout = layout
+        self.clock = clock
         self._on_append = on_append
         self.store = AgentStore(layout)
         self._memory: dict[str, MemoryRepo] = {}
@@ -63,7 +71,9 @@ class Agents:
                 human=DEFAULT_HUMAN if params.human is None else params.human,
             )
             self._memory[record.id] = repo
-            conversation = Conversation.create(self.layout, record.id, memory_head=repo.head())
+            conversation = Conversation.create(
+                self.layout, record.id, memory_head=repo.head(), clock=self.clock
+            )
             self._remember(conversation)
             record.default_conversation_id = conversation.id
             self.store.save(record)
@@ -117,13 +127,13 @@ class Agents:
         conversation = self._conversations.get((record.id, conversation_id))
         if conversation is None:
             conversation = self._remember(
-                Conversation.open(self.layout, record.id, conversation_id)
+                Conversation.open(self.layout, record.id, conversation_id, clock=self.clock)
             )
         return conversation
 
     def new_conversation(self, record: AgentRecord) -> Conversation:
         conversation = Conversation.create(
-            self.layout, record.id, memory_head=self.memory(record.id).head()
+            self.layout, record.id, memory_head=self.memory(record.id).head(), clock=self.clock
         )
         return self._remember(conversation)
 

@@ -33,6 +33,7 @@ from agentd.recall import RecallService
 from agentd.reflections import Reflections
 from agentd.requests import PARAMS, Envelope, describe, parse_params
 from agentd.turns import Turns
+from shared.clock import Clock, utc_now
 from shared.coordination.broker import locate
 from shared.errors import (
     AgentdError,
@@ -61,11 +62,17 @@ class SocketPathTooLong(AgentdError):
 
 
 class Daemon:
-    def __init__(self, settings: Settings, *, providers: ProviderFactory | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        providers: ProviderFactory | None = None,
+        clock: Clock = utc_now,
+    ) -> None:
         self.settings = settings
         self.layout = Layout(settings.home)
         self.recall = RecallService(self.layout)
-        self.agents = Agents(self.layout, on_append=self.recall.on_append)
+        self.agents = Agents(self.layout, on_append=self.recall.on_append, clock=clock)
         self.turns = Turns(
             settings, self.layout, providers or ProviderFactory(settings), self.recall
         )

@@ -24,6 +24,7 @@ from shared.agent.prompts import INTEGRATION_MARKER
 from shared.agent.tools.base import ToolContext
 from shared.agent.tools.bash import Bash
 from shared.agent.tools.files import EditFile, ReadFile
+from shared.clock import Clock, utc_now
 from shared.memory.compile import compile_system_prompt
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
@@ -88,8 +89,11 @@ async def run_integration(
     reflection_id: str,
     instructions: str,
     conversation_dir: Path,
+    clock: Clock = utc_now,
 ) -> IntegrationRun:
-    conversation = Conversation.create(JobLayout(conversation_dir), agent.id, memory_head=None)
+    conversation = Conversation.create(
+        JobLayout(conversation_dir), agent.id, memory_head=None, clock=clock
+    )
     with MemoryRepo(memory_dir) as repo:
         system = compile_system_prompt(agent.system_prompt, repo.read_tree(), memory_dir)
         lock_path = repo.lock_path

@@ -16,7 +16,7 @@ import asyncio
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
+from datetime import tzinfo
 from pathlib import Path
 
 import redis
@@ -33,12 +33,12 @@ from reflector.worktree import (
     finalize,
     sweep_orphans,
 )
+from shared.clock import Clock, utc_now
 from shared.coordination import keys
 from shared.coordination.lease import ReflectionLease
 from shared.errors import AgentdError, ReflectionError
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
-from shared.models.messages import utc_now
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.providers.base import Provider
 from shared.reflection import backoff
@@ -72,7 +72,7 @@ class JobContext:
     agent_provider_for: Callable[[AgentRecord], Provider] | None = None
     """The agent's own model, for explicit-merge integration (None: explicit mode is
     unavailable and proposals are merged automatically)."""
-    clock: Callable[[], datetime] = utc_now
+    clock: Clock = utc_now
     local_zone: tzinfo | None = None
     timezone_name: str = "UTC"
     layout: Layout = field(init=False)
@@ -221,6 +221,7 @@ class _Job:
             self.request.agent_id,
             [(s, slice_records(self._log(s.conversation_id), s)) for s in slices],
             instruction=self.request.instruction,
+            clock=self.ctx.clock,
         )
         for kept in payload.slices:
             mark_started(self._conversation_dir(kept.conversation_id), self.ctx.clock())
@@ -268,6 +269,7 @@ class _Job:
                 reflection_id=self.reflection_id,
                 instructions=mode.merge_instructions,
                 conversation_dir=self.reflections_dir / "integrations",
+                clock=self.ctx.clock,
             )
         )
         log.info("reflection_integration_finished", stop_reason=integration.stop_reason)
@@ -320,6 +322,7 @@ class _Job:
                 now=now,
                 timezone_name=self.ctx.timezone_name,
                 max_steps=SUBAGENT_MAX_STEPS,
+                clock=self.ctx.clock,
             )
         )
 
@@ -342,7 +345,9 @@ class _Job:
         if result.consumed:
             for kept in payload.slices:
                 if kept.mode == "unreflected":
-                    advance(self._conversation_dir(kept.conversation_id), kept)
+                    advance(
+                        self._conversation_dir(kept.conversation_id), kept, clock=self.ctx.clock
+                    )
             commits = _commits(memory_dir, base_head) if result.status == "merged" else []
             return self.outcome(result.status, None, result.message, commits)
         if not run.success:

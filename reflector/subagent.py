@@ -18,6 +18,7 @@ from reflector.prompt import system_prompt, task_prompt
 from reflector.tools import reflection_context, reflection_tools
 from reflector.verdict import Reason, earned_success
 from shared.agent.loop import Turn, run_turn
+from shared.clock import Clock, utc_now
 from shared.ids import REFLECTION_SUFFIX, validate_agent_id, validate_id
 from shared.models.messages import Message, StopReason
 from shared.providers.base import Provider
@@ -59,12 +60,15 @@ async def run_reflection_subagent(
     now: datetime,
     timezone_name: str,
     max_steps: int = MAX_STEPS,
+    clock: Clock = utc_now,
 ) -> SubagentRun:
     """Run the sub-agent on ``payload_path`` against the memory checkout ``worktree``."""
     child_id = validate_agent_id(
         f"{validate_agent_id(parent_agent_id)}{REFLECTION_SUFFIX}", allow_reflection=True
     )
-    conversation = Conversation.create(JobLayout(conversation_dir), child_id, memory_head=None)
+    conversation = Conversation.create(
+        JobLayout(conversation_dir), child_id, memory_head=None, clock=clock
+    )
     system = system_prompt(now=now, timezone_name=timezone_name)
     task = task_prompt(
         is_manifest=is_manifest,

@@ -5,8 +5,6 @@ Everything else lives in :mod:`reflector.pipeline`; this module only adapts Cele
 
 from __future__ import annotations
 
-import zoneinfo
-from datetime import datetime
 from typing import Any
 
 import redis
@@ -15,6 +13,7 @@ from pydantic import ValidationError
 
 from reflector.app import app, location, settings
 from reflector.pipeline import JobContext, run_job
+from shared.clock import user_zone
 from shared.coordination import keys
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionRequest
@@ -26,13 +25,6 @@ from shared.providers.mock import MOCK_MODEL
 log = structlog.get_logger(__name__)
 
 _providers = ProviderFactory(settings)
-
-
-def _zone() -> tuple[Any, str]:
-    if settings.timezone:
-        return zoneinfo.ZoneInfo(settings.timezone), settings.timezone
-    local = datetime.now().astimezone().tzinfo
-    return local, str(local)
 
 
 def _provider_for(agent: AgentRecord) -> Provider:
@@ -66,7 +58,7 @@ def reflect(self: Any, request: dict[str, Any]) -> dict[str, Any] | None:
     except ValidationError as exc:
         log.error("undecodable_reflection_request", error=str(exc))
         return None
-    zone, zone_name = _zone()
+    zone, zone_name = user_zone(settings.timezone)
     context = JobContext(
         settings=settings,
         redis=redis.Redis.from_url(location.redis_url),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
 
 
@@ -41,3 +42,9 @@ def daemon(agentd_home: Path) -> Iterator[DaemonRunner]:
     runner = DaemonRunner(agentd_home)
     yield runner
     runner.stop()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """The test's clock: injected wherever messages, payloads and outcomes get a time."""
+    return FakeClock()

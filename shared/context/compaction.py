@@ -20,11 +20,11 @@ from datetime import datetime
 import structlog
 from pydantic import BaseModel, Field
 
+from shared.clock import utc_now
 from shared.context.budget import Budget
 from shared.context.estimate import message_tokens, text_tokens
 from shared.context.summary import summarise
-from shared.ids import new_id
-from shared.models.messages import Message, utc_now
+from shared.models.messages import Message
 from shared.providers.base import Provider
 from shared.store.atomic import write_model_atomic
 from shared.store.conversations import Conversation
@@ -128,6 +128,7 @@ async def compact(
     content = summary_content(summary, len(head))
     tokens_before = budget.floor + sum(message_tokens(m) for m in window)
     stats = CompactionStats(
+        at=conversation.clock(),
         trigger=trigger,
         messages_before=len(window),
         messages_after=1 + len(kept),
@@ -138,10 +139,7 @@ async def compact(
         threshold=budget.threshold,
         floor=budget.floor,
     )
-    message = Message(
-        id=new_id("msg"),
-        agent_id=conversation.agent_id,
-        conversation_id=conversation.id,
+    message = conversation.new_message(
         role="user",
         kind="summary",
         content=content,

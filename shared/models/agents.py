@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from shared.models.messages import utc_now
+from shared.clock import utc_now
 from shared.reflection.settings import ReflectionOverrides
 
 AGENT_SCHEMA_VERSION = 1

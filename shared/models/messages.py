@@ -15,10 +15,12 @@ Recall and reflection treat only ``kind == "message"`` with role user as user sp
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from shared.clock import utc_now
 
 Role = Literal["user", "assistant", "tool"]
 MessageKind = Literal["message", "summary", "reminder", "note", "stop"]
@@ -32,10 +34,6 @@ StopReason = Literal[
     "cancelled",
 ]
 """Why a turn ended; a closed set shared by the loop, the transcript and the client."""
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 class Usage(BaseModel):

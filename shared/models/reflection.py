@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from shared.models.messages import utc_now
+from shared.clock import utc_now
 
 TriggerSource = Literal["step-count", "compaction-event", "manual"]
 OutcomeStatus = Literal["merged", "no_changes", "failed", "skipped"]

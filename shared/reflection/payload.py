@@ -27,7 +27,8 @@ from typing import Any, Literal
 import structlog
 from pydantic import BaseModel, ValidationError
 
-from shared.models.messages import Message, ToolCall, utc_now
+from shared.clock import Clock, utc_now
+from shared.models.messages import Message, ToolCall
 from shared.store.atomic import write_bytes_atomic
 
 log = structlog.get_logger(__name__)
@@ -287,8 +288,8 @@ def _encode(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
 
 
-def _nonce() -> str:
-    return f"{utc_now():%Y%m%d%H%M%S}-{secrets.token_hex(4)}"
+def _nonce(now: datetime) -> str:
+    return f"{now:%Y%m%d%H%M%S}-{secrets.token_hex(4)}"
 
 
 def write_payload(
@@ -298,6 +299,7 @@ def write_payload(
     *,
     instruction: str | None = None,
     budget_chars: int = DEFAULT_BUDGET_CHARS,
+    clock: Clock = utc_now,
 ) -> PayloadFile:
     """Write one slice as ``payload-<nonce>.json``, or several as files plus a manifest.
 
@@ -308,7 +310,8 @@ def write_payload(
     if not slices:
         raise ValueError("a payload needs at least one slice")
     payload_dir.mkdir(parents=True, exist_ok=True)
-    nonce = _nonce()
+    now = clock()
+    nonce = _nonce(now)
     path = payload_dir / f"payload-{nonce}.json"
     if len(slices) == 1:
         only, records = slices[0]
@@ -349,7 +352,7 @@ def write_payload(
         "schema_version": 1,
         "type": MANIFEST_TYPE,
         "agent_id": agent_id,
-        "created_at": _timestamp(utc_now()),
+        "created_at": _timestamp(now),
     }
     if instruction:
         manifest["user_instruction"] = instruction

@@ -33,8 +33,8 @@ from pydantic import (
     computed_field,
 )
 
+from shared.clock import Clock, utc_now
 from shared.errors import ReflectionError
-from shared.models.messages import utc_now
 from shared.reflection.payload import Slice, count_steps, find_anchor, read_rows, select_rows
 from shared.store.atomic import write_bytes_atomic
 from shared.store.locks import file_lock
@@ -225,7 +225,7 @@ def mark_started(directory: Path, at: datetime) -> TranscriptState:
         return _save(directory, state.model_copy(update={"last_reflection_started_at": at}))
 
 
-def advance(directory: Path, slice: Slice) -> TranscriptState:
+def advance(directory: Path, slice: Slice, *, clock: Clock = utc_now) -> TranscriptState:
     """Move the watermark over a consumed ``slice`` (merged or no_changes only).
 
     Selection is re-run on the log up to the slice's snapshot boundary with the current
@@ -256,6 +256,6 @@ def advance(directory: Path, slice: Slice) -> TranscriptState:
         update = {
             "watermark": selected.end_id,
             "reflected_completed_steps": reflected,
-            "last_reflection_succeeded_at": utc_now(),
+            "last_reflection_succeeded_at": clock(),
         }
         return _save(directory, state.model_copy(update=update))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import structlog
 
+from shared.clock import utc_now
 from shared.errors import CorruptStateFile, NameTaken, UnknownAgent
 from shared.ids import ID_PATTERN
 from shared.models.agents import AgentRecord
-from shared.models.messages import utc_now
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.layout import Layout
 

@@ -16,10 +16,11 @@ from typing import Any
 
 import structlog
 
+from shared.clock import Clock, utc_now
 from shared.errors import UnknownConversation
 from shared.ids import new_id
 from shared.models.agents import ContextState, ConversationRecord
-from shared.models.messages import Message, utc_now
+from shared.models.messages import Message
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.jsonl import MessageLog
 from shared.store.layout import Layout
@@ -32,8 +33,17 @@ AppendListener = Callable[["Conversation", list[Message], list[int]], None]
 
 
 class Conversation:
-    def __init__(self, directory: Path, record: ConversationRecord, context: list[Message]):
+    def __init__(
+        self,
+        directory: Path,
+        record: ConversationRecord,
+        context: list[Message],
+        *,
+        clock: Clock = utc_now,
+    ):
         self.directory = directory
+        self.clock = clock
+        """Stamps every message this conversation creates (tests inject a fixed one)."""
         self.record = record
         self.context = context
         """The messages in the context window, in the order the model sees them."""
@@ -49,20 +59,24 @@ class Conversation:
         return self.record.agent_id
 
     @classmethod
-    def create(cls, layout: Layout, agent_id: str, *, memory_head: str | None) -> Conversation:
+    def create(
+        cls, layout: Layout, agent_id: str, *, memory_head: str | None, clock: Clock = utc_now
+    ) -> Conversation:
         record = ConversationRecord(
-            id=new_id("conv"), agent_id=agent_id, memory_head_seen=memory_head
+            id=new_id("conv"), agent_id=agent_id, memory_head_seen=memory_head, created_at=clock()
         )
         directory = layout.conversation_dir(agent_id, record.id)
         directory.mkdir(parents=True)
-        conversation = cls(directory, record, [])
+        conversation = cls(directory, record, [], clock=clock)
         conversation.log.path.touch(mode=0o600)
         conversation.save_context()
         conversation.save_record()
         return conversation
 
     @classmethod
-    def open(cls, layout: Layout, agent_id: str, conversation_id: str) -> Conversation:
+    def open(
+        cls, layout: Layout, agent_id: str, conversation_id: str, *, clock: Clock = utc_now
+    ) -> Conversation:
         directory = layout.conversation_dir(agent_id, conversation_id)
         record = read_model(directory / "conversation.json", ConversationRecord)
         if record is None or record.agent_id != agent_id:
@@ -74,7 +88,7 @@ class Conversation:
         messages_log.repair_tail()
         state = read_model(directory / "context.json", ContextState)
         context = _load_context(messages_log, state.message_ids if state else None)
-        return cls(directory, record, context)
+        return cls(directory, record, context, clock=clock)
 
     def new_message(self, **fields: Any) -> Message:
         """A message of this conversation with a fresh id and timestamp (not yet appended)."""
@@ -82,7 +96,7 @@ class Conversation:
             id=new_id("msg"),
             agent_id=self.agent_id,
             conversation_id=self.id,
-            created_at=utc_now(),
+            created_at=self.clock(),
             **fields,
         )
 
@@ -109,7 +123,7 @@ class Conversation:
             listener(self, messages, offsets)
 
     def save_context(self) -> None:
-        state = ContextState(message_ids=[m.id for m in self.context], updated_at=utc_now())
+        state = ContextState(message_ids=[m.id for m in self.context], updated_at=self.clock())
         write_model_atomic(self.directory / "context.json", state)
 
     def save_record(self) -> None:

@@ -8,7 +8,7 @@ import json
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +17,12 @@ import pytest
 from agentd.agents import Agents
 from agentd.requests import AgentCreate
 from reflector.pipeline import JobContext, run_job
+from shared.clock import user_zone
 from shared.coordination import keys
 from shared.coordination.lease import ReflectionLease
 from shared.errors import ProviderAuthError
 from shared.ids import new_id
 from shared.models.agents import AgentRecord
-from shared.models.messages import Message
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.providers.base import ModelRequest, ModelResponse, Provider
 from shared.providers.mock import MockProvider
@@ -35,18 +35,11 @@ from shared.settings import Settings
 from shared.store.agents import AgentStore
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
+from tests.support.clock import FakeClock
 from tests.support.workers import RedisForTests
 
 READ = json.dumps({"command": 'wc -c "$TRANSCRIPT_PATH" && cat "$TRANSCRIPT_PATH"'})
 SAID = ["帮我看下这个报错", "我更喜欢用 tabs 缩进", "今天我们决定以后一律用 pnpm"]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @dataclass
@@ -54,7 +47,7 @@ class World:
     home: Path
     agent: AgentRecord
     conversation: Conversation
-    clock: Clock
+    clock: FakeClock
     sent: list[ReflectionRequest]
 
     @property
@@ -69,8 +62,10 @@ class World:
         for text in texts:
             self.conversation.append(
                 [
-                    _message(self.conversation, "user", text),
-                    _message(self.conversation, "assistant", f"（mock）我听到了：{text}"),
+                    self.conversation.new_message(role="user", content=text),
+                    self.conversation.new_message(
+                        role="assistant", content=f"（mock）我听到了：{text}"
+                    ),
                 ]
             )
             record_turn(self.conversation.directory, 1)
@@ -85,8 +80,8 @@ class World:
             agent_provider_for=lambda _agent: agent_provider or MockProvider(),
             send_follow_up=self.sent.append,
             clock=self.clock,
-            local_zone=UTC,
-            timezone_name="UTC",
+            local_zone=user_zone()[0],
+            timezone_name=user_zone()[1],
         )
 
     def reflect(
@@ -117,22 +112,12 @@ class World:
         ).stdout
 
 
-def _message(conversation: Conversation, role: str, text: str) -> Message:
-    return Message(
-        id=new_id("msg"),
-        agent_id=conversation.agent_id,
-        conversation_id=conversation.id,
-        role=role,
-        content=text,
-    )  # type: ignore[arg-type]
-
-
 @pytest.fixture
-def world(agentd_home: Path) -> World:
-    agents = Agents(Layout(agentd_home))
+def world(agentd_home: Path, clock: FakeClock) -> World:
+    agents = Agents(Layout(agentd_home), clock=clock)
     agent = asyncio.run(agents.create(AgentCreate(name="ada")))
     conversation = agents.conversation(agent, None)
-    world = World(agentd_home, agent, conversation, Clock(), [])
+    world = World(agentd_home, agent, conversation, clock, [])
     world.say(*SAID)
     agents.close()
     return world
@@ -150,11 +135,12 @@ def _watermark(world: World) -> str | None:
 
 
 def test_a_good_run_merges_and_moves_the_watermark_then_nothing_is_left(world: World) -> None:
-    outcome = world.reflect(MockReflector(timezone_name="UTC"))
+    outcome = world.reflect(MockReflector())
 
     assert (outcome.status, outcome.message) == ("merged", "Merged 1 reflection commit(s).")
     assert len(outcome.commits) == 1
-    assert "- 我更喜欢用 tabs 缩进\n- 2026-11-30 我们决定以后一律用 pnpm" in world.human()
+    today = world.clock().astimezone(user_zone()[0]).date()
+    assert f"- 我更喜欢用 tabs 缩进\n- {today} 我们决定以后一律用 pnpm" in world.human()
     assert "报错" not in world.human()
     assert world.git("status", "--porcelain") == ""
     assert world.git("branch", "--list", "reflection/*") == ""
@@ -188,7 +174,7 @@ def test_weak_models_fail_and_the_same_slice_is_merged_by_a_good_run(
     assert _watermark(world) is None
     assert load_backoff(world.reflections).retry_at is None  # the sub-agent failed: no backoff
 
-    assert world.reflect(MockReflector(timezone_name="UTC")).status == "merged"
+    assert world.reflect(MockReflector()).status == "merged"
     assert "- 我更喜欢用 tabs 缩进" in world.human()
 
 
@@ -267,7 +253,7 @@ def test_backoff_doubles_to_30_minutes_and_manual_runs_bypass_it(world: World) -
         deferred = world.reflect(MockReflector())
         assert (deferred.status, deferred.reason) == ("skipped", "retry_backoff")
         world.clock.now += timedelta(seconds=1)  # exactly retry_at: allowed
-    manual_while_deferred = world.reflect(MockReflector(timezone_name="UTC"), trigger="manual")
+    manual_while_deferred = world.reflect(MockReflector(), trigger="manual")
     assert manual_while_deferred.status in ("merged", "no_changes")
     assert load_backoff(world.reflections).retry_at is None
 
@@ -280,7 +266,7 @@ class AppendingProvider(Provider):
 
     def __init__(self, world: World) -> None:
         self.world = world
-        self.inner = MockReflector(timezone_name="UTC")
+        self.inner = MockReflector()
         self.appended = False
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
@@ -298,7 +284,7 @@ def test_messages_appended_during_a_run_stay_unreflected(world: World) -> None:
     state = load_state(world.conversation.directory)
     assert state.watermark == before_run
     assert state.steps_since_last_reflection == 1
-    again = world.reflect(MockReflector(timezone_name="UTC"))
+    again = world.reflect(MockReflector())
     assert again.status == "merged" and "- 以后一律用 ruff 检查代码" in world.human()
 
 
@@ -309,7 +295,7 @@ def test_a_configuration_error_pauses_automatic_runs_until_one_succeeds(world: W
     assert "OPENAI_API_KEY" in failed.message
     paused = world.reflect(MockReflector())
     assert (paused.status, paused.reason) == ("skipped", "configuration_error")
-    assert world.reflect(MockReflector(timezone_name="UTC"), trigger="manual").status == "merged"
+    assert world.reflect(MockReflector(), trigger="manual").status == "merged"
     assert load_backoff(world.reflections).configuration_error is None
 
 
@@ -324,7 +310,7 @@ def test_a_second_job_for_a_busy_agent_becomes_the_one_follow_up(
     assert (first.reason, second.reason) == ("already_active", "already_active")
     holder.release()
 
-    done = world.reflect(MockReflector(timezone_name="UTC"), redis_client=client, request_id="rq-c")
+    done = world.reflect(MockReflector(), redis_client=client, request_id="rq-c")
 
     assert done.status == "merged"
     assert [r.request_id for r in world.sent] == ["rq-b"]  # latest wins, sent once
@@ -335,12 +321,8 @@ def test_a_redelivered_job_that_already_finished_is_a_no_op(
     world: World, redis_server: RedisForTests
 ) -> None:
     client = redis_server.client
-    first = world.reflect(
-        MockReflector(timezone_name="UTC"), redis_client=client, request_id="rq-same"
-    )
-    again = world.reflect(
-        MockReflector(timezone_name="UTC"), redis_client=client, request_id="rq-same"
-    )
+    first = world.reflect(MockReflector(), redis_client=client, request_id="rq-same")
+    again = world.reflect(MockReflector(), redis_client=client, request_id="rq-same")
     assert again == first
     assert len((world.reflections / "log.jsonl").read_text().splitlines()) == 1
 
@@ -354,7 +336,7 @@ def _explicit(world: World) -> None:
 
 def test_explicit_mode_the_agent_reviews_and_merges_and_git_is_the_judge(world: World) -> None:
     _explicit(world)
-    outcome = world.reflect(MockReflector(timezone_name="UTC"))
+    outcome = world.reflect(MockReflector())
     assert outcome.status == "merged"
     assert outcome.message == "The primary agent integrated 1 reflection commit(s)."
     assert "- 我更喜欢用 tabs 缩进" in world.human()
@@ -367,7 +349,7 @@ def test_explicit_mode_the_agent_reviews_and_merges_and_git_is_the_judge(world: 
 def test_explicit_mode_an_agent_that_only_says_it_merged_has_not(world: World) -> None:
     _explicit(world)
     outcome = world.reflect(
-        MockReflector(timezone_name="UTC"),
+        MockReflector(),
         agent_provider=ScriptedProvider([text_reply("Done, I merged it.")]),
     )
     assert (outcome.status, outcome.reason) == ("failed", "integration")
@@ -377,10 +359,13 @@ def test_explicit_mode_an_agent_that_only_says_it_merged_has_not(world: World) -
 
 
 def test_a_manual_reflection_over_recent_conversations_uses_a_manifest(world: World) -> None:
-    agents = Agents(Layout(world.home))
+    agents = Agents(Layout(world.home), clock=world.clock)
     other = agents.new_conversation(world.agent)
     other.append(
-        [_message(other, "user", "总是用中文回答我"), _message(other, "assistant", "好的")]
+        [
+            other.new_message(role="user", content="总是用中文回答我"),
+            other.new_message(role="assistant", content="好的"),
+        ]
     )
     record_turn(other.directory, 1)
     agents.close()
@@ -392,9 +377,7 @@ def test_a_manual_reflection_over_recent_conversations_uses_a_manifest(world: Wo
         requested_at=world.clock(),
     )
 
-    outcome = run_job(
-        request, request.request_id, world.context(MockReflector(timezone_name="UTC"))
-    )
+    outcome = run_job(request, request.request_id, world.context(MockReflector()))
 
     assert outcome.status == "merged"
     human = world.human()
@@ -417,7 +400,7 @@ class LeaseThief(Provider):
     def __init__(self, world: World, client: Any) -> None:
         self.world = world
         self.client = client
-        self.inner = MockReflector(timezone_name="UTC")
+        self.inner = MockReflector()
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         self.client.set(keys.lease(self.world.agent.id), "someone-else")

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from shared.clock import user_zone
 from shared.models.reflection import ReflectionOutcome
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
+from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
 from tests.support.workers import RedisForTests, WorkerProcess
 
@@ -58,11 +60,11 @@ def _human(daemon: DaemonRunner) -> str:
 
 
 def test_the_seed_walkthrough_on_the_running_stack(
-    daemon: DaemonRunner, agentd_home: Path, stack: dict[str, Any]
+    daemon: DaemonRunner, agentd_home: Path, stack: dict[str, Any], clock: FakeClock
 ) -> None:
     stack["redis"] = RedisForTests(agentd_home).start()
     stack["workers"].append(WorkerProcess(agentd_home).start())
-    daemon.start(reflection_wait_s=30)
+    daemon.start(reflection_wait_s=30, clock=clock)
 
     settings = daemon.result("reflection.settings", {"trigger": "step-count", "step_count": 3})
     assert settings == {"trigger": "step-count", "stepCount": 3, "merge": "auto"}
@@ -77,7 +79,7 @@ def test_the_seed_walkthrough_on_the_running_stack(
     subjects = [c["subject"] for c in daemon.result("memory.log")["commits"]]
     assert subjects[-1] == "chore: initialize local memory"
     assert subjects[0].startswith("feat(reflection): ") and subjects[0].endswith("🔮")
-    today = reflection["started_at"][:10]  # the worker's zone is the test machine's: UTC here
+    today = clock().astimezone(user_zone()[0]).date()  # "今天" on the worker's calendar
     human = _human(daemon)
     assert "- 我更喜欢用 tabs 缩进\n" in human and f"- {today} 我们决定以后一律用 pnpm\n" in human
     assert "报错" not in human

@@ -9,6 +9,7 @@ from typing import Any
 
 from agentd.client import Connection
 from agentd.server import Daemon
+from shared.clock import Clock, utc_now
 from shared.providers.base import Provider
 from shared.providers.factory import ProviderFactory
 from shared.settings import Settings
@@ -33,10 +34,12 @@ class DaemonRunner:
         self.thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
-    def start(self, provider: Provider | None = None, **settings: Any) -> Daemon:
+    def start(
+        self, provider: Provider | None = None, *, clock: Clock = utc_now, **settings: Any
+    ) -> Daemon:
         config = Settings(home=self.home, **settings)
         providers = FixedProviders(config, provider) if provider else None
-        self.daemon = Daemon(config, providers=providers)
+        self.daemon = Daemon(config, providers=providers, clock=clock)
         ready = threading.Event()
 
         def run() -> None:
