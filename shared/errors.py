@@ -16,8 +16,11 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   └── MemoryPathError          a memory file path outside the repo or not present
     ├── StoreError                   the data directory is not as we left it
     │   ├── CorruptStateFile
+    │   ├── AgentRecordMissing       an agent directory holds data but its agent.json is gone
+    │   ├── DiskFull                 a write failed for want of space; what it needed is said
     │   ├── LockTimeout              another process held a file lock too long
     │   └── MemoryRepoError          a git operation on a memory repo failed
+    │       └── MemoryBusy           a live git holds one of the repo's lock files; retry
     ├── ProviderError                the model call failed
     │   ├── ContextOverflowError     the request is larger than the model's window
     │   ├── ProviderAuthError        missing or rejected credentials
@@ -102,6 +105,26 @@ class CorruptStateFile(StoreError):
         self.path = str(path)
 
 
+class AgentRecordMissing(StoreError):
+    code = "agent_record_missing"
+
+
+class DiskFull(StoreError):
+    """A write was refused for want of space (ENOSPC, EDQUOT) and undone."""
+
+    code = "disk_full"
+
+    def __init__(self, path: object, *, needed: int, free: int) -> None:
+        super().__init__(
+            f"the disk is full: writing {path} needs {needed:,} bytes and {free:,} are free. "
+            "Free some space on that disk (more than this write: the turn writes more) "
+            "and try again; everything saved before this write is kept"
+        )
+        self.path = str(path)
+        self.needed = needed
+        self.free = free
+
+
 class LockTimeout(StoreError):
     code = "lock_timeout"
 
@@ -110,6 +133,15 @@ class MemoryRepoError(StoreError):
     """A git operation on a memory repo failed, or the repo is in a state we refuse."""
 
     code = "memory_repo"
+
+
+class MemoryBusy(MemoryRepoError):
+    """A running git holds a lock file the operation needs: retry once it has finished.
+
+    A lock left behind by a git that died is removed instead (:mod:`shared.memory.git_locks`),
+    so this one is always worth a retry."""
+
+    code = "memory_busy"
 
 
 class ProviderError(AgentdError):

@@ -4,7 +4,8 @@ The rule (seed 002, letta v3): a reply that calls tools continues the turn, a re
 without a tool call ends it. Around that rule sit the limits and tool rules, each exit
 named by a :data:`StopReason`. Every message is appended (and fsync'd) the moment it
 exists: the assistant reply before its tools run, each tool result as it returns, so a
-crash at any point loses nothing that was complete.
+crash at any point loses nothing that was complete. An append the disk refuses ends the
+turn with ``disk_full`` and leaves neither the log nor the context window holding it.
 
 The same loop runs chat turns in agentd and reflection sub-agents in the workers, with
 other tools, prompts, rules and limits.
@@ -88,7 +89,10 @@ class _TurnRunner:
             self.result.error = exc.to_dict()
             stop = self._persist_stop("error", exc.message, exc.code)
         except asyncio.CancelledError:
-            self._persist_stop("cancelled", "the turn was cancelled", "cancelled")
+            try:
+                self._persist_stop("cancelled", "the turn was cancelled", "cancelled")
+            except (AgentdError, OSError) as exc:
+                log.warning("cancelled_stop_not_recorded", error=str(exc))
             raise
         except Exception as exc:
             log.exception("turn_crashed")
@@ -262,6 +266,9 @@ class _TurnRunner:
         self._persist([self._message(role="user", kind="note", content=text)])
 
     def _persist_stop(self, stop: StopReason, text: str, code: str) -> StopReason:
+        """Record why the turn stopped. If that append fails too (the disk that failed the
+        turn is still full) its error ends the turn: the caller is told ``disk_full``
+        rather than a stop reason the transcript does not hold."""
         message = self._message(
             role="assistant", kind="stop", content=text, stop_reason=stop, metadata={"code": code}
         )

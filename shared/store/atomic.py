@@ -1,11 +1,14 @@
 """State files: written by write-temp-then-rename, read with a typed error on corruption.
 
 A reader sees either the old file or the new one, never half of each, because
-``os.replace`` is atomic on POSIX and the temp file is fsync'd before the rename.
+``os.replace`` is atomic on POSIX and the temp file is fsync'd before the rename. A write
+that fails (a full disk, typically) removes its temp file: left behind, it would hold
+the very space the user is trying to free.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -14,19 +17,30 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from shared.errors import CorruptStateFile
+from shared.store.writes import raise_if_disk_full, write_all
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``; on failure ``path`` is as it was and no temp is left.
+
+    Raises :class:`DiskFull` when the disk has no room for ``data``.
+    """
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise_if_disk_full(exc, path, len(data))
+        raise
 
 
 def write_model_atomic(path: Path, model: BaseModel) -> None:

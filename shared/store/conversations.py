@@ -101,11 +101,17 @@ class Conversation:
         )
 
     def append(self, messages: list[Message]) -> None:
-        """Persist ``messages`` (fsync'd) and add those a model sees to the window."""
+        """Persist ``messages`` (fsync'd) and add those a model sees to the window.
+
+        If the append fails (a full disk: :class:`~shared.errors.DiskFull`) nothing of
+        ``messages`` is in the log, the window or the listeners. Once it succeeded they
+        are in all three even if replacing ``context.json`` then fails: opening the
+        conversation replays the log past the listed ids, so the file may lag.
+        """
         offsets = self.log.append(messages)
         self.context.extend(m for m in messages if m.sent_to_model)
-        self.save_context()
         self._tell(messages, offsets)
+        self.save_context()
 
     def compact(self, summary: Message, kept: list[Message]) -> None:
         """Open the window with ``summary`` followed by ``kept``; the log keeps everything.
@@ -115,8 +121,8 @@ class Conversation:
         """
         offsets = self.log.append([summary])
         self.context = [summary, *kept]
-        self.save_context()
         self._tell([summary], offsets)
+        self.save_context()
 
     def _tell(self, messages: list[Message], offsets: list[int]) -> None:
         for listener in self.listeners:

@@ -5,9 +5,16 @@ is never rewritten, not even by compaction (the context window is a separate fil
 An append is one ``write`` of complete lines followed by ``fsync``; it never reads the
 file, so its cost does not grow with history.
 
+An append that fails (a full disk writes part of a line, then refuses the rest) is
+undone: the log is truncated back to where the append started, so it holds every line
+it held before and nothing of the refused messages, and the caller gets
+:class:`~shared.errors.DiskFull` saying how many bytes were needed.
+
 A crash can leave a torn last line (a write cut short). :meth:`MessageLog.repair_tail`
 detects it on open, moves the fragment to ``messages.jsonl.torn`` for inspection and
-truncates the log back to its last complete line: every complete line survives.
+truncates the log back to its last complete line: every complete line survives. Every
+append checks the same before writing (one byte read), so a fragment that an undo could
+not remove is repaired rather than glued to the next message.
 Reading skips (and logs) a complete line that does not parse rather than dropping the
 conversation.
 """
@@ -22,6 +29,7 @@ import structlog
 from pydantic import ValidationError
 
 from shared.models.messages import Message
+from shared.store.writes import raise_if_disk_full, write_all
 
 log = structlog.get_logger(__name__)
 
@@ -39,19 +47,26 @@ class MessageLog:
         except FileNotFoundError:
             return 0
         try:
-            size = os.fstat(fd).st_size
-            if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-                return 0
-            keep = self._end_of_last_complete_line(fd, size)
-            fragment = os.pread(fd, size - keep, keep)
-            with open(self.path.with_name(self.path.name + ".torn"), "ab") as torn:
+            return self._repair(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+
+    def _repair(self, fd: int, size: int) -> int:
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return 0
+        keep = self._end_of_last_complete_line(fd, size)
+        fragment = os.pread(fd, size - keep, keep)
+        torn_path = self.path.with_name(self.path.name + ".torn")
+        try:
+            with open(torn_path, "ab") as torn:
                 torn.write(fragment + b"\n")
                 torn.flush()
                 os.fsync(torn.fileno())
-            os.ftruncate(fd, keep)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        except OSError as exc:
+            raise_if_disk_full(exc, torn_path, len(fragment) + 1)
+            raise
+        os.ftruncate(fd, keep)
+        os.fsync(fd)
         log.warning("torn_line_repaired", path=str(self.path), bytes=size - keep)
         return size - keep
 
@@ -70,28 +85,50 @@ class MessageLog:
     def append(self, messages: Iterable[Message]) -> list[int]:
         """Append complete lines, fsync them, and return the byte offset of each line.
 
-        The offsets are exact because each log has one writer (the daemon, one turn at a
-        time per conversation).
+        All or nothing: if the write or the fsync fails, the log is cut back to where it
+        was and the error raised (:class:`~shared.errors.DiskFull` for a full disk). The
+        offsets are exact because each log has one writer (the daemon, one turn at a time
+        per conversation).
         """
         lines = [m.to_line() for m in messages]
         if not lines:
             return []
         data = b"".join(lines)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            offset = os.fstat(fd).st_size
+            size = os.fstat(fd).st_size
+            start = size - self._repair(fd, size)
             offsets = []
+            offset = start
             for line in lines:
                 offsets.append(offset)
                 offset += len(line)
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
+            try:
+                write_all(fd, data)
+                os.fsync(fd)
+            except OSError as exc:
+                self._undo(fd, start, exc)
+                raise_if_disk_full(exc, self.path, len(data))
+                raise
         finally:
             os.close(fd)
         return offsets
+
+    def _undo(self, fd: int, start: int, cause: OSError) -> None:
+        """Cut the log back to ``start`` after a failed append (shrinking needs no space)."""
+        try:
+            os.ftruncate(fd, start)
+            os.fsync(fd)
+        except OSError as exc:
+            log.error(
+                "failed_append_not_undone",
+                path=str(self.path),
+                error=str(cause),
+                undo_error=str(exc),
+                repair="the next append or open moves the fragment to messages.jsonl.torn",
+            )
+            return
+        log.warning("failed_append_undone", path=str(self.path), error=str(cause))
 
     def __iter__(self) -> Iterator[Message]:
         """Every message, oldest first (reads the whole file: not for the turn path)."""

@@ -1,9 +1,15 @@
-"""messages.jsonl: append-only, fsync'd, torn tails repaired without losing complete lines."""
+"""messages.jsonl: append-only, fsync'd, torn tails repaired without losing complete lines,
+and an append the disk refuses undone."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
+import pytest
+
+from shared.errors import DiskFull
 from shared.ids import new_id
 from shared.models.messages import Message
 from shared.store.jsonl import MessageLog
@@ -70,3 +76,88 @@ def test_reverse_iteration_crosses_block_boundaries(tmp_path: Path) -> None:
     texts = [f"{i:05d} " + "长文本" * (i % 50) for i in range(3000)]
     log.append([_message(t) for t in texts])
     assert [m.content for m in log.iter_reversed()] == list(reversed(texts))
+
+
+_os_write = os.write
+
+
+class _DiskFillsMidWrite:
+    """``os.write`` for the log: writes ``room`` bytes, then refuses with ENOSPC."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+
+    def __call__(self, fd: int, data: bytes | memoryview) -> int:
+        if self.room == 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written = _os_write(fd, bytes(data[: self.room]))
+        self.room -= written
+        return written
+
+
+def test_an_append_cut_short_by_a_full_disk_is_undone_and_says_what_it_needed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = MessageLog(tmp_path / "messages.jsonl")
+    log.append([_message("kept")])
+    before = log.path.read_bytes()
+    refused = [_message("refused " * 100), _message("also refused")]
+    monkeypatch.setattr(os, "write", _DiskFillsMidWrite(room=40))
+
+    with pytest.raises(DiskFull) as raised:
+        log.append(refused)
+
+    assert log.path.read_bytes() == before
+    assert raised.value.code == "disk_full"
+    assert raised.value.needed == sum(len(m.to_line()) for m in refused)
+    assert f"needs {raised.value.needed:,} bytes" in raised.value.message
+    monkeypatch.undo()
+    offsets = log.append([_message("next")])
+    assert offsets == [len(before)]
+    assert [m.content for m in log] == ["kept", "next"]
+
+
+def test_a_fragment_the_undo_could_not_remove_is_moved_aside_before_the_next_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = MessageLog(tmp_path / "messages.jsonl")
+    log.append([_message("kept")])
+    monkeypatch.setattr(os, "write", _DiskFillsMidWrite(room=30))
+    monkeypatch.setattr(os, "ftruncate", _refuse_io)
+    with pytest.raises(DiskFull):
+        log.append([_message("refused")])
+    monkeypatch.undo()
+    assert not log.path.read_bytes().endswith(b"\n")
+
+    log.append([_message("next")])
+
+    assert [m.content for m in log] == ["kept", "next"]
+    assert len(log.path.read_bytes().splitlines()) == 2
+    assert (tmp_path / "messages.jsonl.torn").stat().st_size == 31
+
+
+def test_a_failed_fsync_undoes_the_append_and_raises_the_os_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = MessageLog(tmp_path / "messages.jsonl")
+    log.append([_message("kept")])
+    before = log.path.read_bytes()
+    real_fsync = os.fsync
+    calls: list[int] = []
+
+    def fsync_fails_once(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:
+            _refuse_io()
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync_fails_once)
+    with pytest.raises(OSError) as raised:
+        log.append([_message("not durable")])
+    monkeypatch.undo()
+    assert raised.value.errno == errno.EIO
+    assert log.path.read_bytes() == before
+
+
+def _refuse_io(*_args: object) -> None:
+    raise OSError(errno.EIO, "Input/output error")
