@@ -180,16 +180,20 @@ class Turns:
 
 
 def _memory_edit(agent: AgentRecord, repo: MemoryRepo, seen: _SeenHead) -> MemoryEdit:
-    """A ``MemoryEdit`` committing as the agent; its own commits don't trigger a reminder."""
+    """A ``MemoryEdit`` committing as the agent; its own commits don't trigger a reminder.
+
+    The conversation moves past its own commit only if it had seen the HEAD the commit
+    was made on, both read under the memory lock: a reflection that merged while this
+    edit waited for the lock is still announced by the next turn.
+    """
 
     @contextlib.asynccontextmanager
     async def edit(message: str) -> AsyncIterator[None]:
-        before = repo.head()
         async with repo.edit(
             message, author_name=agent.name, author_email=f"{agent.id}@agentd.local"
-        ):
+        ) as change:
             yield
-        if before == seen.sha:
-            seen.sha = repo.head()
+        if change.before == seen.sha and change.after is not None:
+            seen.sha = change.after
 
     return edit

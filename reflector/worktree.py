@@ -4,14 +4,18 @@ The sub-agent edits memory in its own worktree (``reflections/worktrees/<job_id>
 the repo dir, on branch ``reflection/<job_id>``) so it never shares an index with the
 daemon, which commits to ``main`` every turn. Only :func:`finalize` touches the parent
 checkout, following the safe merge-back protocol of stack.md §5: a ``merge-tree`` dry run
-first, then, under the memory lock and only with a clean parent, a fast-forward or a
-``--no-ff`` merge that is aborted at once if it fails. Leaving a conflicted merge behind
-is the one thing we must never do: the daemon's next commit would seal the conflict
-markers into memory.
+first, then, under the memory lock and only with a clean parent and no git lock in the
+way, a fast-forward or a ``--no-ff`` merge that is aborted at once if it fails. Leaving a
+conflicted merge behind is the one thing we must never do: the daemon's next commit would
+seal the conflict markers into memory. The parent checkout is never reset or cleaned:
+``merge --abort`` is the only undo, so an edit the user makes in it meanwhile survives.
 
 Git runs through a small subprocess helper rather than GitPython: it gives the return code
 and stderr directly, and each call gets a timeout (stack.md §5 measured both and
-recommends this). Jobs may run twice, so every step here is safe to repeat.
+recommends this). A git lock file in the way is removed and the command run again when
+the git that left it is dead, and is :class:`MemoryBusy` when a live git holds it
+(:mod:`shared.memory.git_locks`), never a merge conflict. Jobs may run twice, so every
+step here is safe to repeat.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared.errors import MemoryRepoError
 from shared.ids import validate_id
+from shared.memory import git_locks
 from shared.memory.repo import MemoryRepo
 from shared.store.locks import DEFAULT_LOCK_TIMEOUT_S, file_lock
 
@@ -150,6 +155,8 @@ def finalize(
     6. ``require_already_merged`` and the branch is not in the parent's history →
        ``failed``/integration; 6'. it is → ``merged``;
     7. the merge would conflict or fails → ``merge_conflict``, parent unchanged;
+    7'. a live git holds a lock the merge needs → :class:`MemoryBusy` raised, nothing
+       merged (a lock left by a dead git is removed first);
     8. otherwise fast-forward (parent unmoved) or merge commit → ``merged``.
 
     Repeating is safe. A branch already in the parent's history (a run that merged, then
@@ -185,8 +192,8 @@ def sweep_orphans(
 ) -> list[str]:
     """Undo what killed jobs left behind; returns what was done, for the log.
 
-    Aborts a merge left in the parent (MERGE_HEAD) and clears a stale ``index.lock``
-    (:meth:`MemoryRepo.recover`), prunes worktrees whose dir vanished, then force-removes
+    Aborts a merge left in the parent (MERGE_HEAD) and removes git lock files no live git
+    holds (:meth:`MemoryRepo.recover`), prunes worktrees whose dir vanished, then force-removes
     every reflection worktree, worktree dir and ``reflection/*`` branch whose job id is not
     in ``live_job_ids``. Orphans are never merged: their job's transcript was not consumed
     and will be reflected again.
@@ -265,26 +272,32 @@ def _decide(
 
 
 def _merge(parent: MemoryRepo, worktree: Worktree, count: int) -> FinalizeResult:
-    """Rows 7 and 8: dry-run the merge, then merge for real; never leave a merge behind."""
+    """Rows 7 and 8: dry-run the merge, then merge for real; never leave a merge behind.
+
+    The merge itself is not run again after a lock failure: it may have stopped halfway.
+    """
     predicted = _predicted_conflicts(parent.path, worktree.branch)
     if predicted:
         return _conflict(count, predicted, "")
-    before = parent.head()
+    parent.ensure_unlocked()
     if _is_ancestor(parent.path, "HEAD", worktree.branch):
         args = ["merge", "--ff-only", worktree.branch]
     else:
         message = f"merge(reflection): {_merge_summary(parent.path, worktree.branch)}"
         args = ["merge", "--no-ff", "--no-edit", "-m", message, worktree.branch]
     try:
-        proc = _git(parent.path, *args, check=False)
+        proc = _run_git(parent.path, *args)
     except MemoryRepoError:
-        _restore(parent, before)
+        _abort_merge(parent)
         raise
-    if proc.returncode != 0:
-        files = _unmerged_files(parent.path)
-        _restore(parent, before)
-        return _conflict(count, files, _first_line(proc.stderr or proc.stdout))
-    return _merged(parent, count, MERGED_MESSAGE)
+    if proc.returncode == 0:
+        return _merged(parent, count, MERGED_MESSAGE)
+    files = _unmerged_files(parent.path)
+    _abort_merge(parent)
+    lock = git_locks.blocking_lock(proc.stderr)
+    if lock is not None:
+        raise git_locks.busy(lock, parent.path)
+    return _conflict(count, files, _first_line(proc.stderr or proc.stdout))
 
 
 def _predicted_conflicts(parent_dir: Path, branch: str) -> list[str]:
@@ -300,13 +313,18 @@ def _predicted_conflicts(parent_dir: Path, branch: str) -> list[str]:
     return list(dict.fromkeys(name for name in names if name))
 
 
-def _restore(parent: MemoryRepo, before: str) -> None:
-    """Put the parent back to the clean ``before`` right after a failed merge."""
+def _abort_merge(parent: MemoryRepo) -> None:
+    """Undo a failed merge with ``merge --abort``, the one undo that keeps others' edits.
+
+    Never ``reset --hard``: the checkout was clean under the memory lock, but the user may
+    have edited a file since, and their edit must survive. A merge that failed without
+    recording ``MERGE_HEAD`` either changed nothing (git refused to start) or met a lock a
+    live git took meanwhile; whatever it left shows as uncommitted changes for the user to
+    commit or discard, rather than being reverted over their edits.
+    """
     if (parent.path / ".git" / "MERGE_HEAD").exists():
         _git(parent.path, "merge", "--abort")
-    if parent.head() != before or parent.is_dirty():
-        log.warning("reflection_merge_reset", path=str(parent.path), head=before)
-        _git(parent.path, "reset", "--hard", "--quiet", before)
+        log.warning("reflection_merge_aborted", path=str(parent.path))
 
 
 def _merge_summary(parent_dir: Path, branch: str) -> str:
@@ -393,7 +411,26 @@ def _log_outcome(worktree: Worktree, result: FinalizeResult) -> None:
 
 
 def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run ``git -C cwd args``: never prompts, never signs, gives up after 30 s."""
+    """Run ``git -C cwd args`` past a stale git lock (removed, then run again).
+
+    A lock a live git holds raises :class:`MemoryBusy` even with ``check=False``, so no
+    caller mistakes it for the command's own answer (a merge conflict, a missing branch).
+    """
+    removed: set[Path] = set()
+    while True:
+        proc = _run_git(cwd, *args)
+        lock = git_locks.blocking_lock(proc.stderr) if proc.returncode != 0 else None
+        if lock is None:
+            break
+        git_locks.settle(lock, removed, cwd)
+    if check and proc.returncode != 0:
+        detail = _first_line(proc.stderr) or f"exit code {proc.returncode}"
+        raise MemoryRepoError(f"git {args[0]} failed in {cwd}: {detail}")
+    return proc
+
+
+def _run_git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``git -C cwd args`` once: never prompts, never signs, gives up after 30 s."""
     env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
     env["GIT_TERMINAL_PROMPT"] = "0"
     command = ["git", "-c", "commit.gpgsign=false", "-c", "core.quotePath=false", "-C", str(cwd)]
@@ -412,9 +449,6 @@ def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
         raise MemoryRepoError(
             f"git {args[0]} timed out after {GIT_TIMEOUT_S:.0f} s in {cwd}"
         ) from exc
-    if check and proc.returncode != 0:
-        detail = _first_line(proc.stderr) or f"exit code {proc.returncode}"
-        raise MemoryRepoError(f"git {args[0]} failed in {cwd}: {detail}")
     return proc
 
 

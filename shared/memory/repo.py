@@ -7,7 +7,9 @@ reads ``.git`` files) or use one batched call (:meth:`MemoryRepo.read_tree`).
 
 Writers serialise on a ``flock`` beside the repo (:attr:`MemoryRepo.lock_path`); two writers
 in one checkout otherwise collide on ``index.lock``. A commit is refused while a merge is
-in progress, because git would happily conclude it with conflict markers in memory.
+in progress, because git would happily conclude it with conflict markers in memory. A git
+lock file left by a git that died is removed and the command run again; one a live git
+holds is :class:`MemoryBusy` (:mod:`shared.memory.git_locks`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
-import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -25,13 +26,12 @@ import structlog
 from git import GitCommandError, Repo
 
 from shared.errors import MemoryPathError, MemoryRepoError
-from shared.memory import frontmatter
+from shared.memory import frontmatter, git_locks
 from shared.store.locks import async_file_lock
 
 log = structlog.get_logger(__name__)
 
 INITIAL_COMMIT_MESSAGE = "chore: initialize local memory"
-STALE_INDEX_LOCK_S = 60.0
 _BRANCH = "main"
 _LOG_FORMAT = "%H%x00%h%x00%an%x00%ae%x00%aI%x00%s"
 _FILE_MODES = frozenset({b"100644", b"100755"})
@@ -48,6 +48,19 @@ class CommitInfo:
     date: str
     """Author date, strict ISO 8601 with offset."""
     subject: str
+
+
+@dataclass(slots=True)
+class Edit:
+    """What one :meth:`MemoryRepo.edit` did to HEAD, read while it held the memory lock.
+
+    Read under the lock, so a commit that lands while the edit waits for the lock (a
+    reflection merge) shows as ``before`` differing from what the caller saw earlier."""
+
+    before: str
+    """HEAD when the lock was taken."""
+    after: str | None = None
+    """HEAD once the block's changes are committed (``before`` if nothing changed)."""
 
 
 def validate_memory_path(path: str) -> str:
@@ -122,10 +135,9 @@ class MemoryRepo:
 
     def head(self) -> str:
         """The sha HEAD points at, read from ``.git`` files (no git process: every turn)."""
-        content = (self._git_dir / "HEAD").read_text().strip()
-        if not content.startswith("ref: "):
-            return content
-        ref = content.removeprefix("ref: ")
+        ref = self._head_ref()
+        if ref == "HEAD":
+            return (self._git_dir / "HEAD").read_text().strip()
         loose = self._git_dir / ref
         if loose.is_file():
             return loose.read_text().strip()
@@ -154,19 +166,22 @@ class MemoryRepo:
     @contextlib.asynccontextmanager
     async def edit(
         self, message: str, *, author_name: str, author_email: str
-    ) -> AsyncIterator[None]:
+    ) -> AsyncIterator[Edit]:
         """Hold the memory lock for the body, then commit what it changed as ``message``.
 
-        The commit runs in a thread so the event loop keeps serving other agents. Nothing is
-        committed if the body raises.
+        Yields the :class:`Edit`, whose ``after`` is set once the commit is made. The commit
+        runs in a thread so the event loop keeps serving other agents. Nothing is committed
+        if the body raises.
         """
         async with async_file_lock(self.lock_path):
-            yield
+            change = Edit(before=self.head())
+            yield change
             sha = await _run_to_completion(
                 asyncio.to_thread(
                     self.commit_all, message, author_name=author_name, author_email=author_email
                 )
             )
+            change.after = self.head()
         if sha is None:
             log.info("memory_edit_unchanged", path=str(self.path), message=message)
         else:
@@ -230,20 +245,34 @@ class MemoryRepo:
         raise MemoryPathError(f"no memory file {path!r} at {rev} (list files with read_tree)")
 
     def recover(self) -> list[str]:
-        """Undo what a killed git left behind; what was done, also logged. Hold the lock."""
-        done: list[str] = []
-        index_lock = self._git_dir / "index.lock"
-        with contextlib.suppress(FileNotFoundError):
-            age = time.time() - index_lock.stat().st_mtime
-            if age > STALE_INDEX_LOCK_S:
-                index_lock.unlink()
-                done.append(f"removed a stale .git/index.lock ({age:.0f} s old)")
+        """Undo what a killed git left behind; what was done, also logged. Hold the lock.
+
+        Removes the git lock files no live git holds (any of them: index, HEAD, refs,
+        linked worktrees'), then aborts a merge left unfinished.
+        """
+        done = [
+            f"removed a stale {lock.relative_to(self.path)}"
+            for lock in git_locks.remove_stale(self._git_dir)
+        ]
         if (self._git_dir / "MERGE_HEAD").exists():
             self._git("merge", "--abort")
             done.append("aborted an unfinished merge")
-        for action in done:
-            log.warning("memory_repo_recovered", path=str(self.path), action=action)
+            log.warning("memory_repo_recovered", path=str(self.path), action=done[-1])
         return done
+
+    def ensure_unlocked(self) -> None:
+        """Make sure no git lock stands in the way of changing the checkout; hold the lock.
+
+        For commands that would stop halfway if they met a lock: a fast-forward that finds
+        ``refs/heads/main.lock`` has already rewritten the index and files when it fails.
+        Stale locks are removed; a live git's lock on the checkout's own files (index,
+        HEAD, the checked-out branch, …) raises :class:`MemoryBusy` with nothing changed.
+        """
+        git_locks.remove_stale(self._git_dir)
+        checkout_locks = [*self._git_dir.glob("*.lock"), self._git_dir / f"{self._head_ref()}.lock"]
+        for lock in checkout_locks:
+            if lock.exists():
+                raise git_locks.busy(lock, self.path)
 
     def _configure(self, agent_name: str, email: str) -> None:
         settings = {
@@ -260,6 +289,11 @@ class MemoryRepo:
         target.parent.mkdir(parents=True, exist_ok=True)
         meta: frontmatter.Meta = {"name": name, "description": description}
         target.write_text(frontmatter.render(meta, body.strip() + "\n"), encoding="utf-8")
+
+    def _head_ref(self) -> str:
+        """The ref HEAD points at (``refs/heads/main``), or ``HEAD`` itself when detached."""
+        content = (self._git_dir / "HEAD").read_text().strip()
+        return content.removeprefix("ref: ") if content.startswith("ref: ") else "HEAD"
 
     def _packed_ref(self, ref: str) -> str | None:
         packed = self._git_dir / "packed-refs"
@@ -296,10 +330,18 @@ class MemoryRepo:
         return contents
 
     def _git(self, cmd: str, *args: str, **options: Any) -> Any:
-        try:
-            return getattr(self._repo.git, cmd.replace("-", "_"))(*args, **options)
-        except GitCommandError as exc:
-            raise MemoryRepoError(f"git {cmd} failed in {self.path}: {_stderr(exc)}") from exc
+        """Run ``git cmd args``; past a stale git lock (removed, then run again), not a live one."""
+        removed: set[Path] = set()
+        while True:
+            try:
+                return getattr(self._repo.git, cmd.replace("-", "_"))(*args, **options)
+            except GitCommandError as exc:
+                lock = git_locks.blocking_lock(str(exc.stderr))
+                if lock is None:
+                    raise MemoryRepoError(
+                        f"git {cmd} failed in {self.path}: {_stderr(exc)}"
+                    ) from exc
+                git_locks.settle(lock, removed, self.path)
 
     def _git_status(self, cmd: str, *args: str) -> int:
         """Run a git command whose exit code is the answer (``diff --quiet``, ``cat-file -e``)."""

@@ -13,7 +13,9 @@ from shared import protocol
 from shared.models.messages import Message
 from shared.providers.base import ModelRequest, ModelResponse
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
+from shared.store.locks import file_lock
 from tests.support.daemon import DaemonRunner
+from tests.support.memory_lock import descriptors_on, wait_for
 
 NOTE = "---\ndescription: p\n---\nx"
 
@@ -158,6 +160,42 @@ def test_the_agents_own_memory_edit_reminds_its_other_conversations_only(
 
     assert "memory_update" not in _events(same)
     assert _events(elsewhere)[0] == "memory_update"
+
+
+def test_a_reflection_merged_while_an_edit_waits_for_the_memory_lock_is_announced_next_turn(
+    daemon: DaemonRunner,
+) -> None:
+    provider = ScriptedProvider()
+    daemon.start(provider=provider)
+    memory_dir = Path(daemon.result("agent.create", {"name": "writer"})["memory_dir"])
+    note = memory_dir / "notes" / "project.md"
+    provider.enqueue(
+        tool_reply(("write_file", json.dumps({"path": str(note), "content": NOTE}))),
+        text_reply("saved"),
+        text_reply("next"),
+    )
+    memory_lock = memory_dir.parent / "memory.lock"
+    edited: list[list[dict[str, Any]]] = []
+    turn = threading.Thread(
+        target=lambda: edited.append(daemon.call("chat", {"agent": "writer", "text": "note x"}))
+    )
+    with file_lock(memory_lock):  # the reflection worker, about to merge
+        turn.start()
+        wait_for(lambda: descriptors_on(memory_lock) == 2, "write_file to wait for the lock")
+        (memory_dir / "system" / "human.md").write_text(
+            "---\nname: human\ndescription: What I know about the user.\n---\n- prefers tabs\n"
+        )
+        _git(memory_dir, "commit", "-qam", "merge(reflection): remember tabs")
+    turn.join(30)
+
+    lines = daemon.call("chat", {"agent": "writer", "text": "what now?"})
+
+    assert _events(edited[0]) == ["tool_call", "tool_result", "assistant"]
+    assert _events(lines)[0] == "memory_update"
+    update = next(line["data"] for line in lines if line.get("event") == "memory_update")
+    assert "system/human.md" in update["files"]
+    reminder = provider.requests[-1].messages[-2]
+    assert reminder.kind == "reminder" and "system/human.md" in reminder.content
 
 
 def test_messages_page_through_the_whole_log_with_cursors(daemon: DaemonRunner) -> None:

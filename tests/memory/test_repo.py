@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
-from shared.errors import LockTimeout, MemoryPathError, MemoryRepoError
+from shared.errors import LockTimeout, MemoryBusy, MemoryPathError, MemoryRepoError
 from shared.memory import frontmatter
 from shared.memory.repo import (
     INITIAL_COMMIT_MESSAGE,
@@ -19,6 +19,7 @@ from shared.memory.repo import (
     validate_memory_path,
 )
 from shared.store.locks import file_lock
+from tests.support.git_locks import live_git, plant_held_lock, plant_stale_lock
 
 AUTHOR = {"author_name": "Tester", "author_email": "tester@example.com"}
 
@@ -135,16 +136,52 @@ def test_recover_aborts_a_leftover_merge(repo: MemoryRepo) -> None:
     assert repo.recover() == []
 
 
-def test_recover_removes_only_a_stale_index_lock(repo: MemoryRepo) -> None:
-    lock = repo.path / ".git" / "index.lock"
-    lock.touch()
-    assert repo.recover() == []
-    assert lock.exists()
-    old = time.time() - 120
-    os.utime(lock, (old, old))
-    [action] = repo.recover()
-    assert "stale .git/index.lock" in action
+def test_recover_removes_every_git_lock_a_crash_left_and_keeps_one_a_live_git_holds(
+    repo: MemoryRepo,
+) -> None:
+    git_dir = repo.path / ".git"
+    stale = ["index.lock", "HEAD.lock", "refs/heads/main.lock", "packed-refs.lock"]
+    for name in stale:
+        plant_stale_lock(git_dir / name)
+    with live_git(repo.path), capture_logs() as logs:
+        held = plant_held_lock(git_dir / "ORIG_HEAD.lock")
+        done = repo.recover()
+
+    assert sorted(done) == sorted(f"removed a stale .git/{name}" for name in stale)
+    assert not any((git_dir / name).exists() for name in stale)
+    assert held.exists()
+    removed = [e["path"] for e in logs if e["event"] == "git_lock_removed"]
+    assert sorted(removed) == sorted(str(git_dir / name) for name in stale)
+    assert all(e["log_level"] == "warning" for e in logs if e["event"] == "git_lock_removed")
+
+
+def test_a_commit_goes_past_a_stale_index_lock_after_removing_it(repo: MemoryRepo) -> None:
+    lock = plant_stale_lock(repo.path / ".git" / "index.lock")
+    write(repo, "notes/x.md", "x\n")
+
+    with capture_logs() as logs:
+        sha = repo.commit_all("feat: add x", **AUTHOR)
+
+    assert sha is not None and repo.head() == sha
     assert not lock.exists()
+    assert [e["path"] for e in logs if e["event"] == "git_lock_removed"] == [str(lock)]
+
+
+def test_a_commit_blocked_by_a_live_gits_ref_lock_is_memory_busy_and_moves_nothing(
+    repo: MemoryRepo,
+) -> None:
+    head = repo.head()
+    write(repo, "notes/x.md", "x\n")
+    with live_git(repo.path) as holder:
+        lock = plant_held_lock(repo.path / ".git" / "refs" / "heads" / "main.lock")
+        with pytest.raises(MemoryBusy) as raised:
+            repo.commit_all("feat: add x", **AUTHOR)
+
+    assert raised.value.code == "memory_busy"
+    assert f"pid {holder.pid}" in raised.value.message and str(lock) in raised.value.message
+    assert lock.exists()
+    assert repo.head() == head
+    assert (repo.path / "notes/x.md").read_text() == "x\n"
 
 
 def test_edit_commits_under_the_lock_outside_the_repo(repo: MemoryRepo) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from reflector import worktree as worktree_module
 from reflector.snapshot import parent_snapshot
@@ -19,9 +20,10 @@ from reflector.worktree import (
     finalize,
     sweep_orphans,
 )
-from shared.errors import InvalidId, MemoryRepoError
+from shared.errors import InvalidId, MemoryBusy, MemoryRepoError
 from shared.memory import frontmatter
 from shared.memory.repo import MemoryRepo
+from tests.support.git_locks import live_git, plant_held_lock, plant_stale_lock
 
 EMAIL = "a1~reflection@agentd.local"
 SUBJECT = "feat(reflection)!: remember the tea preference 🔮"
@@ -235,6 +237,86 @@ def test_a_merge_that_fails_despite_the_dry_run_is_aborted_at_once(
     assert not (parent.path / ".git/MERGE_HEAD").exists()
     assert "<<<<<<<" not in (parent.path / HUMAN).read_text()
     assert_cleaned_up(parent, wt)
+
+
+def test_a_failed_merge_is_only_aborted_and_an_edit_made_meanwhile_survives_byte_for_byte(
+    parent: MemoryRepo, wt: Worktree, tmp_path: Path
+) -> None:
+    """The hook stands in for the user saving a file while the merge runs, then fails it.
+
+    The checkout was clean when finalize looked; the edit came after. The old clean-up
+    ran ``reset --hard`` and destroyed it."""
+    commit_in(wt, HUMAN, human_with("- likes green tea"))
+    commit_in_parent(parent, "notes/daemon.md", "written by the daemon\n")
+    head, human = parent.head(), (parent.path / HUMAN).read_bytes()
+    saved = tmp_path / "saved-by-the-user"
+    saved.write_bytes("# my persona\r\n\tno trailing newline, ü —".encode())
+    hook = parent.path / ".git/hooks/pre-merge-commit"
+    hook.write_text(f"#!/bin/sh\ncat '{saved}' > system/persona.md\nexit 1\n")
+    hook.chmod(0o755)
+
+    result = finalize(wt, should_merge=True)
+
+    assert (result.status, result.consumed) == ("merge_conflict", False)
+    assert (parent.path / "system/persona.md").read_bytes() == saved.read_bytes()
+    assert (parent.path / HUMAN).read_bytes() == human
+    assert parent.head() == head
+    assert not (parent.path / ".git/MERGE_HEAD").exists()
+    assert git(parent.path, "status", "--porcelain") == "M system/persona.md"
+
+
+# --- finalize: git lock files ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("parent_moved", [False, True], ids=["fast-forward", "merge-commit"])
+def test_a_branch_lock_left_by_a_crash_is_removed_and_the_merge_goes_through(
+    parent: MemoryRepo, wt: Worktree, parent_moved: bool
+) -> None:
+    commit_in(wt, HUMAN, human_with("- likes green tea"))
+    if parent_moved:
+        commit_in_parent(parent, "notes/daemon.md", "written by the daemon\n")
+    lock = plant_stale_lock(parent.path / ".git/refs/heads/main.lock")
+
+    with capture_logs() as logs:
+        result = finalize(wt, should_merge=True)
+
+    assert result.status == "merged"
+    assert "- likes green tea" in (parent.path / HUMAN).read_text()
+    assert not lock.exists()
+    assert not parent.is_dirty()
+    [removed] = [e for e in logs if e["event"] == "git_lock_removed"]
+    assert (removed["path"], removed["log_level"]) == (str(lock), "warning")
+    assert_cleaned_up(parent, wt)
+
+
+@pytest.mark.parametrize(
+    ("lock_name", "parent_moved"),
+    [
+        ("refs/heads/main.lock", False),
+        ("refs/heads/main.lock", True),
+        ("index.lock", True),
+        ("HEAD.lock", False),
+    ],
+)
+def test_a_lock_a_live_git_holds_is_memory_busy_not_a_conflict_and_changes_nothing(
+    parent: MemoryRepo, wt: Worktree, lock_name: str, parent_moved: bool
+) -> None:
+    commit_in(wt, HUMAN, human_with("- likes green tea"))
+    if parent_moved:
+        commit_in_parent(parent, "notes/daemon.md", "written by the daemon\n")
+    head, human = parent.head(), (parent.path / HUMAN).read_text()
+
+    with live_git(parent.path):
+        lock = plant_held_lock(parent.path / ".git" / lock_name)
+        with pytest.raises(MemoryBusy) as raised:
+            finalize(wt, should_merge=True)
+
+    assert raised.value.code == "memory_busy"
+    assert lock.exists()
+    assert parent.head() == head
+    assert (parent.path / HUMAN).read_text() == human
+    assert git(parent.path, "status", "--porcelain") == ""
+    assert wt.path.exists() and reflection_branches(parent) == wt.branch
 
 
 # --- finalize: nothing merged -----------------------------------------------------------

@@ -21,7 +21,10 @@ from shared.recall.ranking import Hit, SearchRequest
 MemoryEdit = Callable[[str], contextlib.AbstractAsyncContextManager[None]]
 """``async with memory_edit("what changed"):`` holds the agent's memory lock for the body,
 then commits every change in the memory repo with that message (nothing to commit: no
-commit). Tools that may touch memory wrap their writes in it."""
+commit). Tools that may touch memory run their whole write in it (bash its whole
+command), so the checkout never has two writers: a reflection merge waits for the lock.
+Waiting too long raises :class:`~shared.errors.LockTimeout`, a failed commit
+:class:`~shared.errors.MemoryRepoError`; tools tell the model either as a ``ToolError``."""
 
 
 @contextlib.asynccontextmanager

@@ -4,8 +4,14 @@ A command gets its own session (process group) so a timeout, a cancelled turn, o
 of the command can stop everything it started, background children included; nothing it
 spawns outlives the call. Its environment is built from an allowlist, never inherited,
 because the daemon's environment holds provider API keys the model must not see. Output
-is capped (head and tail kept) so one noisy command cannot flood the context. Bash may
-change memory files, so whatever it changed there is committed when it ends.
+is capped (head and tail kept) so one noisy command cannot flood the context.
+
+Bash may change memory files, so the command runs holding the agent's memory lock and
+whatever it changed there is committed when it ends, under the same lock: the checkout
+has one writer, and a reflection merge never runs while a command is halfway through
+its edits (the merge waits for the lock). A private worktree per command would not do:
+the model knows the checkout's absolute path (the system prompt names it) and writes
+there.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.agent.tools.base import Tool, ToolContext
-from shared.errors import ToolError
+from shared.errors import LockTimeout, MemoryRepoError, ToolError
 from shared.providers.base import ToolSchema
 
 MAX_TIMEOUT_S = 600.0
@@ -73,10 +79,18 @@ class Bash(Tool):
         except OSError as e:
             raise ToolError(f"cannot create workspace {ctx.workspace}: {e.strerror}") from None
         argv = [*self.command_prefix(ctx), "bash", "-c", command]
-        output, returncode, timed_out = await _run(argv, ctx, timeout)
-        async with ctx.memory_edit(f"bash: {' '.join(command.split())[:60]}"):
-            pass
-        return _report(output.render(), returncode, timed_out, timeout)
+        ran: tuple[_Output, int, bool] | None = None
+        not_committed = ""
+        try:
+            async with ctx.memory_edit(f"bash: {' '.join(command.split())[:60]}"):
+                ran = await _run(argv, ctx, timeout)
+        except (LockTimeout, MemoryRepoError) as exc:
+            if ran is None:
+                raise ToolError(f"the command did not run: {exc.message}") from None
+            not_committed = f"\n[its changes to memory were not committed: {exc.message}]"
+        assert ran is not None
+        output, returncode, timed_out = ran
+        return _report(output.render(), returncode, timed_out, timeout) + not_committed
 
     def command_prefix(self, ctx: ToolContext) -> list[str]:
         """Argv put before ``bash -c <command>``; a subclass returns a sandbox wrapper here

@@ -11,12 +11,13 @@ import contextlib
 import os
 import secrets
 import stat
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from shared.agent.tools.base import Tool, ToolContext
 from shared.agent.tools.paths import memory_relative, resolve_for_read, resolve_for_write
-from shared.errors import ToolError
+from shared.errors import LockTimeout, MemoryRepoError, ToolError
 from shared.providers.base import ToolSchema
 
 MAX_READ_BYTES = 10 * 1024 * 1024
@@ -114,14 +115,26 @@ def _count_matches(path: Path, text: str, old: str, replace_all: bool) -> int:
     return count
 
 
-def _memory_scope(
-    path: Path, ctx: ToolContext, action: str
-) -> contextlib.AbstractAsyncContextManager[None]:
-    """``ctx.memory_edit`` for a file in memory (so the change is committed), else nothing."""
+@contextlib.asynccontextmanager
+async def _memory_scope(path: Path, ctx: ToolContext, action: str) -> AsyncIterator[None]:
+    """``ctx.memory_edit`` around a change to a file in memory, else nothing.
+
+    The read and the write both happen under the memory lock, and the change is committed
+    before it is released. A busy memory or a failed commit is the model's to handle.
+    """
     rel = memory_relative(path, ctx)
     if rel is None:
-        return contextlib.nullcontext()
-    return ctx.memory_edit(f"{action} {rel}")
+        yield
+        return
+    entered = False
+    try:
+        async with ctx.memory_edit(f"{action} {rel}"):
+            entered = True
+            yield
+    except (LockTimeout, MemoryRepoError) as exc:
+        if not entered:
+            raise ToolError(f"{path} was not changed: {exc.message}") from None
+        raise ToolError(f"{path} was changed but not committed: {exc.message}") from None
 
 
 def _read_text(path: Path) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from shared.agent.tools.base import ToolContext
+from shared.errors import LockTimeout, MemoryBusy
 
 
 @dataclass
@@ -46,6 +47,20 @@ class RecordingMemoryEdit:
             for p in self.memory_dir.rglob("*")
             if p.is_file() and ".git" not in p.relative_to(self.memory_dir).parts
         }
+
+
+@contextlib.asynccontextmanager
+async def memory_lock_never_free(_message: str) -> AsyncIterator[None]:
+    """A ``MemoryEdit`` whose lock stays held by someone else until the wait times out."""
+    raise LockTimeout("could not lock memory.lock within 120 s; another agentd process holds it")
+    yield  # pragma: no cover - never reached, but makes this an async generator
+
+
+@contextlib.asynccontextmanager
+async def commit_refused(_message: str) -> AsyncIterator[None]:
+    """A ``MemoryEdit`` that lets the body write, then cannot commit: a live git's lock."""
+    yield
+    raise MemoryBusy("memory is busy: git lock main.lock is held by a running git process")
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from shared.agent.tools import bash
 from shared.agent.tools.base import ToolContext
 from shared.agent.tools.bash import Bash
 from shared.errors import ToolError
+from tests.agent.tools.conftest import commit_refused, memory_lock_never_free
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -140,11 +141,14 @@ def test_bash_decodes_invalid_utf8_with_replacement(ctx: ToolContext) -> None:
     assert run(ctx, command=r"printf 'caf\xe9'") == "caf\ufffd"
 
 
-def test_bash_commits_memory_after_running(ctx: ToolContext, recorder: RecordingMemoryEdit) -> None:
+def test_bash_runs_inside_the_memory_edit_that_commits_it(
+    ctx: ToolContext, recorder: RecordingMemoryEdit
+) -> None:
     run(ctx, command='echo hello > "$MEMORY_DIR/new.md"')
     [call] = recorder.calls
     assert call.message == 'bash: echo hello > "$MEMORY_DIR/new.md"'
-    assert call.before["new.md"] == "hello\n"
+    assert "new.md" not in call.before
+    assert call.after["new.md"] == "hello\n"
 
 
 def test_bash_commit_message_is_cut_to_60_chars(
@@ -159,6 +163,25 @@ def test_bash_commits_memory_after_a_timeout(
 ) -> None:
     run(make_ctx(bash_timeout_s=0.2), command="sleep 5")
     assert recorder.messages == ["bash: sleep 5"]
+
+
+def test_bash_that_cannot_take_the_memory_lock_does_not_run(
+    make_ctx: Callable[..., ToolContext],
+) -> None:
+    ctx = make_ctx(memory_edit=memory_lock_never_free)
+    with pytest.raises(ToolError, match=r"the command did not run: could not lock memory\.lock"):
+        run(ctx, command='touch "$WORKSPACE/ran"')
+    assert not (ctx.workspace / "ran").exists()
+
+
+def test_bash_output_survives_a_refused_commit_which_it_reports(
+    make_ctx: Callable[..., ToolContext],
+) -> None:
+    out = run(make_ctx(memory_edit=commit_refused), command="echo hi")
+    assert out == (
+        "hi\n[its changes to memory were not committed: memory is busy: git lock main.lock "
+        "is held by a running git process]"
+    )
 
 
 def test_cancelling_bash_kills_the_process_group(ctx: ToolContext, tmp_path: Path) -> None:

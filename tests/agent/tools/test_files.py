@@ -12,8 +12,11 @@ import pytest
 from shared.agent.tools.base import Tool, ToolContext
 from shared.agent.tools.files import EditFile, ReadFile, WriteFile
 from shared.errors import ToolError
+from tests.agent.tools.conftest import commit_refused, memory_lock_never_free
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tests.agent.tools.conftest import RecordingMemoryEdit
 
 
@@ -183,6 +186,26 @@ def test_write_in_the_workspace_does_not_touch_memory(
 ) -> None:
     run(WriteFile(), ctx, path="a.txt", content="x")
     assert recorder.calls == []
+
+
+def test_write_to_memory_that_cannot_take_the_memory_lock_changes_nothing(
+    make_ctx: Callable[..., ToolContext],
+) -> None:
+    ctx = make_ctx(memory_edit=memory_lock_never_free)
+    target = ctx.memory_dir / "notes.md"
+    with pytest.raises(ToolError, match=r"notes\.md was not changed: could not lock memory\.lock"):
+        run(WriteFile(), ctx, path=str(target), content="new")
+    assert target.read_text() == "remember\n"
+
+
+def test_write_to_memory_whose_commit_is_refused_says_it_was_not_committed(
+    make_ctx: Callable[..., ToolContext],
+) -> None:
+    ctx = make_ctx(memory_edit=commit_refused)
+    target = ctx.memory_dir / "notes.md"
+    with pytest.raises(ToolError, match=r"notes\.md was changed but not committed: memory is busy"):
+        run(WriteFile(), ctx, path=str(target), content="new")
+    assert target.read_text() == "new"
 
 
 # edit_file

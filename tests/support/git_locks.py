@@ -1,0 +1,45 @@
+"""Git lock files as a crash leaves them, and as a live git holds them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+LONG_AGO = 946_684_800.0
+"""2000-01-01 UTC: before this machine booted, so before every live process started."""
+
+
+def plant_stale_lock(path: Path) -> Path:
+    """A lock left by a git that crashed long ago: written before any live git started."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("")
+    os.utime(path, (LONG_AGO, LONG_AGO))
+    return path
+
+
+@contextlib.contextmanager
+def live_git(cwd: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A git process that stays alive until the block ends (``cat-file`` reading stdin).
+
+    A lock planted inside the block was written after it started, as if it held it."""
+    process = subprocess.Popen(
+        ["git", "-C", str(cwd), "cat-file", "--batch"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        yield process
+    finally:
+        assert process.stdin is not None
+        process.stdin.close()
+        process.wait(timeout=30)
+
+
+def plant_held_lock(path: Path) -> Path:
+    """A lock written now; inside :func:`live_git`, a live git may be holding it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("")
+    return path
