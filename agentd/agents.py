@@ -8,14 +8,16 @@ window from disk on every turn.
 from __future__ import annotations
 
 import asyncio
-import shutil
+import shlex
+from pathlib import Path
 
 import structlog
+from git import InvalidGitRepositoryError, NoSuchPathError
 
 from agentd.requests import AgentCreate, AgentUpdate
 from shared.agent.prompts import BASE_SYSTEM_PROMPT, DEFAULT_HUMAN, DEFAULT_PERSONA
 from shared.clock import Clock, utc_now
-from shared.errors import AgentdError, UnknownAgent
+from shared.errors import AgentdError, MemoryDamaged, MemoryRepoError, UnknownAgent
 from shared.ids import new_id
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
@@ -58,9 +60,7 @@ class Agents:
             system_prompt=params.system_prompt or BASE_SYSTEM_PROMPT,
             context_window=params.context_window,
         )
-        directory = self.layout.agent_dir(record.id)
-        directory.mkdir(parents=True)
-        try:
+        with self.store.creating(record.id):
             self.layout.workspace_dir(record.id).mkdir()
             self.layout.conversations_dir(record.id).mkdir()
             repo = MemoryRepo.create(
@@ -77,14 +77,14 @@ class Agents:
             self._remember(conversation)
             record.default_conversation_id = conversation.id
             self.store.save(record)
-        except BaseException:
-            shutil.rmtree(directory, ignore_errors=True)
-            raise
         log.info("agent_created", agent_id=record.id, name=record.name)
         return record
 
     async def resolve(self, ref: str | None) -> AgentRecord:
-        """An agent by id or name; ``None`` is the default agent, created on first use."""
+        """An agent by id or name; ``None`` is the default agent, created on first use.
+
+        Never created while some agent's record is damaged or missing: the default agent
+        may be that one (see :meth:`AgentStore.find`)."""
         if ref is not None:
             return self.store.find(ref)
         try:
@@ -110,9 +110,20 @@ class Agents:
         return record
 
     def memory(self, agent_id: str) -> MemoryRepo:
+        """The agent's memory repo, kept open for the process's lifetime.
+
+        A damaged repo (its ``.git`` gone) raises :class:`MemoryDamaged` saying how to mend
+        it, for this agent only. It is looked at again on every call (one ``stat``), so a
+        repo restored as told is used without a restart.
+        """
         repo = self._memory.get(agent_id)
+        if repo is not None and not (repo.path / ".git").is_dir():
+            del self._memory[agent_id]
+            repo.close()
+            repo = None
         if repo is None:
-            repo = self._memory[agent_id] = MemoryRepo(self.layout.memory_dir(agent_id))
+            repo = open_memory(agent_id, self.layout.memory_dir(agent_id))
+            self._memory[agent_id] = repo
         return repo
 
     def conversation(self, record: AgentRecord, conversation_id: str | None) -> Conversation:
@@ -153,10 +164,18 @@ class Agents:
         """Undo what a crash left in memory repos (an unfinished merge would otherwise be
         committed, conflict markers and all, by the next memory edit)."""
         for record in self.store.list():
-            repo = self.memory(record.id)
             try:
+                repo = self.memory(record.id)
                 with file_lock(repo.lock_path, timeout_s=5):
                     repo.recover()
+            except MemoryDamaged as exc:
+                log.error(
+                    "memory_repo_damaged",
+                    agent_id=record.id,
+                    path=exc.path,
+                    reason=exc.reason,
+                    fix=exc.fix,
+                )
             except AgentdError as exc:
                 log.warning("memory_recovery_skipped", agent_id=record.id, error=exc.message)
 
@@ -164,3 +183,33 @@ class Agents:
         for repo in self._memory.values():
             repo.close()
         self._memory.clear()
+
+
+def open_memory(agent_id: str, path: Path) -> MemoryRepo:
+    """The memory repo at ``path``; :class:`MemoryDamaged`, with how to mend it, when it is
+    not a usable git repo (a missing ``.git`` would otherwise stop the whole daemon)."""
+    try:
+        return MemoryRepo(path)
+    except (MemoryRepoError, InvalidGitRepositoryError, NoSuchPathError) as exc:
+        if not path.is_dir():
+            raise MemoryDamaged(
+                path, "the directory is missing", "Restore it from a backup"
+            ) from exc
+        reason = (
+            "no .git directory"
+            if not (path / ".git").is_dir()
+            else f"git does not recognise it: {exc}"
+        )
+        here = shlex.quote(str(path))
+        restart = (
+            f"cd {here} && git init -q -b main && git config user.name {agent_id} && "
+            f"git config user.email {agent_id}@agentd.local && git add -A && "
+            'git commit -qm "memory restored"'
+        )
+        fix = (
+            "Restore it from a backup, or keep the files that are there and start a new "
+            f"history: {restart}. Other agents are not affected"
+        )
+        if (path / ".git").exists():
+            fix = f"Move {path / '.git'} aside first. {fix}"
+        raise MemoryDamaged(path, reason, fix) from exc

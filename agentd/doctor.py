@@ -14,14 +14,16 @@ import stat
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from shared.coordination.broker import locate
 from shared.coordination.embedded import RedisUnavailable, ping, server_binary
-from shared.errors import CorruptStateFile
-from shared.models.agents import AgentRecord
+from shared.errors import MemoryDamaged
+from shared.logging import configure
 from shared.providers.mock import MOCK_MODEL
 from shared.settings import Settings
-from shared.store.atomic import read_model
+from shared.store.agents import AgentStore
+from shared.store.conversations import scan_conversations
 
 
 @dataclass(frozen=True)
@@ -68,23 +70,43 @@ def check_home(settings: Settings) -> Finding:
 
 
 def check_state_files(settings: Settings) -> Finding:
-    agents_dir = settings.layout.agents_dir
-    broken = []
-    for child in sorted(agents_dir.iterdir()) if agents_dir.is_dir() else []:
-        try:
-            read_model(child / "agent.json", AgentRecord)
-        except CorruptStateFile as exc:
-            broken.append(exc.path)
-    if broken:
+    layout = settings.layout
+    agents = AgentStore(layout).scan()
+    damaged = [f"{error.path} (corrupt)" for error in agents.corrupt]
+    damaged += [f"{error.path}/agent.json (missing; its data is there)" for error in agents.missing]
+    for record in agents.records:
+        conversations = scan_conversations(layout, record.id)
+        damaged += [f"{error.path} (corrupt)" for error in conversations.damaged]
+    if damaged:
         return Finding(
             False,
             "state files",
-            f"corrupt: {', '.join(broken)}",
-            "move the file aside and restore it from a backup; agentd refuses to "
-            "guess what it held",
+            f"damaged: {'; '.join(damaged)}",
+            "agentd refuses to guess what they held and serves everything else. Restore "
+            "them from a backup; for a missing agent.json, `agentctl chat` on that agent "
+            "also offers a record rebuilt from the agent's data",
         )
-    count = len(list(agents_dir.iterdir())) if agents_dir.is_dir() else 0
-    return Finding(True, "state files", f"{count} agent record(s) readable")
+    return Finding(True, "state files", f"{len(agents.records)} agent record(s) readable")
+
+
+def check_memory_repos(settings: Settings) -> Finding:
+    from agentd.agents import open_memory
+
+    damaged: list[MemoryDamaged] = []
+    records = AgentStore(settings.layout).scan().records
+    for record in records:
+        try:
+            open_memory(record.id, settings.layout.memory_dir(record.id)).close()
+        except MemoryDamaged as exc:
+            damaged.append(exc)
+    if damaged:
+        return Finding(
+            False,
+            "memory repos",
+            "; ".join(f"{Path(e.path).parent.name}: {e.path} ({e.reason})" for e in damaged),
+            " ".join(e.fix for e in damaged[:1]),
+        )
+    return Finding(True, "memory repos", f"{len(records)} readable")
 
 
 def check_redis(settings: Settings) -> Finding:
@@ -169,6 +191,7 @@ CHECKS: list[Callable[[Settings], Finding]] = [
     check_git,
     check_home,
     check_state_files,
+    check_memory_repos,
     check_redis,
     check_daemon,
     check_sandbox,
@@ -177,6 +200,7 @@ CHECKS: list[Callable[[Settings], Finding]] = [
 
 
 def run_doctor(settings: Settings) -> int:
+    configure("agentd-doctor", level="WARNING")  # findings go to stdout, log lines to stderr
     findings = [check(settings) for check in CHECKS]
     for finding in findings:
         print(finding.line())

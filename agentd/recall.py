@@ -24,7 +24,7 @@ from shared.models.messages import Message
 from shared.recall.documents import Document, EchoTracker, read_documents, read_message_at
 from shared.recall.index import AgentIndex
 from shared.recall.ranking import Hit, SearchRequest
-from shared.store.conversations import Conversation, list_conversations
+from shared.store.conversations import Conversation, scan_conversations
 from shared.store.jsonl import MessageLog
 from shared.store.layout import Layout
 
@@ -81,15 +81,22 @@ class RecallService:
             )
 
     def _build(self, agent_id: str, state: _AgentRecall) -> None:
+        """Index every conversation's log, including one whose ``conversation.json`` is
+        damaged (the scan logs it with what to do): the log, not the record, holds the
+        messages, so one bad record costs no search hits."""
+
+        scan = scan_conversations(self.layout, agent_id)
+        scan.log_damaged()
+
         def documents() -> Iterator[Document]:
-            for record in list_conversations(self.layout, agent_id):
-                path = self.layout.conversation_dir(agent_id, record.id) / "messages.jsonl"
-                tracker = state.index.tracker(record.id)
+            for conversation_id in scan.ids:
+                path = self.layout.conversation_dir(agent_id, conversation_id) / "messages.jsonl"
+                tracker = state.index.tracker(conversation_id)
                 last = -1
                 for document in read_documents(path, tracker):
                     last = document.offset
                     yield document
-                state.read_up_to[record.id] = last + 1
+                state.read_up_to[conversation_id] = last + 1
 
         state.index.build(documents())
 
@@ -162,7 +169,7 @@ class RecallService:
         if number is not None:  # a search hit: the index knows its conversation
             conversations = [state.index.locate(number)[0]]
         else:  # not searchable (a summary, say): look through every conversation
-            conversations = [r.id for r in list_conversations(self.layout, agent_id)]
+            conversations = scan_conversations(self.layout, agent_id).ids
         return await asyncio.to_thread(
             self._around, agent_id, conversations, message_id, before, after
         )

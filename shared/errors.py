@@ -20,6 +20,7 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   ├── DiskFull                 a write failed for want of space; what it needed is said
     │   ├── LockTimeout              another process held a file lock too long
     │   └── MemoryRepoError          a git operation on a memory repo failed
+    │       ├── MemoryDamaged        the checkout is not a usable git repo: that agent is refused
     │       └── MemoryBusy           a live git holds one of the repo's lock files; retry
     ├── ProviderError                the model call failed
     │   ├── ContextOverflowError     the request is larger than the model's window
@@ -106,7 +107,13 @@ class CorruptStateFile(StoreError):
 
 
 class AgentRecordMissing(StoreError):
+    """An agent directory holds data (memory, conversations) but no ``agent.json``."""
+
     code = "agent_record_missing"
+
+    def __init__(self, directory: object, message: str) -> None:
+        super().__init__(message)
+        self.path = str(directory)
 
 
 class DiskFull(StoreError):
@@ -133,6 +140,18 @@ class MemoryRepoError(StoreError):
     """A git operation on a memory repo failed, or the repo is in a state we refuse."""
 
     code = "memory_repo"
+
+
+class MemoryDamaged(MemoryRepoError):
+    """An agent's memory checkout is not a usable git repo (its ``.git`` is gone, say)."""
+
+    code = "memory_damaged"
+
+    def __init__(self, path: object, reason: str, fix: str) -> None:
+        super().__init__(f"the memory repo {path} is damaged ({reason}). {fix}")
+        self.path = str(path)
+        self.reason = reason
+        self.fix = fix
 
 
 class MemoryBusy(MemoryRepoError):

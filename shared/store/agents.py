@@ -1,17 +1,56 @@
-"""Agent records (``agents/<id>/agent.json``): create, read, list, update."""
+"""Agent records (``agents/<id>/agent.json``): create, read, list, update.
+
+A record that is unreadable, or missing from a directory that holds an agent's data, is
+never taken for "no such agent": answering that would let the caller create a new agent
+(the default one, on a plain ``agentctl chat``) beside the one whose record is damaged.
+Such an agent is refused with the path and how to restore it; the others are unaffected.
+
+For a missing record, the refusal offers a replacement rebuilt from what the directory
+holds (``agent.json.rebuilt``: the id, the name its memory repo was created with, the
+most recently active conversation as the default, everything else at its default) for
+the user to review and move into place, besides restoring the original from a backup.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import shlex
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
 import structlog
 
+from shared.agent.prompts import BASE_SYSTEM_PROMPT
 from shared.clock import utc_now
-from shared.errors import CorruptStateFile, NameTaken, UnknownAgent
+from shared.errors import AgentRecordMissing, CorruptStateFile, NameTaken, StoreError, UnknownAgent
 from shared.ids import ID_PATTERN
 from shared.models.agents import AgentRecord
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.layout import Layout
 
 log = structlog.get_logger(__name__)
+
+_CREATING = ".creating"
+"""Marks an agent directory whose record is not written yet (a crash there leaves only
+the default memory and an empty conversation: nothing to restore, so it is ignored)."""
+
+_REBUILT = "agent.json.rebuilt"
+
+
+@dataclass
+class AgentScan:
+    """Every agent directory, sorted into readable records and the damaged ones."""
+
+    records: list[AgentRecord] = field(default_factory=list)
+    corrupt: list[CorruptStateFile] = field(default_factory=list)
+    missing: list[AgentRecordMissing] = field(default_factory=list)
+
+    @property
+    def damaged(self) -> list[StoreError]:
+        return [*self.corrupt, *self.missing]
 
 
 class AgentStore:
@@ -21,58 +60,163 @@ class AgentStore:
     def get(self, agent_id: str) -> AgentRecord:
         record = read_model(self.layout.agent_file(agent_id), AgentRecord)
         if record is None:
+            missing = self._missing(self.layout.agent_dir(agent_id))
+            if missing is not None:
+                raise missing
             raise UnknownAgent(f"no agent {agent_id!r}; list agents with `agentctl agents list`")
         return record
 
     def list(self) -> list[AgentRecord]:
-        """Every readable agent; corrupt records are logged and left out."""
-        records, corrupt = self._scan()
-        for error in corrupt:
-            log.error("agent_record_corrupt", path=error.path, error=error.message)
-        return records
+        """Every readable agent; damaged ones are logged (with what to do) and left out."""
+        scan = self.scan()
+        for error in scan.damaged:
+            log.error("agent_record_damaged", code=error.code, error=error.message)
+        return scan.records
 
-    def _scan(self) -> tuple[list[AgentRecord], list[CorruptStateFile]]:
-        records: list[AgentRecord] = []
-        corrupt: list[CorruptStateFile] = []
+    def scan(self) -> AgentScan:
+        scan = AgentScan()
         if not self.layout.agents_dir.is_dir():
-            return records, corrupt
+            return scan
         for child in sorted(self.layout.agents_dir.iterdir()):
             if not ID_PATTERN.fullmatch(child.name):
                 continue
             try:
                 record = read_model(child / "agent.json", AgentRecord)
             except CorruptStateFile as exc:
-                corrupt.append(exc)
+                scan.corrupt.append(exc)
                 continue
             if record is not None:
-                records.append(record)
-        return records, corrupt
+                scan.records.append(record)
+            elif (missing := self._missing(child)) is not None:
+                scan.missing.append(missing)
+        return scan
 
     def find(self, ref: str) -> AgentRecord:
         """An agent by id or by name.
 
-        A name that matches no readable agent while some agent record is corrupt raises
-        that corruption rather than "unknown": the missing agent may be the corrupt one,
-        and answering "unknown" would let a caller create a second agent of that name.
+        A name that matches no readable agent while some agent is damaged raises that
+        damage rather than "unknown": the agent asked for may be the damaged one, and
+        answering "unknown" would let a caller create a second agent of that name.
         """
         if self.layout.agent_file(ref).exists():
             return self.get(ref)
-        records, corrupt = self._scan()
-        for record in records:
+        scan = self.scan()
+        for record in scan.records:
             if record.name == ref:
                 return record
-        if corrupt:
-            raise corrupt[0]
+        for missing in scan.missing:
+            if Path(missing.path).name == ref:
+                raise missing
+        if scan.damaged:
+            raise scan.damaged[0]
         raise UnknownAgent(f"no agent named or with id {ref!r}; see `agentctl agents list`")
 
     def ensure_name_free(self, name: str, *, except_id: str | None = None) -> None:
-        records, corrupt = self._scan()
-        for record in records:
+        scan = self.scan()
+        for record in scan.records:
             if record.name == name and record.id != except_id:
                 raise NameTaken(f"an agent named {name!r} exists already ({record.id})")
-        if corrupt:
-            raise corrupt[0]
+        if scan.damaged:
+            raise scan.damaged[0]
 
     def save(self, record: AgentRecord) -> None:
         record.updated_at = utc_now()
         write_model_atomic(self.layout.agent_file(record.id), record)
+
+    @contextlib.contextmanager
+    def creating(self, agent_id: str) -> Iterator[Path]:
+        """A new agent's directory, to fill and then :meth:`save` the record into.
+
+        Until the body ends the directory is marked as being created, so a scan meanwhile
+        does not take it for an agent whose record is missing; if the body raises, the
+        directory is removed.
+        """
+        directory = self.layout.agent_dir(agent_id)
+        directory.mkdir(parents=True)
+        marker = directory / _CREATING
+        try:
+            marker.touch()
+            yield directory
+            marker.unlink()
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+
+    def _missing(self, directory: Path) -> AgentRecordMissing | None:
+        """The refusal for a directory that holds an agent's data but no record, if so."""
+        if (directory / _CREATING).exists():
+            return None
+        conversations = _conversations_with_messages(directory)
+        has_memory = (directory / "memory" / ".git").exists()
+        if not conversations and not has_memory:
+            return None
+        parts = ["a memory repo"] if has_memory else []
+        parts += [f"{len(conversations)} conversation(s)"] if conversations else []
+        holds = " and ".join(parts)
+        record = directory / "agent.json"
+        text = (
+            f"agent directory {directory} holds {holds} but no agent.json (deleted?); "
+            "agentd will not start a new agent in its place. Restore agent.json from a "
+            "backup"
+        )
+        rebuilt = _rebuilt_record(directory, conversations)
+        if rebuilt is not None:
+            candidate = directory / _REBUILT
+            text += (
+                f", or adopt the record rebuilt from what the directory holds (name "
+                f"{rebuilt.name!r}, default conversation {rebuilt.default_conversation_id}; "
+                "model, prompt and settings at their defaults: edit it first if yours "
+                f"differed): mv {shlex.quote(str(candidate))} {shlex.quote(str(record))}"
+            )
+        return AgentRecordMissing(directory, text)
+
+
+def _conversations_with_messages(directory: Path) -> list[Path]:
+    """The conversation logs that hold something, most recently written first."""
+    logs = [
+        path
+        for path in (directory / "conversations").glob("*/messages.jsonl")
+        if path.stat().st_size > 0
+    ]
+    return sorted(logs, key=lambda path: path.stat().st_mtime, reverse=True)
+
+
+def _rebuilt_record(directory: Path, conversations: list[Path]) -> AgentRecord | None:
+    """The record rebuilt from ``directory``, written beside it once; None if it cannot be."""
+    candidate = directory / _REBUILT
+    try:
+        existing = read_model(candidate, AgentRecord)
+    except CorruptStateFile:
+        existing = None
+    if existing is not None:
+        return existing
+    record = AgentRecord(
+        id=directory.name,
+        name=_name_in_memory_config(directory / "memory") or directory.name,
+        system_prompt=BASE_SYSTEM_PROMPT,
+        default_conversation_id=conversations[0].parent.name if conversations else None,
+    )
+    try:
+        write_model_atomic(candidate, record)
+    except (OSError, StoreError) as exc:
+        log.warning("agent_record_not_rebuilt", path=str(candidate), error=str(exc))
+        return None
+    log.info("agent_record_rebuilt", path=str(candidate), name=record.name)
+    return record
+
+
+def _name_in_memory_config(memory: Path) -> str | None:
+    """The agent name its memory repo was created with (``user.name`` of the repo)."""
+    config = memory / ".git" / "config"
+    if not config.is_file():
+        return None
+    try:
+        found = subprocess.run(
+            ["git", "config", "--file", str(config), "--get", "user.name"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return found.stdout.strip() or None

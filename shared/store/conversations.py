@@ -11,14 +11,15 @@ ordinary message joins it, a compaction summary reopens it with the ids it kept.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from shared.clock import Clock, utc_now
-from shared.errors import UnknownConversation
-from shared.ids import new_id
+from shared.errors import CorruptStateFile, UnknownConversation
+from shared.ids import ID_PATTERN, new_id
 from shared.models.agents import ContextState, ConversationRecord
 from shared.models.messages import Message
 from shared.store.atomic import read_model, write_model_atomic
@@ -173,13 +174,45 @@ def _replay(window: list[Message], messages: list[Message]) -> list[Message]:
     return window
 
 
-def list_conversations(layout: Layout, agent_id: str) -> list[ConversationRecord]:
+@dataclass
+class ConversationScan:
+    """An agent's conversation directories: readable records and damaged ones."""
+
+    ids: list[str] = field(default_factory=list)
+    """Every conversation directory, damaged record or not: its log is intact and
+    searchable whatever happened to ``conversation.json``."""
+    records: list[ConversationRecord] = field(default_factory=list)
+    damaged: list[CorruptStateFile] = field(default_factory=list)
+
+    def log_damaged(self) -> None:
+        for error in self.damaged:
+            log.error("conversation_record_corrupt", path=error.path, error=error.message)
+
+
+def scan_conversations(layout: Layout, agent_id: str) -> ConversationScan:
+    """Every conversation of the agent; a damaged record is kept apart, so it hides
+    nothing but itself."""
+    scan = ConversationScan()
     directory = layout.conversations_dir(agent_id)
     if not directory.is_dir():
-        return []
-    records = []
+        return scan
     for child in sorted(directory.iterdir()):
-        record = read_model(child / "conversation.json", ConversationRecord)
+        if not ID_PATTERN.fullmatch(child.name) or not child.is_dir():
+            continue
+        scan.ids.append(child.name)
+        try:
+            record = read_model(child / "conversation.json", ConversationRecord)
+        except CorruptStateFile as exc:
+            scan.damaged.append(exc)
+            continue
         if record is not None:
-            records.append(record)
-    return records
+            scan.records.append(record)
+    return scan
+
+
+def list_conversations(layout: Layout, agent_id: str) -> list[ConversationRecord]:
+    """The readable conversation records; a damaged one is logged (its path and what to
+    do) and left out."""
+    scan = scan_conversations(layout, agent_id)
+    scan.log_damaged()
+    return scan.records

@@ -39,7 +39,7 @@ def test_an_unreachable_redis_a_missing_key_and_a_corrupt_record_are_named(
     assert any(line.startswith("✗ redis: redis://127.0.0.1:1/0 is not reachable") for line in lines)
     assert any(line.startswith("✗ model: openai/gpt-4o: missing OPENAI_API_KEY") for line in lines)
     assert any(
-        line.startswith("✗ state files: corrupt: ") and "agent.json" in line for line in lines
+        line.startswith("✗ state files: damaged: ") and "agent.json" in line for line in lines
     )
     assert "    → export OPENAI_API_KEY=" in result.stdout
-    assert lines[-1] == "4 ok, 3 to fix"
+    assert lines[-1] == "5 ok, 3 to fix"

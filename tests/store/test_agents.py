@@ -1,0 +1,65 @@
+"""Agent records: an agent whose record is gone is refused, never silently replaced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shared.errors import AgentRecordMissing, UnknownAgent
+from shared.models.agents import AgentRecord
+from shared.store.agents import AgentStore
+from shared.store.layout import Layout
+
+
+def _store(home: Path) -> AgentStore:
+    return AgentStore(Layout(home))
+
+
+def _agent_with_a_conversation(store: AgentStore, agent_id: str, name: str) -> Path:
+    with store.creating(agent_id) as directory:
+        log = directory / "conversations" / "conv-1" / "messages.jsonl"
+        log.parent.mkdir(parents=True)
+        log.write_text('{"id": "msg-1"}\n')
+        store.save(AgentRecord(id=agent_id, name=name, system_prompt="p"))
+    return directory
+
+
+def test_a_record_deleted_from_a_directory_with_data_is_refused_by_id_and_by_any_name(
+    tmp_path: Path,
+) -> None:
+    store = _store(tmp_path)
+    _agent_with_a_conversation(store, "agent-kept", "kept")
+    directory = _agent_with_a_conversation(store, "agent-lost", "default")
+    (directory / "agent.json").unlink()
+
+    for ref in ("agent-lost", "default"):
+        with pytest.raises(AgentRecordMissing) as refused:
+            store.find(ref)
+        assert refused.value.path == str(directory)
+    with pytest.raises(AgentRecordMissing):
+        store.ensure_name_free("new")
+    assert store.find("kept").id == "agent-kept"
+    assert [r.id for r in store.list()] == ["agent-kept"]
+    rebuilt = AgentRecord.model_validate_json((directory / "agent.json.rebuilt").read_bytes())
+    assert (rebuilt.id, rebuilt.default_conversation_id) == ("agent-lost", "conv-1")
+
+
+def test_a_directory_being_created_or_holding_nothing_is_not_an_agent(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    (tmp_path / "agents" / "agent-empty" / "conversations").mkdir(parents=True)
+    with store.creating("agent-new") as directory:
+        log = directory / "conversations" / "conv-1" / "messages.jsonl"
+        log.parent.mkdir(parents=True)
+        log.write_text('{"id": "msg-1"}\n')
+        with pytest.raises(UnknownAgent):
+            store.find("default")
+        assert store.scan().missing == []
+
+
+def test_a_creation_that_fails_leaves_no_directory(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    with pytest.raises(RuntimeError), store.creating("agent-new") as directory:
+        (directory / "memory").mkdir()
+        raise RuntimeError("git init failed")
+    assert not (tmp_path / "agents" / "agent-new").exists()
