@@ -160,6 +160,16 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, ensure_ascii=False, indent=2))
 
 
+_REDIS_DOWN = {
+    "restarting": "`agentd up` is restarting the embedded Valkey; reflections wait on disk "
+    "and are sent when it answers",
+    "not_started": "no `agentd up` runs for this home, only this daemon; reflections wait on "
+    "disk (to run the whole stack: `agentctl shutdown`, then `agentd up`)",
+    "unreachable": "reflections wait on disk; start that Redis or fix AGENTD_REDIS_URL",
+}
+"""What an unreachable Redis means, by the daemon's ``redis.state``."""
+
+
 def cmd_status(conn: Connection, args: argparse.Namespace) -> int:
     status = conn.result("status")
     if args.json:
@@ -178,7 +188,7 @@ def cmd_status(conn: Connection, args: argparse.Namespace) -> int:
             f"{redis['queue_depth']}  running {len(redis['reflections_running'])}"
         )
     else:
-        print(f"redis    {kind}, NOT reachable: reflections wait on disk (start `agentd up`)")
+        print(f"redis    {kind}, NOT reachable: {_REDIS_DOWN[redis['state']]}")
     names = ", ".join(w["name"] for w in redis["workers"]) or "none"
     print(f"workers  {len(redis['workers'])}: {names}")
     for agent in status["agents"]:

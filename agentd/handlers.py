@@ -80,7 +80,7 @@ class Handlers:
             "ready": True,
             "active_turns": self.turns.active,
             "connections": self.connections,
-            "redis": await redis_status(self.reflections.location),
+            "redis": await redis_status(self.reflections.location, self.agents.layout),
             "agents": [
                 agent_status(
                     self.agents.layout, record, self.reflections.settings_for(record), default_model

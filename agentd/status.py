@@ -11,6 +11,7 @@ from typing import Any
 import structlog
 
 from agentd.outbox import outbox_dir, read_outcomes
+from agentd.supervisor import up_is_running
 from shared.coordination import keys
 from shared.coordination.broker import RedisLocation
 from shared.models.agents import AgentRecord
@@ -25,7 +26,11 @@ log = structlog.get_logger(__name__)
 REDIS_TIMEOUT_S = 0.3
 
 
-async def redis_status(location: RedisLocation) -> dict[str, Any]:
+async def redis_status(location: RedisLocation, layout: Layout) -> dict[str, Any]:
+    """Redis as the daemon sees it. ``state`` says why it is not reachable, so the user is
+    told the truth: ``restarting`` (the embedded Valkey is down, but ``agentd up`` runs and
+    restarts it), ``not_started`` (embedded, and no ``agentd up`` runs for this home: this
+    daemon was started alone), ``unreachable`` (an external Redis)."""
     import redis.asyncio as aioredis
 
     report: dict[str, Any] = {
@@ -56,7 +61,16 @@ async def redis_status(location: RedisLocation) -> dict[str, Any]:
         report["error"] = str(exc)
     finally:
         await client.aclose()
+    report["state"] = _state(report["reachable"], location, layout)
     return report
+
+
+def _state(reachable: bool, location: RedisLocation, layout: Layout) -> str:
+    if reachable:
+        return "reachable"
+    if not location.embedded:
+        return "unreachable"
+    return "restarting" if up_is_running(layout) else "not_started"
 
 
 def agent_status(

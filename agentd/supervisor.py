@@ -3,10 +3,12 @@
 It starts the embedded Valkey (unless ``AGENTD_REDIS_URL`` points at a Redis), then the
 chat daemon and ``AGENTD_WORKERS`` reflection workers as child processes, prefixing
 their output with their names. Ctrl-C or SIGTERM stops the children (workers finish the
-job in hand), then Redis. A child that dies is reported and restarted, at most
-:data:`MAX_RESTARTS` times a minute; the others keep running. A second ``agentd up`` on
-the same home refuses to start. ``agentctl shutdown`` (the daemon exiting cleanly) stops the
-whole stack.
+job in hand), then Redis. A child that dies, Valkey included, is reported and restarted,
+at most :data:`MAX_RESTARTS` times a minute; the others keep running (while Valkey is
+down the daemon keeps reflection requests on disk and the workers reconnect). A second
+``agentd up`` on the same home refuses to start: ``run/up.lock`` is held for the run,
+which also tells ``agentctl status`` that a stack is alive. ``agentctl shutdown`` (the
+daemon exiting cleanly) stops the whole stack.
 """
 
 from __future__ import annotations
@@ -19,26 +21,64 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
 from shared.coordination.broker import locate
 from shared.coordination.embedded import EmbeddedRedis, RedisUnavailable
 from shared.settings import Settings
+from shared.store.layout import Layout
 
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
 STOP_GRACE_S = 20.0
+LOCK_GRACE_S = 1.0
+"""How long a starting ``agentd up`` retries the lock: a status probe holds it for
+microseconds, a running stack for good."""
 _COLORS = ("36", "33", "35", "32", "34", "31")
+_VALKEY_COLOR = "37"
 
 
 @dataclass
 class Child:
+    """A supervised process: how to start it, the one running, and its recent restarts."""
+
     name: str
-    argv: list[str]
     color: str
+    launch: Callable[[], subprocess.Popen[bytes]]
     process: subprocess.Popen[bytes] | None = None
     restarts: deque[float] = field(default_factory=deque)
+
+
+def up_is_running(layout: Layout) -> bool:
+    """True while an ``agentd up`` holds the home's lock: alive, whatever its children do."""
+    try:
+        probe = open(layout.up_lock)  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return False
+    with probe:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return False
+
+
+def _take_up_lock(layout: Layout) -> IO[str] | None:
+    """The home's ``up.lock``, held until closed; None when another ``agentd up`` has it."""
+    lock = open(layout.up_lock, "w")  # noqa: SIM115 - held for the run
+    deadline = time.monotonic() + LOCK_GRACE_S
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                lock.close()
+                return None
+            time.sleep(0.05)
 
 
 def worker_command(name: str, log_level: str = "INFO") -> list[str]:
@@ -71,17 +111,17 @@ class Stack:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.redis: EmbeddedRedis | None = None
+        self.valkey: Child | None = None
         self.children: list[Child] = []
+        """The daemon and the workers; stopped before Valkey, which they need to the end."""
         self._stopping = threading.Event()
         self._print_lock = threading.Lock()
         self._tty = sys.stdout.isatty()
 
     def run(self) -> int:
         self.settings.layout.run_dir.mkdir(parents=True, exist_ok=True)
-        lock = open(self.settings.layout.run_dir / "up.lock", "w")  # noqa: SIM115 - held for the run
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        lock = _take_up_lock(self.settings.layout)
+        if lock is None:
             print(
                 f"agentd up is already running for {self.settings.home}; stop it first "
                 "(Ctrl-C in its terminal, or `agentctl shutdown`)",
@@ -108,44 +148,62 @@ class Stack:
             self._say("agentd", f"using Redis at {location.redis_url}")
             return
         assert location.socket_path is not None
-        self.settings.layout.logs_dir.mkdir(parents=True, exist_ok=True)
+        layout = self.settings.layout
+        layout.logs_dir.mkdir(parents=True, exist_ok=True)
         self.redis = EmbeddedRedis(
-            location.socket_path, log_path=self.settings.layout.logs_dir / "valkey.log"
+            location.socket_path,
+            data_dir=layout.valkey_dir,
+            log_path=layout.logs_dir / "valkey.log",
         )
-        self.redis.start()
-        self._say("valkey", f"embedded Valkey on {location.socket_path}")
+        self.redis.start()  # a failure here stops `agentd up` before anything else starts
+        self.valkey = Child("valkey", _VALKEY_COLOR, self._restart_valkey, self.redis.process)
+        self._say(
+            "valkey", f"embedded Valkey on {location.socket_path}, data in {layout.valkey_dir}"
+        )
+
+    def _restart_valkey(self) -> subprocess.Popen[bytes]:
+        """Start Valkey again; it loads its append-only file. A failed start returns the
+        exited process, so the watcher counts it against the restart budget."""
+        assert self.redis is not None
+        try:
+            self.redis.start()
+            self._say("valkey", "answers again")
+        except RedisUnavailable as exc:
+            self._say("valkey", exc.message)
+        assert self.redis.process is not None
+        return self.redis.process
 
     def _spawn_all(self) -> None:
         python = sys.executable
-        self.children.append(Child("agentd", [python, "-m", "agentd.cli", "serve"], _COLORS[0]))
+        self._add("agentd", [python, "-m", "agentd.cli", "serve"], _COLORS[0])
         for number in range(1, self.settings.workers + 1):
             name = f"reflector{number}"
-            self.children.append(
-                Child(
-                    name,
-                    worker_command(name, self.settings.log_level),
-                    _COLORS[number % len(_COLORS)],
-                )
+            self._add(
+                name, worker_command(name, self.settings.log_level), _COLORS[number % len(_COLORS)]
             )
-        for child in self.children:
-            self._spawn(child)
 
-    def _spawn(self, child: Child) -> None:
+    def _add(self, name: str, argv: list[str], color: str) -> None:
+        child = Child(name, color, lambda: self._spawn(name, argv, color))
+        child.process = child.launch()
+        self.children.append(child)
+
+    def _spawn(self, name: str, argv: list[str], color: str) -> subprocess.Popen[bytes]:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        child.process = subprocess.Popen(
-            child.argv,
+        process = subprocess.Popen(
+            argv,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
         )
-        threading.Thread(target=self._pump, args=(child, child.process.stdout), daemon=True).start()
+        threading.Thread(target=self._pump, args=(name, color, process.stdout), daemon=True).start()
+        return process
 
-    def _pump(self, child: Child, stream: IO[bytes] | None) -> None:
+    def _pump(self, name: str, color: str, stream: IO[bytes] | None) -> None:
         assert stream is not None
         for raw in stream:
-            self._say(child.name, raw.decode(errors="replace").rstrip("\n"), child.color)
+            self._say(name, raw.decode(errors="replace").rstrip("\n"), color)
 
     def _say(self, name: str, text: str, color: str = "37") -> None:
         prefix = f"{name:<11}|"
@@ -155,8 +213,13 @@ class Stack:
             print(f"{prefix} {text}", flush=True)
 
     def _watch(self) -> None:
+        """Reap and restart every child that exited (polling also reaps: no zombies).
+        Valkey comes first, since the others need it."""
+        supervised = ([self.valkey] if self.valkey else []) + self.children
         while not self._stopping.wait(0.5):
-            for child in self.children:
+            for child in supervised:
+                if self._stopping.is_set():
+                    return
                 assert child.process is not None
                 status = child.process.poll()
                 if status is None:
@@ -179,7 +242,7 @@ class Stack:
                     return
                 child.restarts.append(now)
                 self._say(child.name, f"exited with status {status}; restarting", child.color)
-                self._spawn(child)
+                child.process = child.launch()
 
     def _stop_all(self) -> None:
         running = [c for c in self.children if c.process and c.process.poll() is None]

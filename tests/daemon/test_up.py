@@ -8,11 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
+from shared.coordination.embedded import ping
 from tests.support.processes import run_agentctl
 
 pytestmark = pytest.mark.slow
@@ -57,6 +59,13 @@ def up(agentd_home: Path) -> Iterator[Up]:
 def _children_of(pid: int) -> list[int]:
     found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     return [int(p) for p in found.split()]
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
 
 
 def test_the_seed_walkthrough_through_agentctl_then_a_clean_stop(up: Up, agentd_home: Path) -> None:
@@ -153,3 +162,37 @@ def test_status_json_reports_the_stack(up: Up) -> None:
     assert agent["reflection"] == {"trigger": "compaction-event", "stepCount": 25, "merge": "auto"}
     assert agent["steps_since_last_reflection"] == 1
     assert agent["last_reflection"] is None and agent["backoff_until"] is None
+
+
+def test_a_valkey_killed_with_9_comes_back_with_its_data_status_says_so_and_reflection_goes_on(
+    up: Up, agentd_home: Path
+) -> None:
+    assert up.proc is not None
+    socket_path = agentd_home / "run" / "valkey.sock"
+    redis.Redis(unix_socket_path=str(socket_path)).set("agentd:test:kept", "yes")
+    time.sleep(1.2)  # past appendfsync everysec
+    (valkey,) = (
+        pid
+        for pid in _children_of(up.proc.pid)
+        if b"unixsocket:" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    )
+
+    os.kill(up.proc.pid, signal.SIGSTOP)  # the supervisor holds still: Valkey stays down
+    try:
+        os.kill(valkey, signal.SIGKILL)
+        _wait_for(lambda: not ping(socket_path), "Valkey to die")
+        down = run_agentctl("status").stdout
+        assert "redis    embedded, NOT reachable: `agentd up` is restarting the embedded" in down
+        assert json.loads(run_agentctl("status", "--json").stdout)["redis"]["state"] == "restarting"
+    finally:
+        os.kill(up.proc.pid, signal.SIGCONT)
+
+    _wait_for(
+        lambda: b"valkey     | exited with status -9; restarting" in up.output.read_bytes(),
+        "the supervisor to report the death",
+    )
+    _wait_for(lambda: "embedded, reachable" in run_agentctl("status").stdout, "Valkey to be back")
+    assert not Path(f"/proc/{valkey}").exists(), "the dead Valkey was left <defunct>"
+    assert redis.Redis(unix_socket_path=str(socket_path)).get("agentd:test:kept") == b"yes"
+    manual = run_agentctl("reflect", "--wait", "--timeout", "60")
+    assert manual.returncode == 0, manual.stdout + manual.stderr

@@ -18,11 +18,20 @@ import redis
 from agentd.supervisor import worker_command
 from shared.coordination.broker import EMBEDDED_SOCKET
 from shared.coordination.embedded import EmbeddedRedis
+from shared.store.layout import Layout
 
 
 class RedisForTests:
+    """The embedded Valkey exactly as ``agentd up`` runs it, persistence included, so a
+    restart in a test loads what the last server wrote."""
+
     def __init__(self, home: Path) -> None:
-        self.server = EmbeddedRedis(home / "run" / EMBEDDED_SOCKET)
+        layout = Layout(home)
+        self.server = EmbeddedRedis(
+            layout.run_dir / EMBEDDED_SOCKET,
+            data_dir=layout.valkey_dir,
+            log_path=home / "valkey.out",
+        )
 
     def start(self) -> RedisForTests:
         self.server.start()
@@ -31,6 +40,12 @@ class RedisForTests:
     @property
     def client(self) -> redis.Redis:
         return redis.Redis(unix_socket_path=str(self.server.socket_path))
+
+    def kill_hard(self) -> None:
+        """kill -9: no shutdown, the socket file stays behind."""
+        assert self.server.process is not None
+        self.server.process.kill()
+        self.server.process.wait(10)
 
     def stop(self) -> None:
         self.server.stop()

@@ -1,0 +1,108 @@
+"""The embedded Valkey keeps what it acknowledged across a ``kill -9`` and starts again
+over a torn last write and a stale socket file; ``agentctl status`` says why Redis is down.
+
+Real processes throughout: the Valkey binary ``agentd up`` runs, Celery's own producer,
+and ``agentctl status`` against a real daemon. ``tests/daemon/test_up.py`` kills Valkey
+under ``agentd up``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from celery import Celery
+
+from shared.coordination import keys
+from shared.coordination.broker import locate
+from shared.coordination.embedded import AOF_DIRNAME, EmbeddedRedis, RedisUnavailable
+from shared.settings import Settings
+from shared.store.layout import Layout
+from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.workers import RedisForTests
+
+pytestmark = pytest.mark.slow
+
+EVERYSEC_S = 1.2
+"""Past ``appendfsync everysec``'s window: even a write that Valkey held back behind a slow
+fsync is in the file by then."""
+
+
+@pytest.fixture
+def valkey(agentd_home: Path) -> Iterator[RedisForTests]:
+    server = RedisForTests(agentd_home).start()
+    yield server
+    server.stop()
+
+
+def _queue_a_job() -> str:
+    """One reflection job, queued the way the daemon queues it (``send_task`` by name)."""
+    producer = Celery(broker=locate(Settings()).celery_url)
+    try:
+        job = producer.send_task(
+            keys.REFLECT_TASK, kwargs={"request": {"agent_id": "a1"}}, queue=keys.REFLECTION_QUEUE
+        )
+    finally:
+        producer.close()
+    return job.id
+
+
+def test_a_queued_job_and_a_lease_survive_kill_9_and_the_stale_socket(
+    valkey: RedisForTests,
+) -> None:
+    job_id = _queue_a_job()
+    valkey.client.set(keys.lease("a1"), "job-1", ex=3600)
+    time.sleep(EVERYSEC_S)
+
+    valkey.kill_hard()
+    assert valkey.server.socket_path.exists(), "kill -9 leaves the socket file behind"
+    valkey.start()
+
+    client = valkey.client
+    assert client.get(keys.lease("a1")) == b"job-1"
+    assert 0 < client.ttl(keys.lease("a1")) <= 3600
+    (message,) = client.lrange(keys.REFLECTION_QUEUE, 0, -1)
+    assert json.loads(message)["headers"]["id"] == job_id
+
+
+def test_a_torn_last_write_is_dropped_and_the_rest_loads(
+    valkey: RedisForTests, agentd_home: Path
+) -> None:
+    client = valkey.client
+    client.set("kept", "before")
+    time.sleep(EVERYSEC_S)
+    client.set("torn", "x" * 100)
+    time.sleep(EVERYSEC_S)
+    valkey.kill_hard()
+    (increment,) = (Layout(agentd_home).valkey_dir / AOF_DIRNAME).glob("*.incr.aof")
+    with increment.open("r+b") as aof:  # the crash cut the last command short
+        aof.truncate(increment.stat().st_size - 20)
+
+    valkey.start()
+
+    assert valkey.client.get("kept") == b"before"
+    assert valkey.client.get("torn") is None
+
+
+def test_a_second_server_on_a_live_socket_is_refused(
+    valkey: RedisForTests, agentd_home: Path
+) -> None:
+    second = EmbeddedRedis(valkey.server.socket_path, data_dir=agentd_home / "other")
+    with pytest.raises(RedisUnavailable, match="already answers"):
+        second.start()
+    assert second.process is None
+    assert valkey.client.ping()
+
+
+def test_status_of_a_daemon_started_alone_says_no_stack_runs(agentd_home: Path) -> None:
+    daemon = AgentdProcess().start()
+    try:
+        status = json.loads(run_agentctl("status", "--json").stdout)
+        assert status["redis"]["state"] == "not_started"
+        text = run_agentctl("status").stdout
+        assert "NOT reachable: no `agentd up` runs for this home, only this daemon" in text
+    finally:
+        daemon.stop()
