@@ -12,13 +12,14 @@ from shared.agent.loop import Turn, run_turn
 from shared.agent.request import NOT_EXECUTED, tool_result_cap
 from shared.agent.rules import ToolRules
 from shared.agent.tools.base import Tool, ToolContext
-from shared.errors import ContextOverflowError, ProviderHTTPError, ToolError
+from shared.errors import ContextOverflowError, DiskFull, ProviderHTTPError, ToolError
 from shared.ids import new_id
 from shared.models.messages import Message
 from shared.models.turns import TurnResult
 from shared.providers.base import ModelRequest, ModelResponse, ToolSchema
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.store.conversations import Conversation
+from shared.store.jsonl import MessageLog
 from shared.store.layout import Layout
 
 _OBJECT = {"type": "object", "properties": {"text": {"type": "string"}}}
@@ -273,15 +274,68 @@ def test_a_provider_error_stops_the_turn_and_is_recorded(conversation: Conversat
     assert stop not in conversation.context
 
 
+class _NearlyFullLog(MessageLog):
+    """A log on a disk with ``room`` bytes left: a larger append is refused, as the real
+    log refuses one (nothing of it written)."""
+
+    def __init__(self, path: Path, room: int) -> None:
+        super().__init__(path)
+        self.room = room
+
+    def append(self, messages: Any) -> list[int]:
+        messages = list(messages)
+        needed = sum(len(m.to_line()) for m in messages)
+        if needed > self.room:
+            raise DiskFull(self.path, needed=needed, free=self.room)
+        self.room -= needed
+        return super().append(messages)
+
+
+def test_a_reply_the_disk_refuses_ends_the_turn_with_disk_full_and_stays_out_of_the_window(
+    conversation: Conversation,
+) -> None:
+    conversation.log = _NearlyFullLog(conversation.log.path, room=2_000)
+    result = _run(conversation, ScriptedProvider([text_reply("long " * 1_000)]))
+
+    assert result.stop_reason == "error"
+    assert result.error is not None and result.error["code"] == "disk_full"
+    assert _roles(conversation) == ["user", "stop"]
+    assert [m.role for m in conversation.context] == ["user"]
+
+
+def test_when_not_even_the_stop_fits_the_turn_raises_disk_full(
+    conversation: Conversation,
+) -> None:
+    conversation.log = _NearlyFullLog(conversation.log.path, room=300)
+    with pytest.raises(DiskFull):
+        _run(conversation, ScriptedProvider([text_reply("long " * 1_000)]))
+
+    assert _roles(conversation) == ["user"]
+    assert [m.role for m in conversation.context] == ["user"]
+
+
+def test_a_cancelled_turn_stays_cancelled_when_the_disk_refuses_its_stop(
+    conversation: Conversation,
+) -> None:
+    log = conversation.log = _NearlyFullLog(conversation.log.path, room=100_000)
+
+    def fill_the_disk() -> None:
+        log.room = 0
+
+    _cancel_while_a_tool_hangs(conversation, then=fill_the_disk)
+
+    assert _roles(conversation) == ["user", "assistant", "tool"]
+
+
 def test_context_overflow_from_the_provider_is_a_clear_error(conversation: Conversation) -> None:
     result = _run(conversation, ScriptedProvider([ContextOverflowError("too big for 1,200")]))
     assert result.stop_reason == "error"
     assert result.error is not None and result.error["code"] == "context_overflow"
 
 
-def test_a_cancelled_turn_records_cancelled_and_keeps_what_was_done(
-    conversation: Conversation,
-) -> None:
+def _cancel_while_a_tool_hangs(conversation: Conversation, *, then: Any = None) -> None:
+    """Run a turn whose second tool never returns, call ``then()``, and cancel the turn;
+    the turn must end in ``CancelledError``."""
     provider = ScriptedProvider([tool_reply(("echo", '{"text": "kept"}'), ("hang", "{}"))])
 
     async def cancel_soon() -> None:
@@ -309,11 +363,19 @@ def test_a_cancelled_turn_records_cancelled_and_keeps_what_was_done(
         )
         task = asyncio.create_task(run_turn(turn, [user]))
         await asyncio.sleep(0.2)
+        if then is not None:
+            then()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(cancel_soon())
+
+
+def test_a_cancelled_turn_records_cancelled_and_keeps_what_was_done(
+    conversation: Conversation,
+) -> None:
+    _cancel_while_a_tool_hangs(conversation)
     log = list(conversation.log)
     assert [m.role if m.kind == "message" else m.kind for m in log] == [
         "user",
