@@ -1,29 +1,34 @@
-"""Durable reflection requests: written to disk first, then sent; re-sent until answered.
+"""Durable reflection requests: on disk first, then sent; one running and one pending per agent.
 
-A chat turn never waits for Redis: :meth:`Outbox.submit` writes the request under the
-agent's ``reflections/outbox/`` and returns; sending happens in a thread. If the broker
-is down the request stays on disk, and the reconcile loop sends it again when Redis is
-back (or after a restart). An entry leaves the outbox when an outcome for it is known,
-from the outcome stream or, if Redis lost that, from ``reflections/log.jsonl``.
+A chat turn never waits for Redis: :meth:`Outbox.submit` records a request under the
+agent's ``reflections/outbox/`` and returns; sending happens in a thread. An agent has at
+most one request *sent* (queued or running in a worker) and at most one *pending* (due,
+waiting for the sent one to end). A request made while one is pending joins it — its
+conversations are added, a manual request makes it manual — so a trigger that fires while
+a reflection runs is never swallowed: it becomes the run that starts when the running one
+ends, and covers everything after that one's snapshot. Nothing is ever sent twice on
+purpose: a request that joined another has no job of its own.
 
-Requests for the same slice collapse: a pending entry for the same (agent, conversation,
-watermark) absorbs a new one, so a step-count trigger that fires on every turn while a
-reflection is pending adds nothing.
+The entry leaves the outbox when its outcome is known: from the outcome stream, from
+Redis's record of the finished job, or from ``reflections/log.jsonl``. If Redis lost the
+job (a restart without persistence, a crash of everything), the entry is sent again at
+once; the job is idempotent. A damaged entry is moved aside as ``*.corrupt`` and logged:
+it never stops the requests of other agents or entries.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from pydantic import BaseModel
 
-from shared.coordination import keys
+from shared.coordination import jobs, keys
 from shared.coordination.broker import RedisLocation
+from shared.errors import CorruptStateFile
 from shared.ids import new_id
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest, TriggerSource
 from shared.store.atomic import read_model, write_model_atomic
@@ -31,30 +36,98 @@ from shared.store.layout import Layout
 
 log = structlog.get_logger(__name__)
 
-RECONCILE_EVERY_S = 5.0
-RESEND_AFTER_S = 15 * 60.0
-"""A sent request with no outcome after this long is sent again (the job is idempotent)."""
+RESEND_AFTER_S = 30 * 60.0
+"""A sent job Redis still calls queued or running after this long is sent again: longer
+than a job may run (the Celery time limit), so only a job lost in some way no state shows
+is resent (the job is idempotent: a copy of a running job finds its lease taken)."""
+REDIS_TIMEOUT_S = 0.5
+
+EntryState = Literal["pending", "sent"]
+TRIGGER_STRENGTH: dict[TriggerSource, int] = {"step-count": 0, "compaction-event": 1, "manual": 2}
+"""When requests join, the strongest trigger wins: a manual one bypasses backoff, a
+compaction is not re-checked before it is sent, a step count is."""
 
 
 class OutboxEntry(BaseModel):
     request: ReflectionRequest
-    slice_key: str | None = None
-    """(agent, conversation, watermark): a pending entry with the same key absorbs a new
-    request. Each request still gets its own id — the job's identity in Redis — so a slice
-    whose reflection failed is tried again by the next request instead of being a no-op."""
+    state: EntryState = "pending"
     sent_at: float | None = None
+    resend_at: float | None = None
+    """Set when the job found the agent's lease taken: send again after it expires."""
     attempts: int = 0
 
 
+def _joined(pending: ReflectionRequest, new: ReflectionRequest) -> ReflectionRequest:
+    """``pending`` grown to cover ``new`` as well; it keeps its id (its waiters' id)."""
+    strongest = max((pending.trigger, new.trigger), key=TRIGGER_STRENGTH.__getitem__)
+    instructions = [i for i in (pending.instruction, new.instruction) if i]
+    recent = max(pending.recent or 0, new.recent or 0) or None
+    return pending.model_copy(
+        update={
+            "trigger": strongest,
+            "conversation_ids": list(
+                dict.fromkeys([*pending.conversation_ids, *new.conversation_ids])
+            ),
+            "recent": recent,
+            "instruction": "\n\n".join(dict.fromkeys(instructions)) or None,
+        }
+    )
+
+
 class Outbox:
+    """The agents' outbox directories; used from the daemon's event loop only."""
+
     def __init__(self, layout: Layout, location: RedisLocation) -> None:
         self.layout = layout
         self.location = location
         self._app: Any = None
-        self._warned_down = False
+        self.broker_down = False
+        """The last send found Redis unreachable (told once in the log until it is back)."""
 
     def directory(self, agent_id: str) -> Path:
         return outbox_dir(self.layout, agent_id)
+
+    # --- entries ----------------------------------------------------------------------------
+
+    def entries(self, agent_id: str) -> list[OutboxEntry]:
+        """The agent's readable entries; a damaged one is moved aside and logged."""
+        found = []
+        for path in sorted(self.directory(agent_id).glob("*.json")):
+            try:
+                entry = read_model(path, OutboxEntry)
+            except CorruptStateFile as exc:
+                aside = path.with_suffix(".corrupt")
+                with contextlib.suppress(OSError):
+                    path.replace(aside)
+                log.error(
+                    "outbox_entry_corrupt",
+                    path=str(path),
+                    moved_to=str(aside),
+                    error=exc.message,
+                    hint="the request it held is dropped; `agentctl reflect` asks again",
+                )
+                continue
+            if entry is not None:
+                found.append(entry)
+        return found
+
+    def sent(self, agent_id: str) -> OutboxEntry | None:
+        return next((e for e in self.entries(agent_id) if e.state == "sent"), None)
+
+    def pending(self, agent_id: str) -> OutboxEntry | None:
+        return next((e for e in self.entries(agent_id) if e.state == "pending"), None)
+
+    def _path(self, request: ReflectionRequest) -> Path:
+        return self.directory(request.agent_id) / f"{request.request_id}.json"
+
+    def save(self, entry: OutboxEntry) -> None:
+        write_model_atomic(self._path(entry.request), entry)
+
+    def remove(self, request_id: str, agent_id: str) -> bool:
+        path = self.directory(agent_id) / f"{request_id}.json"
+        existed = path.exists()
+        path.unlink(missing_ok=True)
+        return existed
 
     def submit(
         self,
@@ -62,19 +135,11 @@ class Outbox:
         trigger: TriggerSource,
         conversation_ids: list[str],
         *,
-        slice_key: str | None = None,
         recent: int | None = None,
         instruction: str | None = None,
     ) -> ReflectionRequest:
-        """Record a request (or find the pending one for the same slice) and send it."""
-        directory = self.directory(agent_id)
-        directory.mkdir(parents=True, exist_ok=True)
-        if slice_key is not None:
-            for path in sorted(directory.glob("*.json")):
-                existing = read_model(path, OutboxEntry)
-                if existing is not None and existing.slice_key == slice_key:
-                    log.info("reflection_request_collapsed", request_id=existing.request.request_id)
-                    return existing.request
+        """Record a request, or join it to the agent's pending one; return what will run."""
+        self.directory(agent_id).mkdir(parents=True, exist_ok=True)
         request = ReflectionRequest(
             request_id=new_id("rq"),
             agent_id=agent_id,
@@ -83,64 +148,29 @@ class Outbox:
             recent=recent,
             instruction=instruction,
         )
-        entry = OutboxEntry(request=request, slice_key=slice_key)
-        write_model_atomic(directory / f"{request.request_id}.json", entry)
+        pending = self.pending(agent_id)
+        if pending is not None:
+            pending.request = _joined(pending.request, request)
+            self.save(pending)
+            log.info(
+                "reflection_request_joined",
+                request_id=pending.request.request_id,
+                trigger=trigger,
+            )
+            return pending.request
+        self.save(OutboxEntry(request=request))
         log.info("reflection_requested", request_id=request.request_id, trigger=trigger)
         return request
 
-    async def send_now(self, request: ReflectionRequest) -> bool:
-        """Send one freshly submitted request; False if Redis is not there (it stays due)."""
-        path = self.directory(request.agent_id) / f"{request.request_id}.json"
-        entry = read_model(path, OutboxEntry)
-        if entry is None or entry.sent_at is not None:
-            return entry is not None
-        if not await asyncio.to_thread(self._send, entry.request):
-            return False
-        entry.sent_at, entry.attempts = time.time(), entry.attempts + 1
-        if path.exists():
-            write_model_atomic(path, entry)
-        return True
+    # --- talking to Redis (in a thread) -------------------------------------------------
 
-    async def send_pending(self, agent_ids: list[str]) -> None:
-        """Send every entry never sent, or sent long ago without an outcome."""
-        for agent_id in agent_ids:
-            for path in sorted(self.directory(agent_id).glob("*.json")):
-                entry = read_model(path, OutboxEntry)
-                if entry is None:
-                    continue
-                if entry.sent_at is not None and time.time() - entry.sent_at < RESEND_AFTER_S:
-                    continue
-                if not await asyncio.to_thread(self._send, entry.request):
-                    return
-                entry.sent_at, entry.attempts = time.time(), entry.attempts + 1
-                with contextlib.suppress(FileNotFoundError):
-                    if path.exists():
-                        write_model_atomic(path, entry)
-
-    def _reachable(self) -> bool:
-        import redis
-
-        client = redis.Redis.from_url(
-            self.location.redis_url, socket_connect_timeout=0.5, socket_timeout=0.5
-        )
+    def send(self, entry: OutboxEntry) -> bool:
+        """Hand the entry's job to Celery and record it as sent; False if Redis is away."""
+        request = entry.request
+        client = self._client()
         try:
-            return bool(client.ping())
-        except redis.RedisError:
-            return False
-        finally:
-            client.close()
-
-    def _send(self, request: ReflectionRequest) -> bool:
-        if not self._reachable():
-            if not self._warned_down:
-                log.warning(
-                    "reflection_broker_unreachable",
-                    redis=self.location.redis_url,
-                    hint="requests stay on disk and are sent when Redis is back",
-                )
-                self._warned_down = True
-            return False
-        try:
+            client.ping()
+            jobs.mark(client, request.request_id, "queued")
             self._celery().send_task(
                 keys.REFLECT_TASK,
                 kwargs={"request": request.model_dump(mode="json")},
@@ -148,18 +178,45 @@ class Outbox:
                 task_id=request.request_id,
                 retry=False,
             )
-        except Exception as exc:  # kombu raises OperationalError and friends when Redis is down
-            if not self._warned_down:
+        except Exception as exc:  # redis-py and kombu raise their own families when down
+            if not self.broker_down:
                 log.warning(
                     "reflection_broker_unreachable",
+                    redis=self.location.redis_url,
                     error=str(exc),
                     hint="requests stay on disk and are sent when Redis is back",
                 )
-                self._warned_down = True
+                self.broker_down = True
             return False
-        self._warned_down = False
-        log.info("reflection_sent", request_id=request.request_id)
+        finally:
+            client.close()
+        self.broker_down = False
+        entry.state, entry.sent_at, entry.resend_at = "sent", time.time(), None
+        entry.attempts += 1
+        self.save(entry)
+        log.info("reflection_sent", request_id=request.request_id, attempt=entry.attempts)
         return True
+
+    def job_status(self, request: ReflectionRequest) -> jobs.Known | ReflectionOutcome | None:
+        """What Redis knows of the request's job; None when Redis cannot be asked."""
+        import redis
+
+        client = self._client()
+        try:
+            return jobs.status(client, request.request_id, request.agent_id)
+        except redis.RedisError:
+            return None
+        finally:
+            client.close()
+
+    def _client(self) -> Any:
+        import redis
+
+        return redis.Redis.from_url(
+            self.location.redis_url,
+            socket_connect_timeout=REDIS_TIMEOUT_S,
+            socket_timeout=REDIS_TIMEOUT_S,
+        )
 
     def _celery(self) -> Any:
         if self._app is None:
@@ -170,32 +227,18 @@ class Outbox:
             self._app.conf.broker_connection_timeout = 2
         return self._app
 
-    def resend_in(self, outcome: ReflectionOutcome, seconds: float) -> None:
-        """Send a coalesced request again after ``seconds``: if the lease holder it waited
-        for died, nobody else will run its follow-up before the lease expires."""
-        path = self.directory(outcome.agent_id) / f"{outcome.request_id}.json"
-        entry = read_model(path, OutboxEntry)
-        if entry is not None:
-            entry.sent_at = time.time() - RESEND_AFTER_S + seconds
-            write_model_atomic(path, entry)
+    # --- outcomes from disk ---------------------------------------------------------------
 
-    def complete(self, outcome: ReflectionOutcome) -> None:
-        path = self.directory(outcome.agent_id) / f"{outcome.request_id}.json"
-        path.unlink(missing_ok=True)
-
-    def settle_from_logs(self, agent_ids: list[str]) -> list[ReflectionOutcome]:
-        """Outcomes already in ``log.jsonl`` for entries still in the outbox."""
-        settled = []
-        for agent_id in agent_ids:
-            pending = {p.stem for p in self.directory(agent_id).glob("*.json")}
-            if not pending:
-                continue
-            for outcome in read_outcomes(self.layout, agent_id, tail=500):
-                if outcome.request_id in pending and answers_request(outcome):
-                    self.complete(outcome)
-                    pending.discard(outcome.request_id)
-                    settled.append(outcome)
-        return settled
+    def settled_by_logs(self, agent_id: str) -> list[ReflectionOutcome]:
+        """Outcomes in ``log.jsonl`` that answer the agent's sent entry."""
+        sent = self.sent(agent_id)
+        if sent is None:
+            return []
+        return [
+            outcome
+            for outcome in read_outcomes(self.layout, agent_id, tail=500)
+            if outcome.request_id == sent.request.request_id and answers_request(outcome)
+        ][-1:]
 
 
 def outbox_dir(layout: Layout, agent_id: str) -> Path:
@@ -211,13 +254,13 @@ def read_outcomes(layout: Layout, agent_id: str, *, tail: int = 100) -> list[Ref
     if not path.exists():
         return []
     outcomes = []
-    for line in path.read_text().splitlines()[-tail:]:
+    for line in path.read_text(errors="replace").splitlines()[-tail:]:
         with contextlib.suppress(ValueError):
             outcomes.append(ReflectionOutcome.model_validate_json(line))
     return outcomes
 
 
 def answers_request(outcome: ReflectionOutcome) -> bool:
-    """Every outcome settles its request except ``already_active``: that request was
-    coalesced into a follow-up run, whose own outcome will settle it."""
+    """Every outcome settles its request except ``already_active``: that job found another
+    holding the agent, and is sent again once the lease is free."""
     return outcome.reason != "already_active"

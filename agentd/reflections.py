@@ -1,28 +1,40 @@
-"""The daemon's side of reflection: decide after each turn, enqueue, and hear outcomes.
+"""The daemon's side of reflection: decide after each turn, queue, send, and hear outcomes.
 
-After every turn that ended ``end_turn`` the conversation's transcript state counts its
-steps and the pending compaction flag is consumed (always, whatever the trigger); if a
-trigger is due a request goes to the outbox. Outcomes come back on a Redis stream (and,
-should Redis lose them, from ``reflections/log.jsonl``); the client is told at the end of
-the turn that triggered the reflection if it finishes within ``reflection_wait_s``, else
-at the end of the agent's next turn, or by ``agentctl reflect --wait``.
+After every turn that ended ``end_turn`` the conversation's steps are counted and the
+trigger decides; a due request is recorded in the outbox (:mod:`agentd.outbox`) before the
+compaction flag it covers is consumed. Each agent has one reflection sent at a time: the
+next one waits as the agent's pending request and is sent when the running one's outcome
+arrives — a pending step-count request is checked again then (the running job may have
+covered its steps), a compaction or a manual request is not. A consumed outcome that left
+messages unread asks for the next job at once, until the conversation is reflected.
+
+Outcomes come back on a Redis stream; should Redis lose them, from the job's record in
+Redis or from ``reflections/log.jsonl``. The reconcile loop also sends again what Redis
+does not know (after Redis lost its data, or a crash of everything) and what waited for
+the broker; it runs at start, every few seconds, and survives any error of one pass.
+The client is told at the end of the turn that triggered the reflection if it finishes
+within ``reflection_wait_s``, else at the end of the agent's next turn, or by
+``agentctl reflect --wait``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import defaultdict
 
 import structlog
 
-from agentd.outbox import RECONCILE_EVERY_S, Outbox, answers_request
+from agentd.outbox import RESEND_AFTER_S, Outbox, OutboxEntry, answers_request
 from shared.coordination import keys
 from shared.coordination.broker import RedisLocation
+from shared.errors import AgentdError
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.models.turns import TurnResult
 from shared.reflection.settings import ReflectionSettings, configured_defaults, resolve
+from shared.reflection.state import load_state
 from shared.reflection.triggers import post_turn
 from shared.settings import Settings
 from shared.store.agents import AgentStore
@@ -33,6 +45,9 @@ log = structlog.get_logger(__name__)
 
 STREAM_BLOCK_MS = 5_000
 RETRY_S = 2.0
+RECONCILE_EVERY_S = 5.0
+TOLD_ONCE = frozenset({"parent_dirty"})
+"""Skips a user should hear about (once per kind): they wait for the user to act."""
 
 
 class Reflections:
@@ -47,7 +62,8 @@ class Reflections:
         self._waiters: dict[str, list[asyncio.Future[ReflectionOutcome]]] = defaultdict(list)
         self._notices: dict[str, list[ReflectionOutcome]] = defaultdict(list)
         self._tasks: list[asyncio.Task[None]] = []
-        self._told_failures: dict[str, set[str]] = defaultdict(set)
+        self._told: dict[str, set[str]] = defaultdict(set)
+        self._sending: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     # --- settings --------------------------------------------------------------------------
 
@@ -60,21 +76,23 @@ class Reflections:
         self, agent: AgentRecord, conversation: Conversation, result: TurnResult
     ) -> ReflectionRequest | None:
         """The post-turn check (only for turns that ended ``end_turn``). Returns the request
-        when one was made *and* handed to the broker, so the caller may wait for it."""
+        when one was made *and* sent now, so the caller may wait for it."""
         if result.stop_reason != "end_turn":
             return None
-        decision = post_turn(
-            conversation.directory, self.settings_for(agent), result.assistant_messages
+        recorded: list[ReflectionRequest] = []
+        post_turn(
+            conversation.directory,
+            self.settings_for(agent),
+            result.assistant_messages,
+            record=lambda trigger: recorded.append(
+                self.outbox.submit(agent.id, trigger, [conversation.id])
+            ),
         )
-        if decision.trigger is None:
+        if not recorded:
             return None
-        request = self.outbox.submit(
-            agent.id,
-            decision.trigger,
-            [conversation.id],
-            slice_key=f"{agent.id}:{conversation.id}:{decision.state.watermark}",
-        )
-        return request if await self.outbox.send_now(request) else None
+        (request,) = recorded
+        sent = await self.dispatch(agent.id)
+        return request if sent is not None and sent.request_id == request.request_id else None
 
     async def request_manual(
         self,
@@ -84,11 +102,61 @@ class Reflections:
         recent: int | None,
         instruction: str | None,
     ) -> tuple[ReflectionRequest, bool]:
-        """A manual request, and whether it reached the broker."""
+        """A manual request (run now, or next if one is running), and whether it is in
+        Redis's hands or will be by the time the running one ends."""
         request = self.outbox.submit(
             agent.id, "manual", conversation_ids, recent=recent, instruction=instruction
         )
-        return request, await self.outbox.send_now(request)
+        await self.dispatch(agent.id)
+        return request, not self.outbox.broker_down
+
+    async def dispatch(self, agent_id: str) -> ReflectionRequest | None:
+        """Send the agent's pending request if none is running; what was sent, if any."""
+        async with self._sending[agent_id]:
+            if self.outbox.sent(agent_id) is not None:
+                return None
+            pending = self.outbox.pending(agent_id)
+            if pending is None or not self._still_due(pending):
+                return None
+            if not await asyncio.to_thread(self.outbox.send, pending):
+                return None
+            return pending.request
+
+    @property
+    def _broker_reachable(self) -> bool:
+        return not self.outbox._warned_down
+
+    def _still_due(self, entry: OutboxEntry) -> bool:
+        """A pending step-count request is checked again before it is sent: the job that
+        ran meanwhile may have reflected the steps that made it due (spec: queued step
+        counts are re-checked, compactions and manual runs are not)."""
+        request = entry.request
+        if request.trigger != "step-count":
+            return True
+        try:
+            agent = self.store.get(request.agent_id)
+        except AgentdError:
+            agent = None
+        settings = self.settings_for(agent) if agent is not None else None
+        due = [
+            conversation_id
+            for conversation_id in request.conversation_ids
+            if settings is not None
+            and settings.trigger == "step-count"
+            and load_state(
+                self.layout.conversation_dir(request.agent_id, conversation_id)
+            ).steps_since_last_reflection
+            >= settings.step_count
+        ]
+        if due == request.conversation_ids:
+            return True
+        if due:
+            entry.request = request.model_copy(update={"conversation_ids": due})
+            self.outbox.save(entry)
+            return True
+        self.outbox.remove(request.request_id, request.agent_id)
+        log.info("reflection_request_no_longer_due", request_id=request.request_id)
+        return False
 
     async def wait(self, request_id: str, timeout_s: float) -> ReflectionOutcome | None:
         if timeout_s <= 0:
@@ -110,19 +178,22 @@ class Reflections:
         return self._notices.pop(agent_id, [])
 
     def worth_telling(self, outcome: ReflectionOutcome) -> bool:
-        """Whether to show an outcome in a chat: an automatic failure is told once per kind
-        (``failed:<reason>``) until a reflection succeeds, so a broken setup does not
-        repeat itself after every turn; manual runs and successes are always told."""
-        seen = self._told_failures[outcome.agent_id]
+        """Whether to show an outcome in a chat. Successes and manual runs always are; an
+        automatic failure, or a skip that waits for the user (uncommitted memory edits),
+        once per kind until a reflection succeeds, so a broken setup does not repeat itself
+        after every turn; other skips never."""
+        told = self._told[outcome.agent_id]
         if outcome.status in ("merged", "no_changes"):
-            seen.clear()
+            told.clear()
             return True
-        if outcome.status != "failed" or outcome.trigger == "manual":
-            return outcome.status != "skipped"
-        key = f"failed:{outcome.reason}"
-        if key in seen:
+        if outcome.trigger == "manual":
+            return True
+        if outcome.status == "skipped" and outcome.reason not in TOLD_ONCE:
             return False
-        seen.add(key)
+        kind = f"{outcome.status}:{outcome.reason}"
+        if kind in told:
+            return False
+        told.add(kind)
         return True
 
     # --- background loops ------------------------------------------------------------------
@@ -142,11 +213,45 @@ class Reflections:
 
     async def _reconcile_loop(self) -> None:
         while True:
-            agent_ids = [record.id for record in self.store.list()]
-            for outcome in await asyncio.to_thread(self.outbox.settle_from_logs, agent_ids):
-                self._deliver(outcome)
-            await self.outbox.send_pending(agent_ids)
+            try:
+                await self.reconcile()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("reflection_reconcile_failed", hint="retrying in a few seconds")
             await asyncio.sleep(RECONCILE_EVERY_S)
+
+    async def reconcile(self) -> None:
+        """One pass over every agent's outbox: settle what finished, send again what Redis
+        lost or what found the agent busy, and send what is pending."""
+        for record in self.store.list():
+            try:
+                await self._reconcile_agent(record.id)
+            except AgentdError as exc:
+                log.warning("reflection_reconcile_skipped", agent_id=record.id, error=exc.message)
+
+    async def _reconcile_agent(self, agent_id: str) -> None:
+        for outcome in await asyncio.to_thread(self.outbox.settled_by_logs, agent_id):
+            await self._on_outcome(outcome)
+        sent = self.outbox.sent(agent_id)
+        if sent is not None:
+            status = await asyncio.to_thread(self.outbox.job_status, sent.request)
+            if isinstance(status, ReflectionOutcome):
+                await self._on_outcome(status)
+            elif status is not None and self._lost_or_due(sent, status):
+                log.info("reflection_resent", request_id=sent.request.request_id, redis=status)
+                async with self._sending[agent_id]:
+                    await asyncio.to_thread(self.outbox.send, sent)
+        await self.dispatch(agent_id)
+
+    @staticmethod
+    def _lost_or_due(entry: OutboxEntry, status: str) -> bool:
+        now = time.time()
+        if status in ("unknown", "lost"):
+            return True
+        if entry.resend_at is not None:
+            return now >= entry.resend_at
+        return entry.sent_at is None or now - entry.sent_at >= RESEND_AFTER_S
 
     async def _listen_loop(self) -> None:
         import redis.asyncio as aioredis
@@ -165,7 +270,7 @@ class Reflections:
                     for _stream, entries in batches or []:
                         for entry_id, fields in entries:
                             last_id = entry_id
-                            self._on_stream_entry(fields)
+                            await self._on_stream_entry(fields)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis down or restarted: outcomes also reach the logs
@@ -174,7 +279,7 @@ class Reflections:
             finally:
                 await client.aclose()
 
-    def _on_stream_entry(self, fields: dict[bytes, bytes]) -> None:
+    async def _on_stream_entry(self, fields: dict[bytes, bytes]) -> None:
         raw = fields.get(b"outcome")
         if raw is None:
             return
@@ -183,19 +288,33 @@ class Reflections:
         except ValueError:
             log.warning("unreadable_outcome_on_stream")
             return
-        if answers_request(outcome):
-            self.outbox.complete(outcome)
+        await self._on_outcome(outcome)
+
+    async def _on_outcome(self, outcome: ReflectionOutcome) -> None:
+        """Settle the request the outcome answers, start what waits, tell who waits."""
+        if not answers_request(outcome):
+            self._retry_when_free(outcome)
+            return
+        if not self.outbox.remove(outcome.request_id, outcome.agent_id):
+            return  # already settled (the stream and the logs both told us)
+        if outcome.status in ("merged", "no_changes") and outcome.unread:
+            self.outbox.submit(outcome.agent_id, outcome.trigger, outcome.unread)
         self._deliver(outcome)
+        await self.dispatch(outcome.agent_id)
+
+    def _retry_when_free(self, outcome: ReflectionOutcome) -> None:
+        """The job found another holding the agent's lease (a copy of itself, or a job of
+        an earlier daemon): send it again once that lease must have expired."""
+        entry = self.outbox.sent(outcome.agent_id)
+        if entry is not None and entry.request.request_id == outcome.request_id:
+            entry.resend_at = time.time() + self.settings.reflection_lease_s + 2
+            self.outbox.save(entry)
 
     def _deliver(self, outcome: ReflectionOutcome) -> None:
-        if not answers_request(outcome):
-            # Coalesced into a follow-up run, whose outcome will come; should the running
-            # job's worker be dead, resend once its lease has expired.
-            self.outbox.resend_in(outcome, self.settings.reflection_lease_s + 2)
-            return
         waiters = self._waiters.pop(outcome.request_id, [])
         for future in waiters:
             if not future.done():
                 future.set_result(outcome)
-        if not waiters and outcome.status != "skipped":
+        told = outcome.status != "skipped" or outcome.reason in TOLD_ONCE
+        if not waiters and told:
             self._notices[outcome.agent_id].append(outcome)

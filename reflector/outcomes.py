@@ -1,6 +1,7 @@
 """Recording a job's outcome: on disk first (``reflections/log.jsonl``), then on Redis
 (the outcome stream the daemon listens to, and the job's terminal state that makes a
-redelivered job a no-op)."""
+redelivered job a no-op). Either may fail without the other: the daemon reads the disk
+when Redis lost an outcome, and Redis when the disk could not take it."""
 
 from __future__ import annotations
 
@@ -18,20 +19,29 @@ log = structlog.get_logger(__name__)
 
 
 def append_outcome(reflections_dir: Path, outcome: ReflectionOutcome) -> None:
-    reflections_dir.mkdir(parents=True, exist_ok=True)
     line = (outcome.model_dump_json() + "\n").encode()
-    with file_lock(reflections_dir / "log.lock"):
-        fd = os.open(reflections_dir / "log.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        try:
-            os.write(fd, line)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    try:
+        reflections_dir.mkdir(parents=True, exist_ok=True)
+        with file_lock(reflections_dir / "log.lock"):
+            fd = os.open(
+                reflections_dir / "log.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600
+            )
+            try:
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    except OSError as exc:
+        log.error(
+            "outcome_not_logged",
+            error=str(exc),
+            hint="the outcome is still published on Redis; free disk space",
+        )
 
 
 def publish_outcome(client: redis.Redis | None, job_id: str, outcome: ReflectionOutcome) -> None:
-    """Publish, and remember the job as finished unless it only coalesced into a follow-up
-    (the follow-up reuses the request, and must run)."""
+    """Publish, and remember the job as finished unless it only found the agent busy
+    (then the job that holds the agent is still to report, and this one may run again)."""
     if client is None:
         return
     payload = outcome.model_dump_json()
@@ -52,14 +62,3 @@ def publish_outcome(client: redis.Redis | None, job_id: str, outcome: Reflection
             error=str(exc),
             hint="the daemon reads it from reflections/log.jsonl instead",
         )
-
-
-def finished_outcome(client: redis.Redis | None, job_id: str) -> ReflectionOutcome | None:
-    """The outcome of a job that already finished (a redelivery), if Redis remembers it."""
-    if client is None:
-        return None
-    try:
-        raw = client.get(keys.job_state(job_id))
-    except redis.RedisError:
-        return None
-    return ReflectionOutcome.model_validate_json(raw) if raw else None

@@ -2,18 +2,28 @@
 
 Gates, in order, each an outcome with a reason: ``memfs_disabled``; ``retry_backoff``
 and ``configuration_error`` (automatic runs only; manual runs bypass them);
-``already_active`` (another job holds the agent's lease: this request is kept as the one
-follow-up run for when it finishes); ``parent_dirty`` (checked before any payload or
-worktree exists); ``no_payload``. Then the slice after each conversation's watermark, up
-to a snapshot end recorded now (messages appended while the job runs stay unreflected),
-becomes a payload file; the sub-agent works in a fresh worktree; finalize merges only a
-run that earned success; the watermark moves only for ``merged`` and ``no_changes``.
+``already_active`` (another job holds the agent's lease; the daemon, which sends one job
+per agent at a time, sends this one again once the lease is free); ``parent_dirty``
+(checked before any payload or worktree exists); ``no_payload``. Then the slice after
+each conversation's watermark, up to a snapshot end recorded now (messages appended while
+the job runs stay unreflected) and cut to the job's budget, becomes a payload; the
+sub-agent works in a fresh worktree; finalize merges only a run that earned success; the
+watermark moves only for ``merged`` and ``no_changes``, and only as far as the sub-agent
+read.
+
+Every job ends with a recorded outcome, whatever goes wrong: :func:`run_job` is the
+boundary, and an exception there becomes ``failed`` with its reason (a Redis error, a
+time limit, a git or disk failure). A job redelivered more than
+``AGENTD_REFLECTION_MAX_TRIES`` times — one that keeps killing its worker — is recorded
+``failed: redelivered`` and not run again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import tzinfo
@@ -21,9 +31,11 @@ from pathlib import Path
 
 import redis
 import structlog
+from celery.exceptions import SoftTimeLimitExceeded
 
 from reflector.integration import has_proposal, run_integration
-from reflector.outcomes import append_outcome, finished_outcome, publish_outcome
+from reflector.memory_budget import MemoryBudget, budget_for, floor_at, over_budget
+from reflector.outcomes import append_outcome, publish_outcome
 from reflector.snapshot import parent_snapshot
 from reflector.subagent import SubagentRun, run_reflection_subagent
 from reflector.worktree import (
@@ -34,23 +46,17 @@ from reflector.worktree import (
     sweep_orphans,
 )
 from shared.clock import Clock, utc_now
-from shared.coordination import keys
-from shared.coordination.lease import ReflectionLease
+from shared.coordination import jobs, keys
+from shared.coordination.lease import ReflectionLease, live_reflection_ids
 from shared.errors import AgentdError, ReflectionError
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.providers.base import Provider
 from shared.reflection import backoff
-from shared.reflection.payload import (
-    PayloadFile,
-    Slice,
-    replay_slice,
-    select_slice,
-    slice_records,
-    write_payload,
-)
+from shared.reflection.payload import Limits, PayloadFile, write_payload
 from shared.reflection.settings import configured_defaults, resolve
+from shared.reflection.slices import Slice, replay_slice, select_slice
 from shared.reflection.state import advance, load_state, mark_started
 from shared.settings import Settings
 from shared.store.agents import AgentStore
@@ -62,16 +68,19 @@ SUBAGENT_MAX_STEPS = 12
 CONFIGURATION_ERRORS = frozenset({"provider_config", "provider_auth", "prompt_floor"})
 
 
+class LeaseLost(ReflectionError):
+    code = "lease_lost"
+
+
 @dataclass
 class JobContext:
     settings: Settings
     redis: redis.Redis | None
     provider_for: Callable[[AgentRecord], Provider]
     """The sub-agent's model for an agent (the mock reflector for ``mock``)."""
-    send_follow_up: Callable[[ReflectionRequest], None]
-    agent_provider_for: Callable[[AgentRecord], Provider] | None = None
-    """The agent's own model, for explicit-merge integration (None: explicit mode is
-    unavailable and proposals are merged automatically)."""
+    agent_provider_for: Callable[[AgentRecord], Provider]
+    """The agent's own model: its window sets the memory budget, and in explicit merge
+    mode it reviews and merges the proposal."""
     clock: Clock = utc_now
     local_zone: tzinfo | None = None
     timezone_name: str = "UTC"
@@ -88,15 +97,22 @@ def reflection_id_for(request: ReflectionRequest) -> str:
 
 
 def run_job(request: ReflectionRequest, job_id: str, ctx: JobContext) -> ReflectionOutcome:
-    done = finished_outcome(ctx.redis, job_id)
+    """Run one job to a recorded outcome; a job that already finished is a no-op."""
+    done = _finished(ctx.redis, job_id)
     if done is not None:
         log.info("reflection_already_finished", job_id=job_id, status=done.status)
         return done
     job = _Job(request, job_id, ctx)
     with structlog.contextvars.bound_contextvars(reflection_id=job.reflection_id):
-        outcome = job.run()
-        append_outcome(job.reflections_dir, outcome)
-        publish_outcome(ctx.redis, job_id, outcome)
+        try:
+            outcome = job.run()
+        except Exception as exc:
+            outcome = job.crashed(exc)
+        try:
+            append_outcome(job.reflections_dir, outcome)
+            publish_outcome(ctx.redis, job_id, outcome)
+        finally:
+            job.release_lease()  # only now: a running job without a lease looks lost
         log.info(
             "reflection_finished",
             status=outcome.status,
@@ -104,6 +120,30 @@ def run_job(request: ReflectionRequest, job_id: str, ctx: JobContext) -> Reflect
             seconds=round(outcome.duration_s, 2),
         )
         return outcome
+
+
+def _finished(client: redis.Redis | None, job_id: str) -> ReflectionOutcome | None:
+    if client is None:
+        return None
+    try:
+        return jobs.finished(client, job_id)
+    except redis.RedisError:
+        return None
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The outcome reason for a job that raised ``exc``."""
+    if isinstance(exc, AgentdError):
+        return exc.code
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return "time_limit"
+    if isinstance(exc, redis.RedisError):
+        return "redis_unavailable"
+    if isinstance(exc, subprocess.SubprocessError):
+        return "subprocess_failed"
+    if isinstance(exc, OSError):
+        return "disk_full" if exc.errno == errno.ENOSPC else "os_error"
+    return "internal_error"
 
 
 class _Job:
@@ -125,6 +165,7 @@ class _Job:
         reason: str | None = None,
         message: str = "",
         commits: list[str] | None = None,
+        unread: list[str] | None = None,
     ) -> ReflectionOutcome:
         return ReflectionOutcome(
             reflection_id=self.reflection_id,
@@ -136,6 +177,7 @@ class _Job:
             reason=reason,
             message=message,
             commits=commits or [],
+            unread=unread or [],
             started_at=self.started,
             finished_at=self.ctx.clock(),
         )
@@ -143,10 +185,20 @@ class _Job:
     def skipped(self, reason: str, message: str) -> ReflectionOutcome:
         return self.outcome("skipped", reason, message)
 
+    def crashed(self, exc: Exception) -> ReflectionOutcome:
+        reason = failure_reason(exc)
+        detail = exc.message if isinstance(exc, AgentdError) else f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, AgentdError):
+            log.warning("reflection_error", reason=reason, error=detail)
+        else:
+            log.exception("reflection_crashed", reason=reason)
+        return self.outcome("failed", reason, f"{detail}; the transcript can be retried.")
+
     def run(self) -> ReflectionOutcome:
         memory_dir = self.agent_dir / "memory"
         if not (memory_dir / ".git").is_dir():
             return self.skipped("memfs_disabled", "The agent has no memory repo.")
+        agent = AgentStore(self.layout).get(self.request.agent_id)
         if not self.manual:
             state = backoff.load_backoff(self.reflections_dir)
             if backoff.deferred(state, self.ctx.clock()):
@@ -157,19 +209,28 @@ class _Job:
                     "Automatic reflection is paused until the model configuration is fixed "
                     f"({state.configuration_error}); `agentctl reflect` retries.",
                 )
-        lease = self.lease = self._lease()
-        if lease is not None and not lease.acquire():
-            self._keep_as_follow_up()
-            return self.skipped("already_active", "Another reflection is running; queued.")
-        try:
-            return self._reflect(memory_dir)
-        except AgentdError as exc:
-            log.warning("reflection_error", error=exc.message)
-            return self.outcome("failed", "error", f"{exc.message}; the transcript can be retried.")
-        finally:
-            if lease is not None:
-                lease.release()
-            self._send_follow_up()
+        lease = self._lease()
+        if lease is not None:
+            if not lease.acquire():
+                return self.skipped("already_active", "Another reflection is running; queued.")
+            self.lease = lease
+        if self.ctx.redis is not None:
+            jobs.mark(self.ctx.redis, self.job_id, "running")
+            tries = jobs.count_try(self.ctx.redis, self.job_id)
+            if tries > self.ctx.settings.reflection_max_tries:
+                return self.outcome(
+                    "failed",
+                    "redelivered",
+                    f"This job was started {tries} times without finishing (its worker "
+                    "died each time); it is not run again. See the worker logs; "
+                    "`agentctl reflect` asks for a new one.",
+                )
+        return self._reflect(agent, memory_dir)
+
+    def release_lease(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
 
     def _lease(self) -> ReflectionLease | None:
         if self.ctx.redis is None:
@@ -179,52 +240,45 @@ class _Job:
             self.request.agent_id,
             owner=self.job_id,
             ttl_s=self.ctx.settings.reflection_lease_s,
+            alive_key=keys.live_reflection(self.request.agent_id, self.reflection_id),
         )
 
-    def _keep_as_follow_up(self) -> None:
+    def _live_reflections(self) -> set[str]:
+        """Our own worktree and those of jobs still renewing a lease (one that lost the
+        agent's lease to us may still be working in its worktree)."""
         if self.ctx.redis is None:
-            return
-        try:
-            self.ctx.redis.set(
-                keys.follow_up(self.request.agent_id),
-                self.request.model_dump_json(),
-                ex=keys.FOLLOW_UP_TTL_S,
-            )
-        except redis.RedisError as exc:
-            log.warning("follow_up_not_recorded", error=str(exc))
+            return {self.reflection_id}
+        return {self.reflection_id} | live_reflection_ids(self.ctx.redis, self.request.agent_id)
 
-    def _send_follow_up(self) -> None:
-        if self.ctx.redis is None:
-            return
-        try:
-            raw = self.ctx.redis.getdel(keys.follow_up(self.request.agent_id))
-        except redis.RedisError:
-            return
-        if raw:
-            follow_up = ReflectionRequest.model_validate_json(raw)
-            if follow_up.request_id != self.request.request_id:
-                self.ctx.send_follow_up(follow_up)
-
-    def _reflect(self, memory_dir: Path) -> ReflectionOutcome:
+    def _reflect(self, agent: AgentRecord, memory_dir: Path) -> ReflectionOutcome:
         worktrees_dir = self.reflections_dir / "worktrees"
-        sweep_orphans(memory_dir, worktrees_dir, {self.reflection_id})
+        sweep_orphans(memory_dir, worktrees_dir, self._live_reflections())
         with MemoryRepo(memory_dir) as repo:
             if repo.is_dirty():
                 return self.skipped(
-                    "parent_dirty", "The memory repo has uncommitted changes; will retry later."
+                    "parent_dirty",
+                    "The memory repo has uncommitted changes, so reflection waits. Commit "
+                    "them with `agentctl memory commit`, or discard them; it retries after "
+                    "the next turn.",
                 )
+        provider = self.ctx.provider_for(agent)
+        limits = Limits.for_reader(
+            context_window=provider.context_window,
+            output_chars=self.ctx.settings.bash_output_chars,
+        )
         slices = self._slices()
         if not slices:
             return self.skipped("no_payload", "Nothing new to reflect on.")
         payload = write_payload(
             self.reflections_dir / "payloads",
             self.request.agent_id,
-            [(s, slice_records(self._log(s.conversation_id), s)) for s in slices],
+            slices,
+            limits=limits,
             instruction=self.request.instruction,
             clock=self.ctx.clock,
         )
-        for kept in payload.slices:
-            mark_started(self._conversation_dir(kept.conversation_id), self.ctx.clock())
+        for shown in payload.slices:
+            mark_started(self._conversation_dir(shown.slice.conversation_id), self.ctx.clock())
         worktree = create_worktree(
             memory_dir,
             worktrees_dir,
@@ -232,33 +286,57 @@ class _Job:
             author_email=f"{self.request.agent_id}~reflection@agentd.local",
         )
         try:
-            run = self._run_subagent(worktree.path, payload)
-            result = self._finalize(worktree, run, memory_dir)
+            window = self.ctx.agent_provider_for(agent).context_window
+            budget = budget_for(agent, window, memory_dir, worktree.base_head)
+            run = self._run_subagent(agent, provider, worktree.path, payload, budget)
+            if run.success:
+                floor_after = floor_at(agent, memory_dir, worktree.branch)
+                if over_budget(budget, floor_after):
+                    finalize(worktree, should_merge=False, failure_summary="memory over budget")
+                    return self._over_budget(budget, floor_after)
+            result = self._finalize(agent, worktree, run, memory_dir)
         except BaseException:
             finalize(worktree, should_merge=False)
             raise
-        return self._conclude(payload, run, result, memory_dir, worktree.base_head)
+        return self._conclude(run, result, memory_dir, worktree.base_head)
 
-    def _finalize(self, worktree: Worktree, run: SubagentRun, memory_dir: Path) -> FinalizeResult:
+    def _over_budget(self, budget: MemoryBudget, floor_after: int) -> ReflectionOutcome:
+        backoff.record_result(
+            self.reflections_dir,
+            consumed=False,
+            integration_failure=True,
+            configuration_error=None,
+            now=self.ctx.clock(),
+        )
+        return self.outcome(
+            "failed",
+            "memory_over_budget",
+            f"Not merged: with it, core memory (system/) would take ~{floor_after:,} tokens of "
+            f"every prompt, over the {budget.limit_tokens:,} allowed (half the agent's "
+            f"compaction threshold; ~{budget.floor_tokens:,} now). Move detail out of "
+            "system/ files; the transcript can be retried.",
+        )
+
+    def _finalize(
+        self, agent: AgentRecord, worktree: Worktree, run: SubagentRun, memory_dir: Path
+    ) -> FinalizeResult:
         """Merge by the harness, or (explicit mode) let the agent merge and ask git.
 
         Only while this job still holds the agent's lease: a job whose lease expired (its
-        renewals stalled) may no longer be the only reflection of the agent."""
+        renewals stalled, or Redis went away) may no longer be the only reflection of the
+        agent."""
         if self.lease is not None and not self.lease.still_held():
-            raise ReflectionError(
-                "the reflection lease expired during the job, so another job may own the "
-                "agent now; nothing was merged"
+            raise LeaseLost(
+                "the reflection lease was lost during the job (renewals failed or it "
+                "expired), so another job may own the agent now; nothing was merged"
             )
-        agent = AgentStore(self.layout).get(self.request.agent_id)
         mode = resolve(configured_defaults(self.ctx.settings), agent.reflection)
-        explicit = mode.merge == "explicit" and self.ctx.agent_provider_for is not None
-        if not (run.success and explicit and has_proposal(worktree)):
+        if not (run.success and mode.merge == "explicit" and has_proposal(worktree)):
             return finalize(
                 worktree,
                 should_merge=run.success,
                 failure_summary=None if run.success else run.reason,
             )
-        assert self.ctx.agent_provider_for is not None
         integration = asyncio.run(
             run_integration(
                 provider=self.ctx.agent_provider_for(agent),
@@ -273,18 +351,20 @@ class _Job:
             )
         )
         log.info("reflection_integration_finished", stop_reason=integration.stop_reason)
+        detail = NOT_MERGED
+        if integration.error_message:
+            detail += f" (its turn failed: {integration.error_message})"
         return finalize(
-            worktree,
-            should_merge=True,
-            require_already_merged=True,
-            failure_summary=integration.error_message or integration.report or None,
+            worktree, should_merge=True, require_already_merged=True, failure_summary=detail
         )
 
-    def _slices(self) -> list[Slice]:
+    def _slices(self) -> list[tuple[Path, Slice]]:
+        """Each requested conversation's log and its unreflected slice (a replay slice for
+        a manual run over several conversations with nothing new in one of them)."""
         conversation_ids = list(self.request.conversation_ids)
         if self.request.recent:
             conversation_ids += self._recent(self.request.recent)
-        slices: list[Slice] = []
+        slices: list[tuple[Path, Slice]] = []
         for conversation_id in dict.fromkeys(conversation_ids):
             log_path = self._log(conversation_id)
             state = load_state(self._conversation_dir(conversation_id))
@@ -292,7 +372,7 @@ class _Job:
             if found is None and self.manual and len(conversation_ids) > 1:
                 found = replay_slice(log_path)
             if found is not None:
-                slices.append(found)
+                slices.append((log_path, found))
         return slices
 
     def _recent(self, count: int) -> list[str]:
@@ -302,37 +382,36 @@ class _Job:
         )
         return [path.parent.name for path in logs[:count]]
 
-    def _run_subagent(self, worktree: Path, payload: PayloadFile) -> SubagentRun:
-        agent = AgentStore(self.layout).get(self.request.agent_id)
-        first, last = payload.slices[0], payload.slices[-1]
+    def _run_subagent(
+        self,
+        agent: AgentRecord,
+        provider: Provider,
+        worktree: Path,
+        payload: PayloadFile,
+        budget: MemoryBudget,
+    ) -> SubagentRun:
         now = self.ctx.clock().astimezone(self.ctx.local_zone)
         return asyncio.run(
             run_reflection_subagent(
-                provider=self.ctx.provider_for(agent),
+                provider=provider,
                 worktree=worktree,
-                payload_path=payload.path,
+                payload=payload,
                 parent_agent_id=agent.id,
                 job_id=self.reflection_id,
-                first_id=first.start_id,
-                last_id=last.end_id,
                 parent_snapshot=parent_snapshot(worktree),
-                is_manifest=payload.is_manifest,
                 instruction=self.request.instruction,
                 conversation_dir=self.reflections_dir / "subagents",
                 now=now,
                 timezone_name=self.ctx.timezone_name,
                 max_steps=SUBAGENT_MAX_STEPS,
+                output_chars=self.ctx.settings.bash_output_chars,
+                memory_budget=budget,
                 clock=self.ctx.clock,
             )
         )
 
     def _conclude(
-        self,
-        payload: PayloadFile,
-        run: SubagentRun,
-        result: FinalizeResult,
-        memory_dir: Path,
-        base_head: str,
+        self, run: SubagentRun, result: FinalizeResult, memory_dir: Path, base_head: str
     ) -> ReflectionOutcome:
         configuration_error = run.error_code if run.error_code in CONFIGURATION_ERRORS else None
         backoff.record_result(
@@ -343,13 +422,14 @@ class _Job:
             now=self.ctx.clock(),
         )
         if result.consumed:
-            for kept in payload.slices:
-                if kept.mode == "unreflected":
-                    advance(
-                        self._conversation_dir(kept.conversation_id), kept, clock=self.ctx.clock
-                    )
+            for slice in run.consumed:
+                directory = self._conversation_dir(slice.conversation_id)
+                advance(directory, slice, clock=self.ctx.clock)
             commits = _commits(memory_dir, base_head) if result.status == "merged" else []
-            return self.outcome(result.status, None, result.message, commits)
+            message = result.message
+            if run.unread:
+                message += " Some messages were not read yet; the next reflection takes them."
+            return self.outcome(result.status, None, message, commits, run.unread)
         if not run.success:
             reason: str = run.reason
         elif result.status == "failed":
@@ -373,6 +453,9 @@ class _Job:
         return self._conversation_dir(conversation_id) / "messages.jsonl"
 
 
+NOT_MERGED = "the agent did not merge the proposal"
+
+
 def _size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
 
@@ -390,10 +473,12 @@ def _commits(memory_dir: Path, base_head: str) -> list[str]:
 
 def _explain(reason: str | None, result: FinalizeResult) -> str:
     return {
-        "not_read": "the reflector never read the transcript",
+        "not_read": "the reflector never read the transcript (no message of it came back in "
+        "a tool result)",
         "empty_report": "the reflector gave no report",
         "max_steps": "the reflector ran out of steps",
-        "parent_dirty": "the memory repo had uncommitted changes",
+        "parent_dirty": "the memory repo had uncommitted changes (commit them with "
+        "`agentctl memory commit`, or discard them)",
         "merge_conflict": "its updates conflicted with newer memory changes",
         "dirty_uncommitted": "its changes were not committed cleanly",
     }.get(reason or "", result.message or (reason or "failed"))

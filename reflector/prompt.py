@@ -14,6 +14,8 @@ from __future__ import annotations
 from datetime import datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from reflector.memory_budget import MemoryBudget
+
 INSTRUCTION_OPEN = "<user_instruction>"
 INSTRUCTION_CLOSE = "</user_instruction>"
 
@@ -36,8 +38,9 @@ You have two tools and no others.
 Discipline:
 - Change an existing file only with edit_file. Create a new file from bash. Never rewrite an
   existing file with a redirect, a heredoc or a script.
-- Read with bounds. Check the size first (wc -c). Read a file whole only if it is at most
-  15,000 bytes; otherwise use head, tail, grep or sed -n ranges.
+- Read memory files with bounds. Check the size first (wc -c). Read a file whole only if
+  it is at most 15,000 bytes; otherwise use head, tail, grep or sed -n ranges. The
+  transcript is the exception: it comes in parts sized to be read whole with cat.
 - Write only under $MEMORY_DIR. Scratch files go in $MEMORY_DIR/.tmp/ and are deleted
   before you commit.
 - Git: only status, diff, add and commit in $MEMORY_DIR. No config, reset, rebase, checkout
@@ -113,15 +116,23 @@ why, the commit (hash and subject, or "no commit"), and any issues. It must not 
 
 _ARRAY_FORM = """\
 It is one conversation's transcript: a JSON array whose first record is {"role": "meta"},
-followed by "user", "assistant", "reasoning" and "tool" records in order, each with a UTC
-"timestamp". Only "user" records are the user speaking."""
+followed by "user", "assistant", "summary" and "tool" records in order, each with a UTC
+"timestamp". Only "user" records are the user speaking. It is sized to be read whole:
+cat "$TRANSCRIPT_PATH"."""
 
 _MANIFEST_FORM = """\
-It is a manifest of several conversations: a JSON object whose "transcripts" list gives a
-"payload_path" for each conversation's transcript (a JSON array in the same record format:
-a {"role": "meta"} header, then "user", "assistant", "reasoning" and "tool" records with
-UTC timestamps). Read every payload_path, bounded as always. Slices with "mode": "replay"
-were reflected on before: use them to avoid duplicates and to spot contradictions."""
+It is a manifest: a JSON object whose "transcripts" list gives, in order, a "payload_path"
+for every part of every conversation's transcript ("part" of "parts"). Each part is a JSON
+array in the same record format: a {"role": "meta"} header, then "user", "assistant",
+"summary" and "tool" records with UTC timestamps; only "user" records are the user
+speaking. Each part is sized to be read whole: cat every payload_path, one after the
+other. Slices with "mode": "replay" were reflected on before: use them to avoid
+duplicates and to spot contradictions."""
+
+_READING_CHECKED = """\
+The harness checks what your tools showed you: only the messages whose text came back in
+a tool result count as reflected, and the rest is given to the next reflection. Reading
+the size or the path of the transcript is not reading it."""
 
 
 def system_prompt(*, now: datetime, timezone_name: str) -> str:
@@ -152,21 +163,23 @@ def task_prompt(
     last_id: str,
     child_id: str,
     parent_id: str,
+    memory_budget: MemoryBudget | None = None,
 ) -> str:
     """What this run is about; the parent's memory snapshot comes last."""
     parts = [
         f"Reflect on what the assistant {parent_id} went through in messages "
         f"{first_id}..{last_id}.",
         "## The transcript\n\n"
-        f"Reach it only through {payload_path_env}, in bash (for example "
-        f'wc -c "{payload_path_env}" first). '
+        f"Reach it only through {payload_path_env}, in bash. "
         + (_MANIFEST_FORM if is_manifest else _ARRAY_FORM)
+        + f"\n\n{_READING_CHECKED}"
         + "\n\nPrefer what recurs and the latest evidence; do not store one-off task state.",
         "## Memory\n\n"
         "The assistant's memory is the git checkout at $MEMORY_DIR, at its latest commit. "
         "The core files are under system/ and are shown in full below. Run only git add and "
         "git commit there: the harness merges your commit into the assistant's memory after "
-        "you finish. If git fails, stop and report the error.",
+        "you finish. If git fails, stop and report the error."
+        + ("" if memory_budget is None else "\n\n" + _budget_text(memory_budget)),
     ]
     if instruction and instruction.strip():
         parts.append(
@@ -184,6 +197,15 @@ def task_prompt(
     )
     parts.append(f"## The assistant's memory now\n\n{parent_snapshot.strip()}")
     return "\n\n".join(parts) + "\n"
+
+
+def _budget_text(budget: MemoryBudget) -> str:
+    return (
+        "Core memory budget: the files under system/ are part of every prompt the assistant "
+        f"sends. With its instructions and tools they take ~{budget.floor_tokens:,} tokens "
+        f"now; the limit is {budget.limit_tokens:,}. A reflection that takes them past the "
+        "limit is not merged: keep system/ files short and move detail into other files."
+    )
 
 
 def _utc_offset(local: datetime) -> str:

@@ -3,7 +3,8 @@
 A worker killed mid-job leaves a worktree and a ``reflection/*`` branch behind. Each job
 sweeps its own agent before it launches; at start-up a worker also sweeps every agent
 whose reflection lease is free (a held lease means a live job elsewhere owns what it
-finds, so that agent is left alone).
+finds, so that agent is left alone). A worktree whose job still renews its liveness key
+is never removed, and without Redis to ask nothing is.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import structlog
 from reflector.worktree import sweep_orphans
 from shared.coordination import keys
 from shared.coordination.broker import locate
-from shared.coordination.lease import ReflectionLease
+from shared.coordination.lease import ReflectionLease, live_reflection_ids
 from shared.errors import AgentdError
 from shared.settings import Settings
 from shared.store.agents import AgentStore
@@ -52,8 +53,10 @@ def sweep_idle_agents(settings: Settings) -> list[str]:
                 removed += sweep_orphans(
                     layout.memory_dir(agent.id),
                     layout.reflections_dir(agent.id) / "worktrees",
-                    set(),
+                    live_reflection_ids(client, agent.id),
                 )
+            except redis.RedisError as exc:
+                log.warning("startup_sweep_skipped", agent_id=agent.id, error=str(exc))
             except AgentdError as exc:
                 log.warning("startup_sweep_failed", agent_id=agent.id, error=exc.message)
             finally:

@@ -2,8 +2,9 @@
 
 The sub-agent is an agent like any other, ``<parent>~reflection``, run by the same loop
 with its own transcript kept under the job's ``conversation_dir`` (so a failed run can be
-read afterwards). The loop ending is not the verdict: :func:`earned_success` decides from
-the transcript whether the run read the payload and reported.
+read afterwards). The loop ending is not the verdict: :func:`reflector.verdict.judge`
+decides from the transcript whether the run read the payload and reported, and how far
+it read.
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from reflector.prompt import system_prompt, task_prompt
+from reflector.prompt import MemoryBudget, system_prompt, task_prompt
 from reflector.tools import reflection_context, reflection_tools
-from reflector.verdict import Reason, earned_success
+from reflector.verdict import Reason, judge
 from shared.agent.loop import Turn, run_turn
 from shared.clock import Clock, utc_now
 from shared.ids import REFLECTION_SUFFIX, validate_agent_id, validate_id
 from shared.models.messages import Message, StopReason
 from shared.providers.base import Provider
+from shared.reflection.payload import PayloadFile
+from shared.reflection.slices import Slice
+from shared.settings import DEFAULT_BASH_OUTPUT_CHARS
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 
@@ -35,6 +39,10 @@ class SubagentRun(BaseModel):
     reason: Reason
     report: str
     """The text of the reply that ended the run ("" if it did not end on its own)."""
+    consumed: list[Slice]
+    """The unreflected slices cut to where the reading stopped (empty unless success)."""
+    unread: list[str]
+    """Conversations with unreflected messages this run leaves for the next one."""
     stop_reason: StopReason
     steps: int
     conversation_id: str
@@ -48,21 +56,20 @@ async def run_reflection_subagent(
     *,
     provider: Provider,
     worktree: Path,
-    payload_path: Path,
+    payload: PayloadFile,
     parent_agent_id: str,
     job_id: str,
-    first_id: str,
-    last_id: str,
     parent_snapshot: str,
-    is_manifest: bool,
     instruction: str | None,
     conversation_dir: Path,
     now: datetime,
     timezone_name: str,
     max_steps: int = MAX_STEPS,
+    output_chars: int = DEFAULT_BASH_OUTPUT_CHARS,
+    memory_budget: MemoryBudget | None = None,
     clock: Clock = utc_now,
 ) -> SubagentRun:
-    """Run the sub-agent on ``payload_path`` against the memory checkout ``worktree``."""
+    """Run the sub-agent on ``payload`` against the memory checkout ``worktree``."""
     child_id = validate_agent_id(
         f"{validate_agent_id(parent_agent_id)}{REFLECTION_SUFFIX}", allow_reflection=True
     )
@@ -71,12 +78,13 @@ async def run_reflection_subagent(
     )
     system = system_prompt(now=now, timezone_name=timezone_name)
     task = task_prompt(
-        is_manifest=is_manifest,
+        is_manifest=payload.is_manifest,
         instruction=instruction,
         parent_snapshot=parent_snapshot,
         job_id=job_id,
-        first_id=first_id,
-        last_id=last_id,
+        first_id=payload.slices[0].slice.start_id,
+        last_id=payload.slices[-1].slice.end_id,
+        memory_budget=memory_budget,
         child_id=child_id,
         parent_id=parent_agent_id,
     )
@@ -89,7 +97,10 @@ async def run_reflection_subagent(
         provider=provider,
         tools=reflection_tools(),
         tool_context=reflection_context(
-            worktree=worktree, payload_path=payload_path, parent_agent_id=parent_agent_id
+            worktree=worktree,
+            payload_path=payload.path,
+            parent_agent_id=parent_agent_id,
+            output_chars=output_chars,
         ),
         system_prompt=fixed_system_prompt,
         max_steps=max_steps,
@@ -99,11 +110,13 @@ async def run_reflection_subagent(
     )
     messages = list(conversation.log)
     report = final_report(messages)
-    ok, reason = earned_success(messages, payload_path, report)
+    verdict = judge(messages, payload, report)
     return SubagentRun(
-        success=ok,
-        reason=reason,
+        success=verdict.success,
+        reason=verdict.reason,
         report=report,
+        consumed=verdict.consumed,
+        unread=verdict.unread,
         stop_reason=result.stop_reason,
         steps=result.steps,
         conversation_id=conversation.id,

@@ -25,6 +25,8 @@ from shared.providers.mock import MOCK_MODEL
 log = structlog.get_logger(__name__)
 
 _providers = ProviderFactory(settings)
+REDIS_TIMEOUT_S = 10.0
+"""A Redis that stops answering fails the job's next call instead of hanging the worker."""
 
 
 def _provider_for(agent: AgentRecord) -> Provider:
@@ -42,15 +44,6 @@ def _agent_provider_for(agent: AgentRecord) -> Provider:
     return _providers.get(agent.model, agent.context_window)
 
 
-def _send_follow_up(request: ReflectionRequest) -> None:
-    app.send_task(
-        keys.REFLECT_TASK,
-        kwargs={"request": request.model_dump(mode="json")},
-        queue=keys.REFLECTION_QUEUE,
-        task_id=request.request_id,
-    )
-
-
 @app.task(name=keys.REFLECT_TASK, bind=True)
 def reflect(self: Any, request: dict[str, Any]) -> dict[str, Any] | None:
     try:
@@ -59,13 +52,18 @@ def reflect(self: Any, request: dict[str, Any]) -> dict[str, Any] | None:
         log.error("undecodable_reflection_request", error=str(exc))
         return None
     zone, zone_name = user_zone(settings.timezone)
+    client = redis.Redis.from_url(
+        location.redis_url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S
+    )
     context = JobContext(
         settings=settings,
-        redis=redis.Redis.from_url(location.redis_url),
+        redis=client,
         provider_for=_provider_for,
         agent_provider_for=_agent_provider_for,
-        send_follow_up=_send_follow_up,
         local_zone=zone,
         timezone_name=zone_name,
     )
-    return run_job(parsed, self.request.id, context).model_dump(mode="json")
+    try:
+        return run_job(parsed, self.request.id, context).model_dump(mode="json")
+    finally:
+        client.close()

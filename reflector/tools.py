@@ -28,6 +28,7 @@ from shared.agent.tools.bash import Bash
 from shared.agent.tools.files import EditFile
 from shared.ids import REFLECTION_SUFFIX
 from shared.providers.base import ToolSchema
+from shared.settings import DEFAULT_BASH_OUTPUT_CHARS
 
 PROBE_TIMEOUT_S = 10.0
 GIT_TIMEOUT_S = 10.0
@@ -73,7 +74,13 @@ def reflection_tools() -> list[Tool]:
     return [ReflectionBash(), ReflectionEditFile()]
 
 
-def reflection_context(*, worktree: Path, payload_path: Path, parent_agent_id: str) -> ToolContext:
+def reflection_context(
+    *,
+    worktree: Path,
+    payload_path: Path,
+    parent_agent_id: str,
+    output_chars: int = DEFAULT_BASH_OUTPUT_CHARS,
+) -> ToolContext:
     """The context the sub-agent's tools run in: everything points at ``worktree``."""
     child_id = f"{parent_agent_id}{REFLECTION_SUFFIX}"
     worktree = worktree.absolute()
@@ -82,6 +89,7 @@ def reflection_context(*, worktree: Path, payload_path: Path, parent_agent_id: s
         workspace=worktree,
         memory_dir=worktree,
         home=worktree,
+        bash_output_chars=output_chars,
         memory_edit=no_memory_edit,
         extra_env={
             "TRANSCRIPT_PATH": str(payload_path.absolute()),

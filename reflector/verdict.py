@@ -1,44 +1,70 @@
-"""Whether a reflection run succeeded: success must be earned, not merely not-failed.
+"""Whether a reflection run succeeded, and how much of its payload it may consume.
 
 A run that ends without an error is not yet a reflection. Weak models end cleanly with an
-empty reply, or narrate "I will now read the transcript" and stop without a tool call
-(seed 001). Counted as success, either becomes ``no_changes`` and the slice is marked
-reflected for good. So a run succeeds only if it touched the payload with a tool, ended
-its turn on its own, and left a non-empty report; anything else fails and the slice is
-offered again.
+empty reply, narrate "I will now read the transcript" and stop, or run ``wc -c
+"$TRANSCRIPT_PATH"`` and report "nothing durable" (seed 001). Counted as success, each
+becomes ``no_changes`` and the slice is marked reflected for good. So a run succeeds only
+if it ended its turn on its own, its tools showed it the payload (a message of it came back
+in a tool result: :mod:`shared.reflection.coverage`), and it left a non-empty report; and
+it consumes each slice only as far as it read it.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
+from pydantic import BaseModel
+
 from shared.models.messages import Message, StopReason
+from shared.reflection.coverage import Reading
+from shared.reflection.payload import PayloadFile
+from shared.reflection.slices import Slice
 
 Reason = Literal["ok", "not_read", "empty_report"] | StopReason
-"""``ok``; ``not_read`` (no tool call referenced the payload); ``empty_report``; or the
-loop's stop reason when the run did not end on its own (``max_steps``, ``error``,
+"""``ok``; ``not_read`` (no tool result showed the payload's messages); ``empty_report``;
+or the loop's stop reason when the run did not end on its own (``max_steps``, ``error``,
 ``cancelled``, ``max_tokens``, ...)."""
 
-PAYLOAD_VARIABLE = "TRANSCRIPT_PATH"
+
+class Verdict(BaseModel):
+    success: bool
+    reason: Reason
+    consumed: list[Slice]
+    """The unreflected slices, each cut to where the reading stopped; what a consumed
+    outcome may mark reflected (empty unless ``success``)."""
+    unread: list[str]
+    """Conversations with unreflected messages left after what is consumed: shown but not
+    read, or never shown because the job's budget was spent."""
 
 
-def earned_success(
-    conversation_messages: list[Message], payload_path: Path, final_report: str
-) -> tuple[bool, Reason]:
-    """``(ok, reason)`` for a finished run, from its transcript and final report.
+def judge(messages: list[Message], payload: PayloadFile, final_report: str) -> Verdict:
+    """The verdict of a finished run, from its transcript and final report.
 
     Checked in this order: a stopped run (its last stop reason is not ``end_turn``), a
-    payload never read, an empty report. The first failure found is the reason.
+    payload none of whose messages came back in a tool result, an empty report.
     """
-    stop = _last_stop_reason(conversation_messages)
+    reading = Reading(payload, [m.content for m in messages if m.role == "tool"])
+    read = {id(shown): reading.consumed(shown) for shown in payload.slices}
+    unreflected = [shown for shown in payload.slices if shown.slice.mode == "unreflected"]
+    unread = [
+        shown.slice.conversation_id
+        for shown in unreflected
+        if not shown.complete or read[id(shown)] != shown.slice
+    ]
+    stop = _last_stop_reason(messages)
     if stop is not None and stop != "end_turn":
-        return False, stop
-    if not any(_reads_payload(m, payload_path) for m in conversation_messages):
-        return False, "not_read"
+        return _failed(stop, payload)
+    if not any(read.values()):
+        return _failed("not_read", payload)
     if not final_report.strip():
-        return False, "empty_report"
-    return True, "ok"
+        return _failed("empty_report", payload)
+    consumed = [slice for shown in unreflected if (slice := read[id(shown)]) is not None]
+    return Verdict(success=True, reason="ok", consumed=consumed, unread=unread)
+
+
+def _failed(reason: Reason, payload: PayloadFile) -> Verdict:
+    unreflected = [s.slice.conversation_id for s in payload.slices if s.slice.mode == "unreflected"]
+    return Verdict(success=False, reason=reason, consumed=[], unread=unreflected)
 
 
 def _last_stop_reason(messages: list[Message]) -> StopReason | None:
@@ -46,9 +72,3 @@ def _last_stop_reason(messages: list[Message]) -> StopReason | None:
         if message.stop_reason is not None:
             return message.stop_reason
     return None
-
-
-def _reads_payload(message: Message, payload_path: Path) -> bool:
-    """Whether one of the message's tool calls names the payload (by variable or file)."""
-    markers = (PAYLOAD_VARIABLE, payload_path.name)
-    return any(marker in call.arguments for call in message.tool_calls for marker in markers)

@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     """The sub-agent's own window: a tiny shared window makes it forget the payload."""
     reflection_lease_s: int = Field(default=60, ge=2)
     """How long a dead worker keeps its agent's reflection lease (renewed while alive)."""
+    reflection_max_tries: int = Field(default=3, ge=1)
+    """Starts of one reflection job before it is recorded ``failed: redelivered``: a job
+    that keeps killing its worker must not be redelivered forever."""
     mock_latency_s: float = Field(default=0.0, ge=0)
     """Simulated model latency of the mock models (demos and tests of slow providers)."""
     reflection_wait_s: float = Field(default=15.0, ge=0)

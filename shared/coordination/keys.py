@@ -14,12 +14,10 @@ LEASE_TTL_S = 60
 agent. The holder renews it every quarter of that; a worker killed with -9 stops renewing
 and the agent is free again at most this long after."""
 
-FOLLOW_UP_TTL_S = 24 * 3600
-"""A coalesced follow-up request waits this long for the running reflection to finish;
-past that the daemon's reconcile loop has re-sent it anyway."""
-
 JOB_STATE_TTL_S = 7 * 24 * 3600
-"""Terminal job states are kept a week, long enough to make any redelivery a no-op."""
+"""A job's state (queued, running, then its outcome) and its try count are kept a week:
+long enough to make any redelivery a no-op, and for the daemon to tell after a restart
+whether Redis still knows a job it sent."""
 
 OUTCOME_STREAM = f"{PREFIX}:reflection-outcomes"
 OUTCOME_STREAM_MAXLEN = 10_000
@@ -43,9 +41,19 @@ def lease(agent_id: str) -> str:
     return f"{PREFIX}:reflection-lease:{agent_id}"
 
 
-def follow_up(agent_id: str) -> str:
-    return f"{PREFIX}:reflection-follow-up:{agent_id}"
-
-
 def job_state(job_id: str) -> str:
     return f"{PREFIX}:job:{job_id}"
+
+
+def job_tries(job_id: str) -> str:
+    return f"{PREFIX}:job-tries:{job_id}"
+
+
+def live_reflection(agent_id: str, reflection_id: str) -> str:
+    """Present while the job owning worktree ``reflection_id`` runs (renewed with its
+    lease): a sweep never removes the worktree of a live job."""
+    return f"{PREFIX}:reflection-live:{agent_id}:{reflection_id}"
+
+
+def live_reflections_pattern(agent_id: str) -> str:
+    return f"{PREFIX}:reflection-live:{agent_id}:*"

@@ -4,8 +4,13 @@ A Redis lock with a TTL that its holder renews from a background thread. A worke
 dies (even ``kill -9``) stops renewing, and the agent is free again within
 :data:`~shared.coordination.keys.LEASE_TTL_S`. ``thread_local=False`` because the renewal
 runs in another thread than the acquire (redis-py's default thread-local token breaks
-exactly that). Merges into the parent repo are additionally serialised by the agent's
+exactly that). A renewal that fails for any reason — the lock taken over, or Redis gone —
+marks the lease lost: the holder may no longer be the only reflection of its agent, so it
+must not merge. Merges into the parent repo are additionally serialised by the agent's
 memory *file* lock, which the daemon shares; the lease is not a fence by itself.
+
+The holder may name a key to keep alive with the lease (its worktree's liveness marker),
+so that others can tell its work from a dead job's leftovers.
 """
 
 from __future__ import annotations
@@ -24,13 +29,22 @@ log = structlog.get_logger(__name__)
 
 class ReflectionLease:
     def __init__(
-        self, client: redis.Redis, agent_id: str, owner: str, ttl_s: int = keys.LEASE_TTL_S
+        self,
+        client: redis.Redis,
+        agent_id: str,
+        owner: str,
+        ttl_s: int = keys.LEASE_TTL_S,
+        *,
+        alive_key: str | None = None,
     ) -> None:
+        self._client = client
         self._lock = client.lock(
             keys.lease(agent_id), timeout=ttl_s, blocking=False, thread_local=False
         )
+        self._ttl_s = ttl_s
         self._renew_every_s = max(1.0, ttl_s / 4)
         self._owner = owner
+        self._alive_key = alive_key
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
         self.lost = False
@@ -39,31 +53,45 @@ class ReflectionLease:
     def acquire(self) -> bool:
         if not self._lock.acquire(token=self._owner):
             return False
+        self._keep_alive()
         self._renewer = threading.Thread(target=self._renew, name="lease-renewal", daemon=True)
         self._renewer.start()
         return True
+
+    def _keep_alive(self) -> None:
+        if self._alive_key is not None:
+            self._client.set(self._alive_key, self._owner, ex=self._ttl_s)
 
     def _renew(self) -> None:
         while not self._stop.wait(self._renew_every_s):
             try:
                 self._lock.reacquire()
-            except LockError as exc:
+                self._keep_alive()
+            except (LockError, redis.RedisError) as exc:
                 self.lost = True
                 log.error("reflection_lease_lost", error=str(exc))
                 return
 
     def still_held(self) -> bool:
-        return not self.lost and bool(self._lock.owned())
+        if self.lost:
+            return False
+        try:
+            return bool(self._lock.owned())
+        except redis.RedisError as exc:
+            log.error("reflection_lease_unverifiable", error=str(exc))
+            return False
 
     def release(self) -> None:
         self._stop.set()
         if self._renewer is not None:
             self._renewer.join(5)
         try:
+            if self._alive_key is not None:
+                self._client.delete(self._alive_key)
             self._lock.release()
         except LockNotOwnedError:
             log.warning("reflection_lease_expired_before_release")
-        except LockError:
+        except (LockError, redis.RedisError):
             pass
 
     def __enter__(self) -> ReflectionLease:
@@ -76,3 +104,14 @@ class ReflectionLease:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+def live_reflection_ids(client: redis.Redis, agent_id: str) -> set[str]:
+    """Reflection ids whose job is alive (its lease is being renewed) for ``agent_id``.
+
+    Raises ``redis.RedisError`` when Redis cannot say: then nothing may be swept."""
+    prefix = keys.live_reflection(agent_id, "")
+    return {
+        key.decode().removeprefix(prefix)
+        for key in client.scan_iter(match=keys.live_reflections_pattern(agent_id))
+    }

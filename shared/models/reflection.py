@@ -41,6 +41,9 @@ class ReflectionOutcome(BaseModel):
     """Why it failed or was skipped (``merge_conflict``, ``not_read``, ``no_payload``…)."""
     message: str = ""
     commits: list[str] = Field(default_factory=list)
+    unread: list[str] = Field(default_factory=list)
+    """Conversations this job left messages unreflected in (its budget was spent, or the
+    sub-agent did not read them all): a consumed outcome with some asks for the next job."""
     started_at: datetime = Field(default_factory=utc_now)
     finished_at: datetime = Field(default_factory=utc_now)
 

@@ -13,10 +13,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import structlog
 from pydantic import BaseModel
 
+from shared.errors import CorruptStateFile
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.locks import file_lock
+
+log = structlog.get_logger(__name__)
 
 FIRST_DELAY_S = 60.0
 MAX_DELAY_S = 30 * 60.0
@@ -34,7 +38,14 @@ def _path(reflections_dir: Path) -> Path:
 
 
 def load_backoff(reflections_dir: Path) -> BackoffState:
-    return read_model(_path(reflections_dir), BackoffState) or BackoffState()
+    """The agent's backoff; a damaged file counts as no backoff (logged): it only ever
+    delays automatic runs, so forgetting it costs at most one early retry, while refusing
+    to read it would stop reflection for the agent for good."""
+    try:
+        return read_model(_path(reflections_dir), BackoffState) or BackoffState()
+    except CorruptStateFile as exc:
+        log.warning("backoff_state_reset", path=exc.path, error=exc.message)
+        return BackoffState()
 
 
 def deferred(state: BackoffState, now: datetime) -> bool:

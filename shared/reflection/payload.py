@@ -1,18 +1,18 @@
-"""Payload slices: which part of ``messages.jsonl`` a reflection reads, and the files it reads.
+"""Payloads: slices written out for the reflection sub-agent, in parts it can read whole.
 
-The conversation log is the transcript (there is no second copy), so a slice is a byte
-range of ``messages.jsonl``: it starts after the watermark's message and ends just after
-the last user or assistant message, whose end offset is the snapshot boundary. Messages
-appended while a reflection runs lie past that boundary and are left for the next one.
+The sub-agent reads a slice as "trajectory" records (pretty-printed JSON arrays). What a
+tool shows a model is capped — bash keeps the head and tail of 30,000 characters, the
+loop caps a result to a share of the window — so a file larger than that is read with a
+hole in the middle that nobody notices, and its facts would be marked reflected unread.
+So a job shows at most a budget of characters (the rest of the slice waits for the next
+job), written in parts that each fit in one tool result: one part alone is what
+``TRANSCRIPT_PATH`` names, several are listed by a manifest. Each part opens with a meta
+record holding a random nonce, and the payload remembers every eligible message as it
+was written, so the harness can tell afterwards which messages the sub-agent's tools
+actually showed it (:mod:`shared.reflection.coverage`).
 
-Only ordinary user and assistant messages are *eligible*: they start and end slices and
-their ids become watermarks. Tool results and harness messages (summaries, reminders,
-notes, stop records) ride inside a slice but never bound it.
-
-A payload is what the reflection sub-agent reads: the slice as "trajectory" records (a
-pretty-printed JSON array), or for several conversations one such file per slice plus a
-manifest. Payload files are written atomically and never deleted: they are the record of
-what a reflection was shown.
+Payload files are written atomically and never deleted: they are the record of what a
+reflection was shown.
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import structlog
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from shared.agent.request import tool_result_cap
 from shared.clock import Clock, utc_now
 from shared.models.messages import Message, ToolCall
+from shared.reflection.slices import LogRow, Slice, ending_at, is_eligible, is_step, rows_of
 from shared.store.atomic import write_bytes_atomic
 
 log = structlog.get_logger(__name__)
@@ -37,138 +39,104 @@ ARGS_LIMIT = 300
 """Characters of a tool call's arguments in a payload; the bounded text is still JSON."""
 TOOL_RESULT_LIMIT = 2_500
 """Characters of a tool result in a payload; longer ones keep their head and tail."""
-REPLAY_USER_TURNS = 50
-"""User turns a replay slice reaches back over."""
-DEFAULT_BUDGET_CHARS = 150_000
-"""Characters all slices of a multi-conversation payload may use together."""
+MAX_JOB_CHARS = 60_000
+"""Most characters one job shows, whatever the window: a reflection that reads more at
+once consolidates worse, and the remainder is simply the next job's slice."""
+JOB_SHARE_OF_WINDOW = 0.35
+"""Share of the sub-agent's window (at 4 characters a token) a job's parts may fill."""
+PART_SHARE_OF_OUTPUT = 0.8
+"""A part fills at most this share of the largest tool result, leaving room for the
+bash tool's own notes (exit codes) around it."""
+MIN_PART_CHARS = 2_000
+RECORD_ROOM = 600
+"""Characters of a part kept free for JSON around one record and the meta record."""
 MANIFEST_TYPE = "multi_transcript_reflection_payload"
+MANIFEST_SCHEMA_VERSION = 2
 
-SliceMode = Literal["unreflected", "replay"]
 Record = dict[str, Any]
 
 
 @dataclass(frozen=True)
-class LogRow:
-    """One complete line of the log: the message and the bytes ``[start, end)`` it spans."""
+class Limits:
+    """How much one job shows its sub-agent, and in what pieces."""
 
-    message: Message
-    start: int
-    end: int
+    part_chars: int
+    """Largest part, in characters: what one tool result shows whole."""
+    budget_chars: int
+    """All parts of a job together."""
 
+    @classmethod
+    def for_reader(cls, *, context_window: int, output_chars: int) -> Limits:
+        """Limits for a sub-agent with this window whose bash shows ``output_chars``."""
+        fits_one_result = min(output_chars, tool_result_cap(context_window))
+        part = max(MIN_PART_CHARS, int(fits_one_result * PART_SHARE_OF_OUTPUT))
+        window_chars = int(context_window * 4 * JOB_SHARE_OF_WINDOW)
+        return cls(part_chars=part, budget_chars=max(part, min(MAX_JOB_CHARS, window_chars)))
 
-def read_rows(log_path: Path, until_offset: int | None = None) -> list[LogRow]:
-    """Every readable message of the log that ends at or before ``until_offset``.
-
-    A torn last line (no newline yet) and lines that do not parse are skipped, as the
-    log's own reader does.
-    """
-    try:
-        with open(log_path, "rb") as handle:
-            data = handle.read() if until_offset is None else handle.read(until_offset)
-    except FileNotFoundError:
-        return []
-    rows: list[LogRow] = []
-    start = 0
-    while (newline := data.find(b"\n", start)) >= 0:
-        line = data[start:newline]
-        if line.strip():
-            try:
-                rows.append(LogRow(Message.model_validate_json(line), start, newline + 1))
-            except ValidationError:
-                log.warning("unreadable_message_line", path=str(log_path), offset=start)
-        start = newline + 1
-    return rows
+    @property
+    def record_chars(self) -> int:
+        """Longest message text in a record, so that any single record fits in a part."""
+        return max(200, self.part_chars - RECORD_ROOM)
 
 
-def is_eligible(message: Message) -> bool:
-    """May this message start or end a slice (and become a watermark)?"""
-    return message.kind == "message" and message.role in ("user", "assistant")
+class ShownMessage(BaseModel):
+    """An eligible message as a part shows it: what proves it was read, and how far the
+    slice reaches if the reading stops after it."""
 
-
-def is_step(message: Message) -> bool:
-    """Does this message count as a completed assistant step?"""
-    return message.kind == "message" and message.role == "assistant"
-
-
-def count_steps(rows: list[LogRow]) -> int:
-    return sum(1 for row in rows if is_step(row.message))
-
-
-def find_anchor(rows: list[LogRow], watermark: str | None) -> int:
-    """Index of the eligible row whose id is ``watermark``; -1 when unset or not found."""
-    if watermark:
-        for index, row in enumerate(rows):
-            if row.message.id == watermark and is_eligible(row.message):
-                return index
-    return -1
-
-
-class Slice(BaseModel):
-    """A byte range of one conversation's log, bounded by eligible messages."""
-
-    conversation_id: str
-    mode: SliceMode
-    start_id: str
-    """The first eligible message (a tool result or summary before it is still included)."""
-    end_id: str
-    """The last eligible message: the watermark once this slice is consumed."""
-    start_offset: int
-    """Where the slice's first line starts in ``messages.jsonl``."""
+    id: str
+    role: Literal["user", "assistant"]
+    text: str
+    """Its content exactly as written into the part (bounded); empty for an assistant
+    message that only called tools."""
     end_offset: int
-    """Just after the end message's line: the exclusive snapshot boundary."""
-    messages: int
-    """Log lines in the slice, of every kind."""
-    assistant_steps: int
+    """Where its line ends in ``messages.jsonl``: a slice cut after it ends here."""
+    messages_through: int
+    """Log rows of the slice up to and including it."""
+    steps_through: int
+    """Assistant steps of the slice up to and including it."""
 
 
-def _make_slice(rows: list[LogRow], first: int, start: int, end: int, mode: SliceMode) -> Slice:
-    span = rows[first : end + 1]
-    return Slice(
-        conversation_id=rows[start].message.conversation_id,
-        mode=mode,
-        start_id=rows[start].message.id,
-        end_id=rows[end].message.id,
-        start_offset=rows[first].start,
-        end_offset=rows[end].end,
-        messages=len(span),
-        assistant_steps=count_steps(span),
-    )
+class SlicePayload(BaseModel):
+    """One conversation's part of a payload."""
+
+    slice: Slice
+    """What was shown: the unreflected (or replay) slice, cut to the job's budget."""
+    complete: bool
+    """False when the budget cut the slice: more is unreflected after ``slice``."""
+    parts: list[Path]
+    nonces: list[str]
+    """One random token per part, in its meta record: seen in a tool result, it proves
+    the part was opened."""
+    shown: list[ShownMessage]
+
+    def through(self, message: ShownMessage) -> Slice:
+        """The shown slice cut short to end at ``message``."""
+        return self.slice.model_copy(
+            update={
+                "end_id": message.id,
+                "end_offset": message.end_offset,
+                "messages": message.messages_through,
+                "assistant_steps": message.steps_through,
+            }
+        )
 
 
-def select_rows(rows: list[LogRow], watermark: str | None) -> Slice | None:
-    """The unreflected slice of ``rows`` after ``watermark``; None when nothing is eligible.
+class PayloadFile(BaseModel):
+    """What was written: ``path`` is what the sub-agent's ``TRANSCRIPT_PATH`` names."""
 
-    A watermark that is not in the rows gives no anchor: the slice starts at the
-    beginning and everything is reflected again.
-    """
-    anchor = find_anchor(rows, watermark)
-    eligible = [i for i in range(anchor + 1, len(rows)) if is_eligible(rows[i].message)]
-    if not eligible:
-        return None
-    return _make_slice(rows, anchor + 1, eligible[0], eligible[-1], "unreflected")
+    path: Path
+    slices: list[SlicePayload]
+    """The slices the payload shows (a later one is left out when the budget is spent)."""
+    is_manifest: bool
 
-
-def select_slice(
-    log_path: Path, watermark: str | None, *, until_offset: int | None = None
-) -> Slice | None:
-    """The unreflected slice of the log (or of its first ``until_offset`` bytes)."""
-    return select_rows(read_rows(log_path, until_offset), watermark)
+    @property
+    def files(self) -> list[Path]:
+        """Every file the sub-agent may read: the manifest (if any) and the parts."""
+        parts = [part for shown in self.slices for part in shown.parts]
+        return [self.path, *parts] if self.is_manifest else parts
 
 
-def replay_slice(log_path: Path) -> Slice | None:
-    """The last ≤ 50 user turns up to the last eligible message, to be read again.
-
-    Used in multi-conversation payloads for a conversation with nothing unreflected;
-    a replay slice never moves a watermark.
-    """
-    rows = read_rows(log_path)
-    eligible = [i for i, row in enumerate(rows) if is_eligible(row.message)]
-    if not eligible:
-        return None
-    end = eligible[-1]
-    users = [i for i in eligible if rows[i].message.role == "user"]
-    start = users[-REPLAY_USER_TURNS:][0] if users else eligible[0]
-    return _make_slice(rows, start, start, end, "replay")
+# --- records ------------------------------------------------------------------------------
 
 
 def _timestamp(at: datetime) -> str:
@@ -228,11 +196,15 @@ def _call_record(call: ToolCall) -> Record:
     return {"id": call.id, "name": call.name, "args": bounded_args(call.arguments)}
 
 
-def _message_records(message: Message) -> list[Record]:
-    """The trajectory records of one message; reminders, notes and stop records give none."""
+def message_records(message: Message, text_limit: int) -> list[Record]:
+    """The trajectory records of one message; reminders, notes and stop records give none.
+
+    Message and summary texts are bounded to ``text_limit``, tool results to 2,500
+    characters and tool arguments to 300, so every record fits in a part."""
     at = _timestamp(message.created_at)
     if message.kind == "summary":
-        return [{"role": "summary", "content": message.content, "timestamp": at, "id": message.id}]
+        content = bounded_text(message.content, text_limit)
+        return [{"role": "summary", "content": content, "timestamp": at, "id": message.id}]
     if message.kind != "message":
         return []
     if message.role == "tool":
@@ -240,7 +212,7 @@ def _message_records(message: Message) -> list[Record]:
             {
                 "role": "tool",
                 "tool_call_id": message.tool_call_id,
-                "content": bounded_text(message.content),
+                "content": bounded_text(message.content, min(TOOL_RESULT_LIMIT, text_limit)),
                 "ok": not message.is_error,
                 "timestamp": at,
                 "id": message.id,
@@ -248,8 +220,9 @@ def _message_records(message: Message) -> list[Record]:
         ]
     records: list[Record] = []
     if message.content or not message.tool_calls:
+        content = bounded_text(message.content, text_limit)
         records.append(
-            {"role": message.role, "content": message.content, "timestamp": at, "id": message.id}
+            {"role": message.role, "content": content, "timestamp": at, "id": message.id}
         )
     if message.tool_calls:
         records.append(
@@ -264,98 +237,187 @@ def _message_records(message: Message) -> list[Record]:
     return records
 
 
-def slice_records(log_path: Path, slice: Slice) -> list[Record]:
-    """The slice as trajectory records, opened by a ``meta`` record naming the conversation."""
-    records: list[Record] = [
-        {"role": "meta", "source": "agentd", "conversation_id": slice.conversation_id}
-    ]
-    for row in read_rows(log_path, slice.end_offset):
-        if row.start >= slice.start_offset:
-            records.extend(_message_records(row.message))
-    return records
-
-
-class PayloadFile(BaseModel):
-    """What was written: ``path`` is what the sub-agent's ``TRANSCRIPT_PATH`` names."""
-
-    path: Path
-    slices: list[Slice]
-    """The slices the payload holds (a multi payload may have skipped some for budget)."""
-    is_manifest: bool
-
-
 def _encode(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
 
 
-def _nonce(now: datetime) -> str:
-    return f"{now:%Y%m%d%H%M%S}-{secrets.token_hex(4)}"
+def _size_in_array(record: Record) -> int:
+    """Characters ``record`` adds to a pretty-printed array: its lines indented by two
+    more spaces, plus the ``,\\n`` that separates it from the next."""
+    text = json.dumps(record, indent=2, ensure_ascii=False)
+    return len(text) + 2 * (text.count("\n") + 1) + 2
+
+
+# --- one slice: cut to the budget, split into parts -----------------------------------------
+
+
+@dataclass
+class _Cut:
+    """A slice cut to a budget: its rows' records and the messages they show."""
+
+    slice: Slice
+    complete: bool
+    records: list[Record]
+    sizes: list[int]
+    shown: list[ShownMessage]
+
+
+def _cut(log_path: Path, slice: Slice, budget_chars: int, text_limit: int) -> _Cut | None:
+    """``slice`` up to the last eligible message whose records still fit the budget; the
+    first eligible message is always shown. None when not even that fits."""
+    rows = rows_of(log_path, slice)
+    entries: list[tuple[LogRow, list[Record], int]] = []
+    used = steps = 0
+    last = -1
+    shown: list[ShownMessage] = []
+    for index, row in enumerate(rows):
+        records = message_records(row.message, text_limit)
+        used += sum(_size_in_array(record) for record in records)
+        steps += is_step(row.message)
+        if is_eligible(row.message):
+            if used > budget_chars and last >= 0:
+                break
+            last = index
+            text = next((r["content"] for r in records if r.get("content") is not None), "")
+            shown.append(
+                ShownMessage(
+                    id=row.message.id,
+                    role=row.message.role,  # type: ignore[arg-type]
+                    text=text,
+                    end_offset=row.end,
+                    messages_through=index + 1,
+                    steps_through=steps,
+                )
+            )
+        entries.append((row, records, used))
+    if last < 0:
+        return None
+    kept = entries[: last + 1]
+    last_eligible = max(i for i, row in enumerate(rows) if is_eligible(row.message))
+    return _Cut(
+        slice=slice if last == last_eligible else ending_at(slice, rows, last),
+        complete=last == last_eligible,
+        records=[record for _, records, _ in kept for record in records],
+        sizes=[_size_in_array(record) for _, records, _ in kept for record in records],
+        shown=shown,
+    )
+
+
+def _split(records: list[Record], sizes: list[int], part_chars: int) -> list[list[Record]]:
+    """Consecutive groups of records whose arrays (with a meta record) fit ``part_chars``."""
+    room = part_chars - RECORD_ROOM
+    parts: list[list[Record]] = [[]]
+    used = 0
+    for record, size in zip(records, sizes, strict=True):
+        if parts[-1] and used + size > room:
+            parts.append([])
+            used = 0
+        parts[-1].append(record)
+        used += size
+    return parts
+
+
+def _meta(slice: Slice, part: int, parts: int, nonce: str) -> Record:
+    return {
+        "role": "meta",
+        "source": "agentd",
+        "conversation_id": slice.conversation_id,
+        "part": part,
+        "parts": parts,
+        "nonce": nonce,
+    }
+
+
+# --- the payload -----------------------------------------------------------------------------
 
 
 def write_payload(
     payload_dir: Path,
     agent_id: str,
-    slices: list[tuple[Slice, list[Record]]],
+    slices: list[tuple[Path, Slice]],
     *,
+    limits: Limits,
     instruction: str | None = None,
-    budget_chars: int = DEFAULT_BUDGET_CHARS,
     clock: Clock = utc_now,
 ) -> PayloadFile:
-    """Write one slice as ``payload-<nonce>.json``, or several as files plus a manifest.
+    """Write ``slices`` (each with its conversation's log) within ``limits``.
 
-    For several slices the manifest is ``payload-<nonce>.json`` and slice ``n`` is
-    ``payload-<nonce>-<n>.json``. Slices share ``budget_chars``: the first is always
-    kept, a later one that would overflow is skipped, and smaller ones after it may fit.
+    Slices share the budget in order: the first always shows at least its first
+    eligible message, each later one shows what still fits, and one that does not fit
+    at all is left out. One slice in one part is ``payload-<stamp>.json``, a JSON array;
+    anything else is parts ``payload-<stamp>-<n>.json`` listed by a manifest at
+    ``payload-<stamp>.json``.
     """
     if not slices:
         raise ValueError("a payload needs at least one slice")
     payload_dir.mkdir(parents=True, exist_ok=True)
     now = clock()
-    nonce = _nonce(now)
-    path = payload_dir / f"payload-{nonce}.json"
-    if len(slices) == 1:
-        only, records = slices[0]
-        write_bytes_atomic(path, _encode(records).encode())
-        return PayloadFile(path=path, slices=[only], is_manifest=False)
-
-    kept: list[Slice] = []
-    transcripts: list[Record] = []
-    used = 0
-    for slice_, records in slices:
-        text = _encode(records)
-        if kept and used + len(text) > budget_chars:
+    stamp = f"{now:%Y%m%d%H%M%S}-{secrets.token_hex(4)}"
+    cuts: list[_Cut] = []
+    remaining = limits.budget_chars
+    for log_path, slice in slices:
+        cut = _cut(log_path, slice, remaining, limits.record_chars)
+        if cut is None or (cuts and sum(cut.sizes) > remaining):
             log.info(
-                "payload_slice_skipped",
-                conversation_id=slice_.conversation_id,
-                chars=len(text),
-                used=used,
-                budget=budget_chars,
+                "payload_slice_left_out",
+                conversation_id=slice.conversation_id,
+                budget_left=remaining,
             )
             continue
-        used += len(text)
-        slice_path = payload_dir / f"payload-{nonce}-{len(kept) + 1}.json"
-        write_bytes_atomic(slice_path, text.encode())
-        kept.append(slice_)
-        transcripts.append(
-            {
-                "conversation_id": slice_.conversation_id,
-                "mode": slice_.mode,
-                "payload_path": str(slice_path),
-                "start_message_id": slice_.start_id,
-                "end_message_id": slice_.end_id,
-                "end_offset": slice_.end_offset,
-                "messages": slice_.messages,
-                "approx_chars": len(text),
-            }
+        cuts.append(cut)
+        remaining -= sum(cut.sizes)
+
+    groups = [_split(cut.records, cut.sizes, limits.part_chars) for cut in cuts]
+    single = len(cuts) == 1 and len(groups[0]) == 1
+    shown: list[SlicePayload] = []
+    entries: list[Record] = []
+    number = 0
+    for cut, parts in zip(cuts, groups, strict=True):
+        paths, nonces = [], []
+        for index, records in enumerate(parts, start=1):
+            number += 1
+            path = payload_dir / (
+                f"payload-{stamp}.json" if single else f"payload-{stamp}-{number}.json"
+            )
+            nonce = secrets.token_hex(8)
+            text = _encode([_meta(cut.slice, index, len(parts), nonce), *records])
+            write_bytes_atomic(path, text.encode())
+            paths.append(path)
+            nonces.append(nonce)
+            entries.append(_manifest_entry(cut.slice, index, len(parts), path, records, text))
+        shown.append(
+            SlicePayload(
+                slice=cut.slice, complete=cut.complete, parts=paths, nonces=nonces, shown=cut.shown
+            )
         )
+    if single:
+        return PayloadFile(path=shown[0].parts[0], slices=shown, is_manifest=False)
     manifest: Record = {
-        "schema_version": 1,
+        "schema_version": MANIFEST_SCHEMA_VERSION,
         "type": MANIFEST_TYPE,
         "agent_id": agent_id,
         "created_at": _timestamp(now),
     }
     if instruction:
         manifest["user_instruction"] = instruction
-    manifest["transcripts"] = transcripts
+    manifest["transcripts"] = entries
+    path = payload_dir / f"payload-{stamp}.json"
     write_bytes_atomic(path, _encode(manifest).encode())
-    return PayloadFile(path=path, slices=kept, is_manifest=True)
+    return PayloadFile(path=path, slices=shown, is_manifest=True)
+
+
+def _manifest_entry(
+    slice: Slice, part: int, parts: int, path: Path, records: list[Record], text: str
+) -> Record:
+    ids = [record["id"] for record in records if record.get("role") in ("user", "assistant")]
+    return {
+        "conversation_id": slice.conversation_id,
+        "mode": slice.mode,
+        "part": part,
+        "parts": parts,
+        "payload_path": str(path),
+        "first_message_id": ids[0] if ids else None,
+        "last_message_id": ids[-1] if ids else None,
+        "records": len(records),
+        "approx_chars": len(text),
+    }

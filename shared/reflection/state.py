@@ -35,7 +35,7 @@ from pydantic import (
 
 from shared.clock import Clock, utc_now
 from shared.errors import ReflectionError
-from shared.reflection.payload import Slice, count_steps, find_anchor, read_rows, select_rows
+from shared.reflection.slices import Slice, count_steps, find_anchor, read_rows, select_rows
 from shared.store.atomic import write_bytes_atomic
 from shared.store.locks import file_lock
 

@@ -1,14 +1,18 @@
 """The post-turn check: after a turn that ended ``end_turn``, is a reflection due?
 
 Order matters. The turn's steps are counted first (its messages are already logged),
-then the compaction flag is consumed, then the trigger decides. The flag is consumed
-after every such turn whatever the trigger: it means "a compaction happened in the turn
-that just ended", so a compaction seen while the trigger was ``off`` must never fire a
-reflection later, after the settings changed.
+then the trigger decides, seeing whether a compaction is pending, then a due request is
+recorded, and only then is the compaction flag consumed. The flag is consumed after every
+such turn whatever the trigger — it means "a compaction happened in the turn that just
+ended", so a compaction seen while the trigger was ``off`` must never fire a reflection
+later — but never before a request that covers it is durably recorded: a crash in
+between repeats the request (harmless: it joins the pending one, or finds nothing new)
+instead of losing it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -34,20 +38,30 @@ class PostTurnDecision(NamedTuple):
     """The conversation's state after counting the turn."""
 
 
-def consume_compaction_flag(directory: Path) -> bool:
-    """Clear a pending ``compaction-event.json``; True if it was pending.
-
-    A missing file means no compaction; an unreadable one is reported and counts as none.
-    """
+def _pending_event(directory: Path) -> CompactionEvent | None:
+    """The pending ``compaction-event.json``, if any. A missing file means no compaction;
+    an unreadable one is reported and counts as none."""
     path = directory / COMPACTION_EVENT_FILE
     try:
         event = read_model(path, CompactionEvent)
     except CorruptStateFile as exc:
         log.warning("compaction_event_unreadable", path=str(path), error=exc.message)
+        return None
+    return event if event is not None and event.pending else None
+
+
+def compaction_pending(directory: Path) -> bool:
+    return _pending_event(directory) is not None
+
+
+def consume_compaction_flag(directory: Path) -> bool:
+    """Clear a pending ``compaction-event.json``; True if it was pending."""
+    event = _pending_event(directory)
+    if event is None:
         return False
-    if event is None or not event.pending:
-        return False
-    write_model_atomic(path, event.model_copy(update={"pending": False}))
+    write_model_atomic(
+        directory / COMPACTION_EVENT_FILE, event.model_copy(update={"pending": False})
+    )
     return True
 
 
@@ -66,14 +80,24 @@ def due_trigger(
 
 
 def post_turn(
-    directory: Path, settings: ReflectionSettings, assistant_steps: int
+    directory: Path,
+    settings: ReflectionSettings,
+    assistant_steps: int,
+    record: Callable[[DueTrigger], object],
 ) -> PostTurnDecision:
-    """Count the turn, consume the compaction flag, decide.
+    """Count the turn, decide, ``record`` a due request, then consume the compaction flag.
 
     Call only after a turn that ended ``end_turn``, once its messages are logged:
     interrupted, failed, max-steps and approval-waiting turns neither count nor decide
-    (their compaction flag waits for the next turn that ends ``end_turn``).
+    (their compaction flag waits for the next turn that ends ``end_turn``). ``record``
+    must make the request durable: the flag is cleared only after it returns, so if it
+    raises (or the process dies) the flag stays and the next turn asks again.
     """
     state = record_turn(directory, assistant_steps)
-    pending = consume_compaction_flag(directory)
-    return PostTurnDecision(due_trigger(settings, state, pending), state)
+    pending = compaction_pending(directory)
+    trigger = due_trigger(settings, state, pending)
+    if trigger is not None:
+        record(trigger)
+    if pending:
+        consume_compaction_flag(directory)
+    return PostTurnDecision(trigger, state)

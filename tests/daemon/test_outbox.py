@@ -1,40 +1,345 @@
-"""The outbox: requests on disk first; one pending request per slice; retries get new ids."""
+"""The daemon's reflection queue: requests on disk first; one sent and one pending per agent;
+a trigger during a run is never swallowed; nothing joined is ever sent; what Redis lost is
+sent again at once; a damaged entry harms only itself. Real Valkey, no worker: a job is
+"run" by handing the daemon its outcome, as the stream would."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
-from agentd.outbox import Outbox
+import pytest
+from structlog.testing import capture_logs
+
+from agentd.reflections import Reflections
+from shared.coordination import jobs, keys
 from shared.coordination.broker import locate
-from shared.models.reflection import ReflectionOutcome
+from shared.coordination.jobs import LOST_AFTER_S, JobState
+from shared.models.agents import AgentRecord
+from shared.models.reflection import ReflectionOutcome, ReflectionRequest
+from shared.reflection.settings import ReflectionOverrides
+from shared.reflection.state import record_turn
 from shared.settings import Settings
+from shared.store.agents import AgentStore
+from shared.store.conversations import Conversation
 from shared.store.layout import Layout
+from tests.support.transcripts import say
+from tests.support.workers import RedisForTests
 
 
-def _outbox(home: Path) -> Outbox:
-    return Outbox(Layout(home), locate(Settings(home=home)))
+@pytest.fixture
+def redis_server(agentd_home: Path) -> Iterator[RedisForTests]:
+    server = RedisForTests(agentd_home).start()
+    yield server
+    server.stop()
 
 
-def test_requests_for_a_pending_slice_collapse_and_a_settled_one_is_asked_again(
-    agentd_home: Path,
-) -> None:
-    outbox = _outbox(agentd_home)
-    first = outbox.submit("agent-1", "step-count", ["c1"], slice_key="agent-1:c1:None")
-    again = outbox.submit("agent-1", "step-count", ["c1"], slice_key="agent-1:c1:None")
-    other = outbox.submit("agent-1", "step-count", ["c2"], slice_key="agent-1:c2:None")
-    assert again.request_id == first.request_id != other.request_id
-    assert len(list(outbox.directory("agent-1").glob("*.json"))) == 2
-
-    outbox.complete(
-        ReflectionOutcome(
-            reflection_id="r",
-            request_id=first.request_id,
-            agent_id="agent-1",
-            trigger="step-count",
-            status="failed",
-            reason="merge_conflict",
-        )
+@pytest.fixture
+def agent(agentd_home: Path) -> AgentRecord:
+    record = AgentRecord(
+        id="agent-1",
+        name="ada",
+        model="mock",
+        system_prompt="You help.",
+        reflection=ReflectionOverrides(trigger="step-count", step_count=1),
     )
-    retry = outbox.submit("agent-1", "step-count", ["c1"], slice_key="agent-1:c1:None")
+    Layout(agentd_home).agent_dir(record.id).mkdir(parents=True)
+    AgentStore(Layout(agentd_home)).save(record)
+    return record
 
-    assert retry.request_id != first.request_id  # a new job, not a no-op replay
+
+def _reflections(home: Path) -> Reflections:
+    settings = Settings(home=home, reflection_lease_s=3)
+    layout = Layout(home)
+    return Reflections(settings, layout, locate(settings), AgentStore(layout))
+
+
+def _chat(home: Path, agent: AgentRecord, turns: int = 1) -> Conversation:
+    chat = Conversation.create(Layout(home), agent.id, memory_head=None)
+    for n in range(turns):
+        say(chat, "user", f"I always want {n}")
+        say(chat, "assistant", "ok")
+    record_turn(chat.directory, turns)
+    return chat
+
+
+def _queued_jobs(redis_server: RedisForTests) -> list[str]:
+    """Task ids of the jobs waiting in the Celery queue, oldest first."""
+    messages = redis_server.client.lrange(keys.REFLECTION_QUEUE, 0, -1)
+    return [json.loads(m)["headers"]["id"] for m in reversed(messages)]
+
+
+def _outcome(
+    request: ReflectionRequest, status: str = "merged", **fields: object
+) -> ReflectionOutcome:
+    return ReflectionOutcome(
+        reflection_id="r",
+        request_id=request.request_id,
+        agent_id=request.agent_id,
+        conversation_ids=request.conversation_ids,
+        trigger=request.trigger,
+        status=status,  # type: ignore[arg-type]
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def test_a_trigger_during_a_run_waits_as_the_pending_request_and_runs_when_it_ends(
+    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+) -> None:
+    reflections = _reflections(agentd_home)
+    first, second = _chat(agentd_home, agent), _chat(agentd_home, agent)
+
+    async def scenario() -> None:
+        running = reflections.outbox.submit(agent.id, "step-count", [first.id])
+        assert await reflections.dispatch(agent.id) == running
+        later = [
+            reflections.outbox.submit(agent.id, "step-count", [first.id]),
+            reflections.outbox.submit(agent.id, "compaction-event", [second.id]),
+            reflections.outbox.submit(agent.id, "step-count", [first.id]),
+        ]
+        assert await reflections.dispatch(agent.id) is None  # one at a time
+        (pending,) = {request.request_id for request in later}
+        assert _queued_jobs(redis_server) == [running.request_id]
+
+        await reflections._on_outcome(_outcome(running))
+
+        assert _queued_jobs(redis_server) == [running.request_id, pending]
+        (entry,) = reflections.outbox.entries(agent.id)
+        assert (entry.state, entry.request.trigger) == ("sent", "compaction-event")
+        assert entry.request.conversation_ids == [first.id, second.id]
+
+    asyncio.run(scenario())
+
+
+def test_a_manual_request_joins_the_pending_one_and_its_waiter_hears_that_outcome(
+    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+) -> None:
+    reflections = _reflections(agentd_home)
+    chat = _chat(agentd_home, agent)
+
+    async def scenario() -> None:
+        running = reflections.outbox.submit(agent.id, "step-count", [chat.id])
+        await reflections.dispatch(agent.id)
+        auto = reflections.outbox.submit(agent.id, "step-count", [chat.id])
+        manual, reachable = await reflections.request_manual(
+            agent, [chat.id], recent=None, instruction="only names"
+        )
+        assert reachable and manual.request_id == auto.request_id
+        assert (manual.trigger, manual.instruction) == ("manual", "only names")
+        waiting = asyncio.create_task(reflections.wait(manual.request_id, 10))
+
+        await reflections._on_outcome(_outcome(running))
+        await reflections._on_outcome(_outcome(manual, "no_changes"))
+
+        assert (await waiting).status == "no_changes"  # type: ignore[union-attr]
+        assert reflections.outbox.entries(agent.id) == []
+        assert _queued_jobs(redis_server) == [running.request_id, manual.request_id]
+
+    asyncio.run(scenario())
+
+
+def test_a_pending_step_count_request_is_dropped_when_the_run_before_covered_its_steps(
+    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+) -> None:
+    reflections = _reflections(agentd_home)
+    chat = _chat(agentd_home, agent)
+    state_file = chat.directory / "reflection-state.json"
+
+    async def scenario() -> None:
+        running = reflections.outbox.submit(agent.id, "step-count", [chat.id])
+        await reflections.dispatch(agent.id)
+        reflections.outbox.submit(agent.id, "step-count", [chat.id])
+        state = json.loads(state_file.read_text())
+        state["reflected_completed_steps"] = state["total_completed_steps"]  # the run read it
+        state_file.write_text(json.dumps(state))
+
+        await reflections._on_outcome(_outcome(running))
+
+        assert reflections.outbox.entries(agent.id) == []
+        assert _queued_jobs(redis_server) == [running.request_id]
+
+    asyncio.run(scenario())
+
+
+def test_a_consumed_outcome_with_unread_messages_asks_for_the_next_job_at_once(
+    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+) -> None:
+    reflections = _reflections(agentd_home)
+    chat = _chat(agentd_home, agent)
+
+    async def scenario() -> None:
+        running = reflections.outbox.submit(agent.id, "manual", [chat.id])
+        await reflections.dispatch(agent.id)
+
+        await reflections._on_outcome(_outcome(running, "no_changes", unread=[chat.id]))
+
+        (entry,) = reflections.outbox.entries(agent.id)
+        assert (entry.state, entry.request.conversation_ids) == ("sent", [chat.id])
+        assert _queued_jobs(redis_server)[-1] == entry.request.request_id
+
+    asyncio.run(scenario())
+
+
+def test_a_job_that_found_the_agent_busy_is_sent_again_only_after_the_lease_expired(
+    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+) -> None:
+    reflections = _reflections(agentd_home)
+    chat = _chat(agentd_home, agent)
+
+    async def scenario() -> None:
+        running = reflections.outbox.submit(agent.id, "step-count", [chat.id])
+        await reflections.dispatch(agent.id)
+        await reflections._on_outcome(_outcome(running, "skipped", reason="already_active"))
+        await reflections.reconcile()
+        assert _queued_jobs(redis_server) == [running.request_id]
+
+        (entry,) = reflections.outbox.entries(agent.id)
+        assert entry.resend_at is not None
+        entry.resend_at -= 10
+        reflections.outbox.save(entry)
+        await reflections.reconcile()
+
+        assert _queued_jobs(redis_server) == [running.request_id, running.request_id]
+
+    asyncio.run(scenario())
+
+
+def test_a_sent_job_redis_no_longer_knows_is_sent_again_at_the_first_reconcile(
+    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+) -> None:
+    """The crash of everything with a Redis that lost its data: the entry says "sent",
+    Redis knows nothing; the daemon's first pass sends it again, not 15 minutes later."""
+    reflections = _reflections(agentd_home)
+    chat = _chat(agentd_home, agent)
+
+    async def scenario() -> None:
+        running = reflections.outbox.submit(agent.id, "step-count", [chat.id])
+        await reflections.dispatch(agent.id)
+        redis_server.client.flushall()
+
+        await _reflections(agentd_home).reconcile()  # a new daemon
+
+        assert _queued_jobs(redis_server) == [running.request_id]
+        assert jobs.status(redis_server.client, running.request_id, agent.id) == "queued"
+
+    asyncio.run(scenario())
+
+
+def test_a_job_stranded_without_its_lease_or_its_message_is_sent_again(
+    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+) -> None:
+    """Celery strands a job in its unacked set when Redis goes away mid-job: the job is
+    marked running, nobody holds the agent, the queue is empty. It is lost, not slow."""
+    reflections = _reflections(agentd_home)
+    chat = _chat(agentd_home, agent)
+    client = redis_server.client
+
+    async def scenario() -> None:
+        running = reflections.outbox.submit(agent.id, "step-count", [chat.id])
+        await reflections.dispatch(agent.id)
+        client.delete(keys.REFLECTION_QUEUE)  # a worker took it...
+        stale = JobState(state="running", at=time.time() - 5).model_dump_json()
+        client.set(keys.job_state(running.request_id), stale)  # ...and started it
+        await reflections.reconcile()
+        assert _queued_jobs(redis_server) == []  # too recent to call lost
+
+        lost = JobState(state="running", at=time.time() - LOST_AFTER_S - 1).model_dump_json()
+        client.set(keys.job_state(running.request_id), lost)
+        client.set(keys.lease(agent.id), "someone")
+        await reflections.reconcile()
+        assert _queued_jobs(redis_server) == []  # its agent's lease is held: still running
+
+        client.delete(keys.lease(agent.id))
+        await reflections.reconcile()
+        assert _queued_jobs(redis_server) == [running.request_id]
+
+    asyncio.run(scenario())
+
+
+def test_a_finished_job_settles_its_entry_from_redis_when_the_stream_was_missed(
+    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+) -> None:
+    reflections = _reflections(agentd_home)
+    chat = _chat(agentd_home, agent)
+
+    async def scenario() -> None:
+        running = reflections.outbox.submit(agent.id, "step-count", [chat.id])
+        await reflections.dispatch(agent.id)
+        outcome = _outcome(running)
+        redis_server.client.set(keys.job_state(running.request_id), outcome.model_dump_json())
+        waiting = asyncio.create_task(reflections.wait(running.request_id, 10))
+
+        await reflections.reconcile()
+
+        assert await waiting == outcome
+        assert reflections.outbox.entries(agent.id) == []
+
+    asyncio.run(scenario())
+
+
+def test_with_redis_down_requests_wait_on_disk_and_go_out_when_it_is_back(
+    agentd_home: Path, agent: AgentRecord
+) -> None:
+    reflections = _reflections(agentd_home)
+    chat = _chat(agentd_home, agent)
+
+    async def scenario() -> None:
+        request = reflections.outbox.submit(agent.id, "step-count", [chat.id])
+        assert await reflections.dispatch(agent.id) is None
+        assert reflections.outbox.broker_down
+        server = RedisForTests(agentd_home).start()
+        try:
+            await reflections.reconcile()
+            assert _queued_jobs(server) == [request.request_id]
+        finally:
+            server.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_damaged_entry_is_moved_aside_and_the_others_still_go_out(
+    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+) -> None:
+    reflections = _reflections(agentd_home)
+    chat = _chat(agentd_home, agent)
+    outbox = reflections.outbox.directory(agent.id)
+    outbox.mkdir(parents=True)
+    (outbox / "rq-00-garbled.json").write_text('{"request": {"agent_id": ')
+
+    async def scenario() -> None:
+        with capture_logs() as logs:
+            request = reflections.outbox.submit(agent.id, "step-count", [chat.id])
+            await reflections.reconcile()
+        assert _queued_jobs(redis_server) == [request.request_id]
+        assert (outbox / "rq-00-garbled.corrupt").exists()
+        assert any(entry["event"] == "outbox_entry_corrupt" for entry in logs)
+
+    asyncio.run(scenario())
+
+
+def test_the_reconcile_loop_survives_a_failing_pass(
+    agentd_home: Path, agent: AgentRecord, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reflections = _reflections(agentd_home)
+    passes = []
+
+    async def flaky() -> None:
+        passes.append(1)
+        if len(passes) == 1:
+            raise RuntimeError("one bad pass")
+
+    monkeypatch.setattr(reflections, "reconcile", flaky)
+    monkeypatch.setattr("agentd.reflections.RECONCILE_EVERY_S", 0.01)
+
+    async def scenario() -> None:
+        with capture_logs() as logs:
+            task = asyncio.create_task(reflections._reconcile_loop())
+            while len(passes) < 3:
+                await asyncio.sleep(0.01)
+            task.cancel()
+        assert any(entry["event"] == "reflection_reconcile_failed" for entry in logs)
+
+    asyncio.run(scenario())

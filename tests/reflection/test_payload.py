@@ -1,5 +1,6 @@
 """Payload slices of messages.jsonl: eligible bounds, snapshot offsets, bounded records,
-single and multi payload files (spec §2; §7 items 8–10, 12–14, 19, 23)."""
+single and multi payload files, the job's budget and parts that each fit one tool result
+(spec §2; §7 items 8–10, 12–14, 19, 23)."""
 
 from __future__ import annotations
 
@@ -15,19 +16,30 @@ from shared.reflection.payload import (
     ARGS_LIMIT,
     MANIFEST_TYPE,
     TOOL_RESULT_LIMIT,
-    Slice,
+    Limits,
+    PayloadFile,
     bounded_args,
     bounded_text,
-    replay_slice,
-    select_slice,
-    slice_records,
     write_payload,
 )
+from shared.reflection.slices import Slice, replay_slice, select_slice
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.transcripts import say
 
 ISO_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+GENEROUS = Limits(part_chars=24_000, budget_chars=60_000)
+
+
+def records_of(payload: PayloadFile) -> list[dict[str, Any]]:
+    """Every record of every part, in order, meta records included."""
+    return [r for shown in payload.slices for p in shown.parts for r in json.loads(p.read_text())]
+
+
+def slice_records(log_path: Path, found: Slice) -> list[dict[str, Any]]:
+    """What a job shows of ``found``: its one part's records, meta first."""
+    payload = write_payload(log_path.parent / "p", "agent-1", [(log_path, found)], limits=GENEROUS)
+    return records_of(payload)
 
 
 def roles(records: list[dict[str, Any]]) -> list[str]:
@@ -60,7 +72,15 @@ def test_records_open_with_agentd_meta_and_carry_ids_and_millisecond_utc_timesta
 
     records = slice_records(chat.log.path, found)
 
-    assert records[0] == {"role": "meta", "source": "agentd", "conversation_id": chat.id}
+    meta = records[0]
+    assert {k: meta[k] for k in ("role", "source", "conversation_id", "part", "parts")} == {
+        "role": "meta",
+        "source": "agentd",
+        "conversation_id": chat.id,
+        "part": 1,
+        "parts": 1,
+    }
+    assert re.fullmatch(r"[0-9a-f]{16}", meta["nonce"])
     assert roles(records) == ["meta", "user", "assistant"]
     assert [r["id"] for r in records[1:]] == [u1.id, a1.id]
     assert [r["content"] for r in records[1:]] == ["I prefer tabs", "Noted."]
@@ -298,41 +318,46 @@ def test_payload_records_carry_bounded_arguments_and_results(chat: Conversation)
     assert len(records[2]["content"]) == TOOL_RESULT_LIMIT
 
 
-def _one_slice(chat: Conversation, text: str) -> tuple[Slice, list[dict[str, Any]]]:
+def _one_slice(chat: Conversation, text: str) -> tuple[Path, Slice]:
     say(chat, "user", text)
     say(chat, "assistant", f"re: {text}")
     found = select_slice(chat.log.path, None)
     assert found is not None
-    return found, slice_records(chat.log.path, found)
+    return chat.log.path, found
 
 
 def test_a_single_slice_payload_is_a_pretty_printed_json_array(
     chat: Conversation, tmp_path: Path
 ) -> None:
-    found, records = _one_slice(chat, "I prefer tabs")
+    log_path, found = _one_slice(chat, "I prefer tabs")
 
-    payload = write_payload(tmp_path / "payloads", "agent-1", [(found, records)])
+    payload = write_payload(tmp_path / "payloads", "agent-1", [(log_path, found)], limits=GENEROUS)
 
     assert not payload.is_manifest
-    assert payload.slices == [found]
+    assert [shown.slice for shown in payload.slices] == [found]
+    assert payload.slices[0].complete
     assert re.fullmatch(r"payload-\d{14}-[0-9a-f]{8}\.json", payload.path.name)
     text = payload.path.read_text()
     assert text.startswith("[\n  {")
-    assert json.loads(text) == records
+    records = json.loads(text)
+    assert roles(records) == ["meta", "user", "assistant"]
+    assert records[0]["nonce"] == payload.slices[0].nonces[0]
+    assert [m.text for m in payload.slices[0].shown] == ["I prefer tabs", "re: I prefer tabs"]
     assert [p.name for p in (tmp_path / "payloads").iterdir()] == [payload.path.name]
 
 
 def test_two_payloads_never_overwrite_each_other(chat: Conversation, tmp_path: Path) -> None:
-    found, records = _one_slice(chat, "one")
+    one = [_one_slice(chat, "one")]
 
-    first = write_payload(tmp_path, "agent-1", [(found, records)])
-    second = write_payload(tmp_path, "agent-1", [(found, records)])
+    first = write_payload(tmp_path, "agent-1", one, limits=GENEROUS)
+    second = write_payload(tmp_path, "agent-1", one, limits=GENEROUS)
 
     assert first.path != second.path
     assert first.path.exists() and second.path.exists()
+    assert first.slices[0].nonces != second.slices[0].nonces
 
 
-def _conversations(tmp_path: Path, texts: list[str]) -> list[tuple[Slice, list[dict[str, Any]]]]:
+def _conversations(tmp_path: Path, texts: list[str]) -> list[tuple[Path, Slice]]:
     layout = Layout(tmp_path)
     slices = []
     for text in texts:
@@ -341,73 +366,136 @@ def _conversations(tmp_path: Path, texts: list[str]) -> list[tuple[Slice, list[d
     return slices
 
 
-def test_several_slices_give_one_file_each_and_a_manifest(tmp_path: Path) -> None:
+def test_several_slices_give_one_part_each_and_a_manifest(tmp_path: Path) -> None:
     slices = _conversations(tmp_path, ["one", "two", "three"])
 
     payload = write_payload(
-        tmp_path / "payloads", "agent-1", slices, instruction="focus on preferences"
+        tmp_path / "payloads",
+        "agent-1",
+        slices,
+        instruction="focus on preferences",
+        limits=GENEROUS,
     )
 
     assert payload.is_manifest
-    assert payload.slices == [s for s, _ in slices]
+    assert [shown.slice for shown in payload.slices] == [s for _, s in slices]
     manifest = json.loads(payload.path.read_text())
-    assert manifest["schema_version"] == 1
+    assert manifest["schema_version"] == 2
     assert manifest["type"] == MANIFEST_TYPE
     assert manifest["agent_id"] == "agent-1"
     assert manifest["user_instruction"] == "focus on preferences"
     assert ISO_MS.fullmatch(manifest["created_at"])
-    for entry, (found, records) in zip(manifest["transcripts"], slices, strict=True):
+    for entry, (_, found) in zip(manifest["transcripts"], slices, strict=True):
         assert entry["conversation_id"] == found.conversation_id
-        assert entry["mode"] == "unreflected"
-        assert (entry["start_message_id"], entry["end_message_id"]) == (
+        assert (entry["mode"], entry["part"], entry["parts"]) == ("unreflected", 1, 1)
+        assert (entry["first_message_id"], entry["last_message_id"]) == (
             found.start_id,
             found.end_id,
         )
-        assert (entry["end_offset"], entry["messages"]) == (found.end_offset, 2)
         text = Path(entry["payload_path"]).read_text()
         assert entry["approx_chars"] == len(text)
-        assert json.loads(text) == records
+        assert roles(json.loads(text)) == ["meta", "user", "assistant"]
+    assert payload.files == [
+        payload.path,
+        *(Path(t["payload_path"]) for t in manifest["transcripts"]),
+    ]
 
 
 def test_a_manifest_without_an_instruction_has_no_instruction_key(tmp_path: Path) -> None:
-    payload = write_payload(tmp_path / "p", "agent-1", _conversations(tmp_path, ["a", "b"]))
+    slices = _conversations(tmp_path, ["a", "b"])
+    payload = write_payload(tmp_path / "p", "agent-1", slices, limits=GENEROUS)
 
     assert "user_instruction" not in json.loads(payload.path.read_text())
 
 
-def test_the_budget_keeps_the_first_slice_skips_an_overflow_and_fits_smaller_ones(
-    tmp_path: Path,
+def _long_chat(chat: Conversation, turns: int) -> list[str]:
+    said = [f"I always want fact {n} kept, said in turn {n}" for n in range(turns)]
+    for text in said:
+        say(chat, "user", text)
+        say(chat, "assistant", f"noted: {text}")
+    return said
+
+
+def test_a_slice_larger_than_the_budget_is_cut_after_an_eligible_message(
+    chat: Conversation, tmp_path: Path
 ) -> None:
-    big, small, huge, tiny = _conversations(tmp_path, ["b" * 3_000, "s", "h" * 9_000, "t"])
-    size = {
-        name: len(json.dumps(records, indent=2, ensure_ascii=False)) + 1
-        for name, (_, records) in zip("bsht", [big, small, huge, tiny], strict=True)
-    }
-    budget = size["b"] + size["s"] + size["t"]
+    said = _long_chat(chat, 100)
+    found = select_slice(chat.log.path, None)
+    assert found is not None
 
     payload = write_payload(
-        tmp_path / "p", "agent-1", [big, small, huge, tiny], budget_chars=budget
+        tmp_path, "agent-1", [(chat.log.path, found)], limits=Limits(4_000, 8_000)
     )
 
-    assert payload.slices == [big[0], small[0], tiny[0]]
-    manifest = json.loads(payload.path.read_text())
-    assert [t["conversation_id"] for t in manifest["transcripts"]] == [
-        s.conversation_id for s in payload.slices
-    ]
-    assert len(list((tmp_path / "p").iterdir())) == 4
+    (shown,) = payload.slices
+    assert not shown.complete
+    assert shown.slice.start_id == found.start_id and shown.slice.end_offset < found.end_offset
+    assert shown.slice.end_id == shown.shown[-1].id
+    users = [r["content"] for r in records_of(payload) if r["role"] == "user"]
+    assert users == said[: len(users)] and 0 < len(users) < 100
+    assert sum(len(p.read_text()) for p in shown.parts) <= 8_000 + 600 * len(shown.parts)
 
 
-def test_the_first_slice_is_kept_even_when_it_alone_exceeds_the_budget(tmp_path: Path) -> None:
+def test_every_part_fits_its_limit_and_the_parts_keep_the_order(
+    chat: Conversation, tmp_path: Path
+) -> None:
+    said = _long_chat(chat, 60)
+    found = select_slice(chat.log.path, None)
+    assert found is not None
+
+    payload = write_payload(
+        tmp_path, "agent-1", [(chat.log.path, found)], limits=Limits(3_000, 60_000)
+    )
+
+    (shown,) = payload.slices
+    assert payload.is_manifest and shown.complete and len(shown.parts) > 3
+    assert all(len(p.read_text()) <= 3_000 for p in shown.parts)
+    parts = [json.loads(p.read_text()) for p in shown.parts]
+    assert [part[0]["part"] for part in parts] == list(range(1, len(parts) + 1))
+    assert {part[0]["parts"] for part in parts} == {len(parts)}
+    assert [part[0]["nonce"] for part in parts] == shown.nonces
+    users = [r["content"] for part in parts for r in part if r["role"] == "user"]
+    assert users == said
+
+
+def test_one_huge_message_is_bounded_to_fit_a_part(chat: Conversation, tmp_path: Path) -> None:
+    say(chat, "user", "HEAD " + "x" * 50_000 + " TAIL")
+    found = select_slice(chat.log.path, None)
+    assert found is not None
+
+    payload = write_payload(
+        tmp_path, "agent-1", [(chat.log.path, found)], limits=Limits(4_000, 60_000)
+    )
+
+    (shown,) = payload.slices
+    assert len(shown.parts) == 1 and len(shown.parts[0].read_text()) <= 4_000
+    (message,) = shown.shown
+    assert message.text.startswith("HEAD ") and message.text.endswith(" TAIL")
+    assert "chars omitted" in message.text
+
+
+def test_slices_share_the_budget_and_one_that_does_not_fit_is_left_out(tmp_path: Path) -> None:
+    big, small, huge = _conversations(tmp_path, ["b" * 3_000, "s", "h" * 9_000])
+
+    payload = write_payload(
+        tmp_path / "p", "agent-1", [big, small, huge], limits=Limits(20_000, 7_000)
+    )
+
+    assert [shown.slice for shown in payload.slices] == [big[1], small[1]]
+
+
+def test_the_first_slice_shows_its_first_message_even_over_the_budget(tmp_path: Path) -> None:
     big, small = _conversations(tmp_path, ["b" * 5_000, "s"])
 
-    payload = write_payload(tmp_path / "p", "agent-1", [big, small], budget_chars=100)
+    payload = write_payload(tmp_path / "p", "agent-1", [big, small], limits=Limits(20_000, 100))
 
-    assert payload.slices == [big[0]]
+    assert [s.slice.end_id for s in payload.slices] == [big[1].start_id]
+    assert not payload.slices[0].complete
 
 
 def test_a_payload_needs_at_least_one_slice(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least one slice"):
-        write_payload(tmp_path, "agent-1", [])
+        write_payload(tmp_path, "agent-1", [], limits=GENEROUS)
 
 
 def test_a_replay_slice_reaches_back_over_the_last_50_user_turns(chat: Conversation) -> None:
@@ -457,9 +545,11 @@ def test_a_multi_payload_of_reflected_conversations_is_all_replay_slices(
         assert select_slice(chat.log.path, a1.id) is None
         replay = replay_slice(chat.log.path)
         assert replay is not None
-        slices.append((replay, slice_records(chat.log.path, replay)))
+        slices.append((chat.log.path, replay))
 
-    payload = write_payload(tmp_path / "p", "agent-1", slices, instruction="dedupe")
+    payload = write_payload(
+        tmp_path / "p", "agent-1", slices, instruction="dedupe", limits=GENEROUS
+    )
 
     manifest = json.loads(payload.path.read_text())
     assert manifest["type"] == MANIFEST_TYPE

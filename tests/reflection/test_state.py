@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from shared.errors import ReflectionError
 from shared.models.messages import Message, ToolCall
-from shared.reflection.payload import Slice, replay_slice, select_slice
+from shared.reflection.slices import Slice, replay_slice, select_slice
 from shared.reflection.state import (
     MIGRATIONS,
     STATE_FILE,

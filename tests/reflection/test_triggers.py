@@ -1,17 +1,19 @@
-"""The post-turn check: count the turn, always consume the compaction flag, then decide
-(spec §1 "Post-turn algorithm"; §7 items 1–4 and 7)."""
+"""The post-turn check: count the turn, decide, record a due request, then always consume
+the compaction flag (spec §1 "Post-turn algorithm"; §7 items 1–4 and 7)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
+import pytest
 from structlog.testing import capture_logs
 
 from shared.context.compaction import CompactionEvent
 from shared.ids import new_id
-from shared.reflection.payload import select_slice
 from shared.reflection.settings import ReflectionSettings
+from shared.reflection.slices import select_slice
 from shared.reflection.state import TranscriptState, advance, load_state
 from shared.reflection.triggers import (
     COMPACTION_EVENT_FILE,
@@ -31,11 +33,16 @@ def every(n: int) -> ReflectionSettings:
     return ReflectionSettings(trigger="step-count", step_count=n)
 
 
-def turn(chat: Conversation, settings: ReflectionSettings, text: str = "hi") -> Any:
+def turn(
+    chat: Conversation,
+    settings: ReflectionSettings,
+    text: str = "hi",
+    record: Callable[[str], object] = lambda _trigger: None,
+) -> Any:
     """One end_turn turn (user message, assistant reply) and the post-turn check."""
     say(chat, "user", text)
     say(chat, "assistant", f"re: {text}")
-    return post_turn(chat.directory, settings, 1)
+    return post_turn(chat.directory, settings, 1, record)
 
 
 def compacted(chat: Conversation) -> None:
@@ -95,6 +102,31 @@ def test_a_pending_compaction_fires_once_and_is_cleared(chat: Conversation) -> N
     assert pending(chat) is False
 
 
+def test_the_flag_is_cleared_only_after_the_request_is_recorded(chat: Conversation) -> None:
+    compacted(chat)
+    recorded: list[tuple[str, bool]] = []
+
+    turn(chat, ON_COMPACTION, record=lambda trigger: recorded.append((trigger, pending(chat))))
+
+    assert recorded == [("compaction-event", True)]
+    assert pending(chat) is False
+
+
+def test_a_request_that_could_not_be_recorded_leaves_the_compaction_pending(
+    chat: Conversation,
+) -> None:
+    compacted(chat)
+
+    def disk_full(_trigger: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError):
+        turn(chat, ON_COMPACTION, record=disk_full)
+
+    assert pending(chat) is True
+    assert turn(chat, ON_COMPACTION).trigger == "compaction-event"
+
+
 def test_without_a_compaction_the_default_trigger_does_not_fire(chat: Conversation) -> None:
     assert turn(chat, ReflectionSettings()).trigger is None
 
@@ -110,7 +142,7 @@ def test_a_compaction_seen_while_off_is_never_replayed_after_the_trigger_changes
 
 
 def test_a_real_transcript_fires_step_count_after_enough_turns(chat: Conversation) -> None:
-    assert post_turn(chat.directory, every(2), 0).trigger is None
+    assert post_turn(chat.directory, every(2), 0, lambda _trigger: None).trigger is None
 
     first = turn(chat, every(2), "one")
     second = turn(chat, every(2), "two")

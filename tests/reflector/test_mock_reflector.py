@@ -8,7 +8,6 @@ import re
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,7 +15,10 @@ from reflector import tools
 from reflector.subagent import SubagentRun, run_reflection_subagent
 from shared.memory.repo import MemoryRepo
 from shared.providers.mock_reflector import READ_PAYLOAD, MockReflector
+from shared.reflection.payload import Limits, PayloadFile, write_payload
+from shared.reflection.slices import select_slice
 from shared.store.jsonl import MessageLog
+from tests.support.payloads import GENEROUS, conversation, payload_of
 
 PARENT = "a1"
 NOW = datetime(2026, 11, 29, 16, 10, tzinfo=UTC)
@@ -41,31 +43,17 @@ def make_worktree(tmp_path: Path, human: str) -> Path:
     return worktree
 
 
-def write_payload(tmp_path: Path, *user: tuple[str, str]) -> Path:
-    """A transcript slice with the given (timestamp, text) user records."""
-    records: list[dict[str, Any]] = [{"role": "meta", "source": "agentd"}]
-    for timestamp, text in user:
-        records.append({"role": "user", "content": text, "timestamp": timestamp})
-        records.append({"role": "assistant", "content": "好的。", "timestamp": timestamp})
-    path = tmp_path / "payload-auto-abc123.json"
-    path.write_text(json.dumps(records, ensure_ascii=False, indent=2), encoding="utf-8")
-    return path
-
-
 def reflect(
-    tmp_path: Path, worktree: Path, payload: Path, *, provider: MockReflector | None = None
+    tmp_path: Path, worktree: Path, payload: PayloadFile, *, provider: MockReflector | None = None
 ) -> SubagentRun:
     return asyncio.run(
         run_reflection_subagent(
             provider=provider or MockReflector(),
             worktree=worktree,
-            payload_path=payload,
+            payload=payload,
             parent_agent_id=PARENT,
             job_id="job-7",
-            first_id="msg-first",
-            last_id="msg-last",
             parent_snapshot="<parent_memory>(snapshot)</parent_memory>",
-            is_manifest=False,
             instruction=None,
             conversation_dir=tmp_path / "subagents",
             now=NOW,
@@ -92,7 +80,7 @@ SESSION = (
 def test_keeps_durable_preferences_and_commits_them(tmp_path: Path) -> None:
     worktree = make_worktree(tmp_path, "- 住在上海")
     main_before = git(tmp_path / "memory", "rev-parse", "main")
-    payload = write_payload(tmp_path, *SESSION)
+    payload = payload_of(tmp_path, *SESSION)
 
     run = reflect(tmp_path, worktree, payload)
 
@@ -112,12 +100,12 @@ def test_keeps_durable_preferences_and_commits_them(tmp_path: Path) -> None:
     )
     message = git(worktree, "log", "-1", "--format=%B").strip().split("\n")
     assert SUBJECT.match(message[0]), message[0]
-    assert message[1:5] == ["", f"Reviewed transcript: {payload}", "", "Updates:"]
+    assert message[1:5] == ["", f"Reviewed transcript: {payload.path}", "", "Updates:"]
     assert any("我更喜欢用 tabs 缩进" in line for line in message if line.startswith("- "))
     assert message[-4:] == [
         "Agent-ID: a1~reflection",
         "Parent-Agent-ID: a1",
-        "Reflected-Messages: msg-first..msg-last",
+        f"Reflected-Messages: {payload.slices[0].slice.start_id}..{payload.slices[0].slice.end_id}",
         "Job-ID: job-7",
     ]
     assert "Commit:" in run.report and "tabs" in run.report
@@ -128,14 +116,14 @@ def test_without_the_sandbox_the_run_commits_the_same(
 ) -> None:
     monkeypatch.setattr(tools, "_probe", lambda: (False, "sandbox off: test"))
     worktree = make_worktree(tmp_path, "- 住在上海")
-    run = reflect(tmp_path, worktree, write_payload(tmp_path, *SESSION))
+    run = reflect(tmp_path, worktree, payload_of(tmp_path, *SESSION))
     assert run.success and commit_count(worktree) == 1
     assert human_lines(worktree)[-1] == "- 2026-11-30 我们决定以后一律用 pnpm"
 
 
 def test_reads_through_its_tools_and_keeps_its_transcript(tmp_path: Path) -> None:
     worktree = make_worktree(tmp_path, "- 住在上海")
-    run = reflect(tmp_path, worktree, write_payload(tmp_path, *SESSION))
+    run = reflect(tmp_path, worktree, payload_of(tmp_path, *SESSION))
     log = list(MessageLog(tmp_path / "subagents" / run.conversation_id / "messages.jsonl"))
     calls = [call for message in log for call in message.tool_calls]
     assert json.loads(calls[0].arguments) == {"command": READ_PAYLOAD}
@@ -146,7 +134,7 @@ def test_reads_through_its_tools_and_keeps_its_transcript(tmp_path: Path) -> Non
 
 def test_a_second_run_on_the_same_payload_changes_nothing(tmp_path: Path) -> None:
     worktree = make_worktree(tmp_path, "- 住在上海")
-    payload = write_payload(tmp_path, *SESSION)
+    payload = payload_of(tmp_path, *SESSION)
     reflect(tmp_path, worktree, payload)
     before = human_lines(worktree)
 
@@ -161,7 +149,7 @@ def test_a_second_run_on_the_same_payload_changes_nothing(tmp_path: Path) -> Non
 
 def test_nothing_worth_keeping_means_no_edit_and_no_commit(tmp_path: Path) -> None:
     worktree = make_worktree(tmp_path, "- 住在上海")
-    payload = write_payload(
+    payload = payload_of(
         tmp_path,
         ("2026-11-29T15:50:00.000Z", "帮我看下这个报错"),
         ("2026-11-29T15:51:00.000Z", "can you fix the failing test?"),
@@ -178,7 +166,7 @@ def test_nothing_worth_keeping_means_no_edit_and_no_commit(tmp_path: Path) -> No
 
 def test_a_correction_edits_the_line_in_place(tmp_path: Path) -> None:
     worktree = make_worktree(tmp_path, "- 称呼：小陆\n- 住在上海")
-    payload = write_payload(tmp_path, ("2026-11-29T15:50:00.000Z", "别再叫我小陆了，叫我陆工"))
+    payload = payload_of(tmp_path, ("2026-11-29T15:50:00.000Z", "别再叫我小陆了，叫我陆工"))
 
     run = reflect(tmp_path, worktree, payload)
 
@@ -195,7 +183,7 @@ def test_a_missing_human_file_is_created_from_bash(tmp_path: Path) -> None:
     worktree = make_worktree(tmp_path, "- 住在上海")
     git(worktree, "rm", "-q", "system/human.md")
     git(worktree, "commit", "-qm", "chore: drop human.md")
-    run = reflect(tmp_path, worktree, write_payload(tmp_path, SESSION[1]))
+    run = reflect(tmp_path, worktree, payload_of(tmp_path, SESSION[1]))
     assert run.success
     assert human_lines(worktree) == [
         "---",
@@ -209,7 +197,7 @@ def test_a_missing_human_file_is_created_from_bash(tmp_path: Path) -> None:
 def test_relative_dates_use_the_users_local_calendar(tmp_path: Path) -> None:
     """00:06 in Shanghai is the previous day in UTC; 22:00 in New York the next day in UTC."""
     worktree = make_worktree(tmp_path, "- 住在上海")
-    payload = write_payload(
+    payload = payload_of(
         tmp_path,
         ("2026-11-30T03:00:00.000Z", "Yesterday we agreed to always squash merges"),
         ("2026-11-30T03:01:00.000Z", "from now on we use uv today"),
@@ -221,38 +209,31 @@ def test_relative_dates_use_the_users_local_calendar(tmp_path: Path) -> None:
     ]
 
 
-def test_a_manifest_is_read_slice_by_slice(tmp_path: Path) -> None:
+def test_a_transcript_in_parts_is_read_part_by_part(tmp_path: Path) -> None:
     worktree = make_worktree(tmp_path, "- 住在上海")
-    first = write_payload(tmp_path, ("2026-11-29T15:58:00.000Z", "我更喜欢用 tabs 缩进"))
-    second = first.rename(tmp_path / "payload-slice-1.json")
-    manifest = tmp_path / "payload-multi-xyz.json"
-    manifest.write_text(
-        json.dumps(
-            {
-                "schema_version": 1,
-                "type": "multi_transcript_reflection_payload",
-                "transcripts": [
-                    {"conversation_id": "c1", "mode": "unreflected", "payload_path": str(second)}
-                ],
-            }
-        )
+    facts = [f"I always want fact number {n} remembered" for n in range(40)]
+    said = tuple((f"2026-11-29T15:{n:02d}:00+00:00", fact) for n, fact in enumerate(facts))
+    payload = payload_of(tmp_path, *said, limits=Limits(part_chars=2_000, budget_chars=60_000))
+    assert payload.is_manifest and len(payload.slices[0].parts) > 3
+
+    run = reflect(tmp_path, worktree, payload)
+
+    assert run.success and run.unread == []
+    assert run.consumed == [payload.slices[0].slice]
+    assert human_lines(worktree)[-40:] == [f"- {fact}" for fact in facts]
+
+
+def test_a_manifest_of_two_conversations_is_read_slice_by_slice(tmp_path: Path) -> None:
+    worktree = make_worktree(tmp_path, "- 住在上海")
+    first = conversation(
+        tmp_path / "home", (("2026-11-29T15:58:00+00:00", "我更喜欢用 tabs 缩进"),)
     )
-    run = asyncio.run(
-        run_reflection_subagent(
-            provider=MockReflector(),
-            worktree=worktree,
-            payload_path=manifest,
-            parent_agent_id=PARENT,
-            job_id="job-8",
-            first_id="msg-1",
-            last_id="msg-2",
-            parent_snapshot="",
-            is_manifest=True,
-            instruction="only preferences",
-            conversation_dir=tmp_path / "subagents",
-            now=NOW,
-            timezone_name=SHANGHAI,
-        )
-    )
-    assert run.success
-    assert human_lines(worktree)[-1] == "- 我更喜欢用 tabs 缩进"
+    second = conversation(tmp_path / "home", (("2026-11-29T16:00:00+00:00", "以后一律用 pnpm"),))
+    slices = [(chat.log.path, select_slice(chat.log.path, None)) for chat in (first, second)]
+    payload = write_payload(tmp_path / "payloads", PARENT, slices, limits=GENEROUS)  # type: ignore[arg-type]
+    assert payload.is_manifest
+
+    run = reflect(tmp_path, worktree, payload)
+
+    assert run.success and [s.conversation_id for s in run.consumed] == [first.id, second.id]
+    assert human_lines(worktree)[-2:] == ["- 我更喜欢用 tabs 缩进", "- 以后一律用 pnpm"]

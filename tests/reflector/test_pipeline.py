@@ -3,135 +3,30 @@ watermark, backoff, follow-ups. Real git, real files; Redis only where the lease
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agentd.agents import Agents
-from agentd.requests import AgentCreate
-from reflector.pipeline import JobContext, run_job
+from reflector.pipeline import run_job
 from shared.clock import user_zone
 from shared.coordination import keys
 from shared.coordination.lease import ReflectionLease
 from shared.errors import ProviderAuthError
-from shared.ids import new_id
-from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.providers.base import ModelRequest, ModelResponse, Provider
-from shared.providers.mock import MockProvider
 from shared.providers.mock_reflector import MockReflector
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.reflection.backoff import load_backoff
 from shared.reflection.settings import ReflectionOverrides
 from shared.reflection.state import load_state, record_turn
-from shared.settings import Settings
 from shared.store.agents import AgentStore
-from shared.store.conversations import Conversation
 from shared.store.layout import Layout
-from tests.support.clock import FakeClock
+from tests.reflector.conftest import READ, World, watermark
 from tests.support.workers import RedisForTests
-
-READ = json.dumps({"command": 'wc -c "$TRANSCRIPT_PATH" && cat "$TRANSCRIPT_PATH"'})
-SAID = ["帮我看下这个报错", "我更喜欢用 tabs 缩进", "今天我们决定以后一律用 pnpm"]
-
-
-@dataclass
-class World:
-    home: Path
-    agent: AgentRecord
-    conversation: Conversation
-    clock: FakeClock
-    sent: list[ReflectionRequest]
-
-    @property
-    def memory(self) -> Path:
-        return self.home / "agents" / self.agent.id / "memory"
-
-    @property
-    def reflections(self) -> Path:
-        return self.home / "agents" / self.agent.id / "reflections"
-
-    def say(self, *texts: str) -> None:
-        for text in texts:
-            self.conversation.append(
-                [
-                    self.conversation.new_message(role="user", content=text),
-                    self.conversation.new_message(
-                        role="assistant", content=f"（mock）我听到了：{text}"
-                    ),
-                ]
-            )
-            record_turn(self.conversation.directory, 1)
-
-    def context(
-        self, provider: Provider, redis_client: Any = None, agent_provider: Provider | None = None
-    ) -> JobContext:
-        return JobContext(
-            settings=Settings(home=self.home, reflection_lease_s=3),
-            redis=redis_client,
-            provider_for=lambda _agent: provider,
-            agent_provider_for=lambda _agent: agent_provider or MockProvider(),
-            send_follow_up=self.sent.append,
-            clock=self.clock,
-            local_zone=user_zone()[0],
-            timezone_name=user_zone()[1],
-        )
-
-    def reflect(
-        self,
-        provider: Provider,
-        *,
-        trigger: str = "step-count",
-        redis_client: Any = None,
-        request_id: str | None = None,
-        agent_provider: Provider | None = None,
-    ) -> ReflectionOutcome:
-        request = ReflectionRequest(
-            request_id=request_id or new_id("rq"),
-            agent_id=self.agent.id,
-            conversation_ids=[self.conversation.id],
-            trigger=trigger,  # type: ignore[arg-type]
-            requested_at=self.clock(),
-        )
-        context = self.context(provider, redis_client, agent_provider)
-        return run_job(request, request.request_id, context)
-
-    def human(self) -> str:
-        return (self.memory / "system" / "human.md").read_text()
-
-    def git(self, *args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(self.memory), *args], check=True, capture_output=True, text=True
-        ).stdout
-
-
-@pytest.fixture
-def world(agentd_home: Path, clock: FakeClock) -> World:
-    agents = Agents(Layout(agentd_home), clock=clock)
-    agent = asyncio.run(agents.create(AgentCreate(name="ada")))
-    conversation = agents.conversation(agent, None)
-    world = World(agentd_home, agent, conversation, clock, [])
-    world.say(*SAID)
-    agents.close()
-    return world
-
-
-@pytest.fixture
-def redis_server(agentd_home: Path) -> Iterator[RedisForTests]:
-    server = RedisForTests(agentd_home).start()
-    yield server
-    server.stop()
-
-
-def _watermark(world: World) -> str | None:
-    return load_state(world.conversation.directory).watermark
 
 
 def test_a_good_run_merges_and_moves_the_watermark_then_nothing_is_left(world: World) -> None:
@@ -171,7 +66,7 @@ def test_weak_models_fail_and_the_same_slice_is_merged_by_a_good_run(
 
     assert (failed.status, failed.reason) == ("failed", reason)
     assert failed.message.endswith("; the transcript can be retried.")
-    assert _watermark(world) is None
+    assert watermark(world) is None
     assert load_backoff(world.reflections).retry_at is None  # the sub-agent failed: no backoff
 
     assert world.reflect(MockReflector()).status == "merged"
@@ -191,7 +86,7 @@ def test_reading_the_payload_but_leaving_edits_uncommitted_is_dirty_and_backs_of
     )
     assert (outcome.status, outcome.reason) == ("failed", "dirty_uncommitted")
     assert "half done" not in world.human()
-    assert _watermark(world) is None
+    assert watermark(world) is None
     assert load_backoff(world.reflections).delay_s == 60
 
 
@@ -238,7 +133,7 @@ def test_a_conflict_with_newer_memory_aborts_cleanly_and_backs_off(world: World)
     assert world.human().endswith("- call me Lu\n")
     assert world.git("status", "--porcelain") == ""
     assert not (world.memory / ".git" / "MERGE_HEAD").exists()
-    assert _watermark(world) is None
+    assert watermark(world) is None
     assert load_backoff(world.reflections).delay_s == 60
 
 
@@ -299,22 +194,19 @@ def test_a_configuration_error_pauses_automatic_runs_until_one_succeeds(world: W
     assert load_backoff(world.reflections).configuration_error is None
 
 
-def test_a_second_job_for_a_busy_agent_becomes_the_one_follow_up(
+def test_a_job_for_a_busy_agent_is_skipped_and_runs_when_sent_again(
     world: World, redis_server: RedisForTests
 ) -> None:
     client = redis_server.client
     holder = ReflectionLease(client, world.agent.id, owner="other-job", ttl_s=30)
     assert holder.acquire()
-    first = world.reflect(MockReflector(), redis_client=client, request_id="rq-a")
-    second = world.reflect(MockReflector(), redis_client=client, request_id="rq-b")
-    assert (first.reason, second.reason) == ("already_active", "already_active")
+    busy = world.reflect(MockReflector(), redis_client=client, request_id="rq-a")
+    assert (busy.status, busy.reason) == ("skipped", "already_active")
     holder.release()
 
-    done = world.reflect(MockReflector(), redis_client=client, request_id="rq-c")
+    again = world.reflect(MockReflector(), redis_client=client, request_id="rq-a")
 
-    assert done.status == "merged"
-    assert [r.request_id for r in world.sent] == ["rq-b"]  # latest wins, sent once
-    assert client.get(keys.follow_up(world.agent.id)) is None
+    assert again.status == "merged"  # a busy skip is not a finished job
 
 
 def test_a_redelivered_job_that_already_finished_is_a_no_op(
@@ -341,7 +233,7 @@ def test_explicit_mode_the_agent_reviews_and_merges_and_git_is_the_judge(world: 
     assert outcome.message == "The primary agent integrated 1 reflection commit(s)."
     assert "- 我更喜欢用 tabs 缩进" in world.human()
     assert world.git("log", "-1", "--format=%s").startswith("merge(reflection): ")
-    assert _watermark(world) is not None
+    assert watermark(world) is not None
     transcripts = list((world.reflections / "integrations").glob("*/messages.jsonl"))
     assert len(transcripts) == 1 and "[reflection integration]" in transcripts[0].read_text()
 
@@ -353,9 +245,11 @@ def test_explicit_mode_an_agent_that_only_says_it_merged_has_not(world: World) -
         agent_provider=ScriptedProvider([text_reply("Done, I merged it.")]),
     )
     assert (outcome.status, outcome.reason) == ("failed", "integration")
-    assert outcome.message.endswith("; the transcript can be retried.")
+    assert outcome.message == (
+        "the agent did not merge the proposal; the transcript can be retried."
+    )
     assert "tabs" not in world.human()
-    assert _watermark(world) is None
+    assert watermark(world) is None
 
 
 def test_a_manual_reflection_over_recent_conversations_uses_a_manifest(world: World) -> None:
@@ -388,7 +282,7 @@ def test_a_manual_reflection_over_recent_conversations_uses_a_manifest(world: Wo
         for m in manifests
     )
     assert load_state(other.directory).watermark is not None
-    assert _watermark(world) is not None
+    assert watermark(world) is not None
 
 
 class LeaseThief(Provider):
@@ -412,8 +306,8 @@ def test_a_job_that_lost_its_lease_does_not_merge(
 ) -> None:
     client = redis_server.client
     outcome = world.reflect(LeaseThief(world, client), redis_client=client)
-    assert (outcome.status, outcome.reason) == ("failed", "error")
-    assert "lease expired" in outcome.message
+    assert (outcome.status, outcome.reason) == ("failed", "lease_lost")
+    assert "lease was lost" in outcome.message
     assert "tabs" not in world.human()
     assert world.git("branch", "--list", "reflection/*") == ""
-    assert _watermark(world) is None
+    assert watermark(world) is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -19,17 +20,21 @@ from reflector import tools
 from reflector.prompt import system_prompt, task_prompt
 from reflector.subagent import SubagentRun, run_reflection_subagent
 from reflector.tools import ReflectionBash, ReflectionEditFile, reflection_context
-from reflector.verdict import earned_success
 from shared.agent.tools.base import ToolContext
 from shared.errors import ProviderHTTPError, ToolError
 from shared.memory.repo import MemoryRepo
-from shared.models.messages import Message, ToolCall
 from shared.providers.base import Provider
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
+from shared.reflection.payload import Limits, PayloadFile
+from tests.support.payloads import payload_of
 
 PARENT = "a1"
 NOW = datetime(2026, 11, 29, 16, 6, tzinfo=UTC)
 READ = json.dumps({"command": 'wc -c "$TRANSCRIPT_PATH" && cat "$TRANSCRIPT_PATH"'})
+SAID = (
+    ("2026-11-29T15:50:00+00:00", "帮我看下这个报错"),
+    ("2026-11-29T15:58:00+00:00", "我更喜欢用 tabs 缩进"),
+)
 ABSOLUTE_PATH = re.compile(r"(?:^|[\s\"'`(=:])/[A-Za-z0-9._-]")
 needs_sandbox = pytest.mark.skipif(
     not tools.sandbox_available(), reason=f"bubblewrap unusable here: {tools.sandbox_reason()}"
@@ -53,29 +58,24 @@ def worktree(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def payload(tmp_path: Path) -> Path:
-    path = tmp_path / "payload-auto-abc123.json"
-    path.write_text(json.dumps([{"role": "meta"}, {"role": "user", "content": "hi"}]))
-    return path
+def payload(tmp_path: Path) -> PayloadFile:
+    return payload_of(tmp_path, *SAID)
 
 
 @pytest.fixture
-def ctx(worktree: Path, payload: Path) -> ToolContext:
-    return reflection_context(worktree=worktree, payload_path=payload, parent_agent_id=PARENT)
+def ctx(worktree: Path, payload: PayloadFile) -> ToolContext:
+    return reflection_context(worktree=worktree, payload_path=payload.path, parent_agent_id=PARENT)
 
 
-def reflect(tmp_path: Path, worktree: Path, payload: Path, provider: Provider, **kw: Any):
+def reflect(tmp_path: Path, worktree: Path, payload: PayloadFile, provider: Provider, **kw: Any):
     return asyncio.run(
         run_reflection_subagent(
             provider=provider,
             worktree=worktree,
-            payload_path=payload,
+            payload=payload,
             parent_agent_id=PARENT,
             job_id="job-1",
-            first_id="msg-a",
-            last_id="msg-b",
             parent_snapshot="<parent_memory>$MEMORY_DIR/system/human.md</parent_memory>",
-            is_manifest=False,
             instruction=None,
             conversation_dir=tmp_path / "subagents",
             now=NOW,
@@ -92,21 +92,23 @@ def bash(ctx: ToolContext, command: str) -> str:
 # --- success must be earned --------------------------------------------------------------
 
 
-def test_an_empty_report_is_a_failure(tmp_path: Path, worktree: Path, payload: Path) -> None:
+def test_an_empty_report_is_a_failure(tmp_path: Path, worktree: Path, payload: PayloadFile) -> None:
     provider = ScriptedProvider([tool_reply(("bash", READ)), text_reply("  \n")])
     run = reflect(tmp_path, worktree, payload, provider)
     assert (run.success, run.reason, run.stop_reason) == (False, "empty_report", "end_turn")
 
 
 def test_narrating_without_a_tool_call_has_not_read_the_payload(
-    tmp_path: Path, worktree: Path, payload: Path
+    tmp_path: Path, worktree: Path, payload: PayloadFile
 ) -> None:
     narration = "I will now read the transcript and then update the memory files accordingly."
     run = reflect(tmp_path, worktree, payload, ScriptedProvider([text_reply(narration)]))
     assert (run.success, run.reason, run.report) == (False, "not_read", narration)
 
 
-def test_running_out_of_steps_is_a_failure(tmp_path: Path, worktree: Path, payload: Path) -> None:
+def test_running_out_of_steps_is_a_failure(
+    tmp_path: Path, worktree: Path, payload: PayloadFile
+) -> None:
     provider = ScriptedProvider(
         [tool_reply(("bash", READ), text="Reading."), tool_reply(("bash", '{"command": "ls"}'))]
     )
@@ -119,7 +121,9 @@ def test_running_out_of_steps_is_a_failure(tmp_path: Path, worktree: Path, paylo
     )
 
 
-def test_a_provider_error_is_a_failure(tmp_path: Path, worktree: Path, payload: Path) -> None:
+def test_a_provider_error_is_a_failure(
+    tmp_path: Path, worktree: Path, payload: PayloadFile
+) -> None:
     failure = ProviderHTTPError("boom", status_code=500, model="scripted")
     provider = ScriptedProvider([tool_reply(("bash", READ)), failure])
     run = reflect(tmp_path, worktree, payload, provider)
@@ -127,7 +131,7 @@ def test_a_provider_error_is_a_failure(tmp_path: Path, worktree: Path, payload: 
 
 
 def test_reading_then_reporting_no_changes_is_earned(
-    tmp_path: Path, worktree: Path, payload: Path
+    tmp_path: Path, worktree: Path, payload: PayloadFile
 ) -> None:
     provider = ScriptedProvider([tool_reply(("bash", READ)), text_reply("Nothing to keep.")])
     run = reflect(tmp_path, worktree, payload, provider)
@@ -136,30 +140,73 @@ def test_reading_then_reporting_no_changes_is_earned(
     assert (tmp_path / "subagents" / run.conversation_id / "messages.jsonl").stat().st_size > 0
 
 
-def test_naming_the_payload_file_counts_as_reading_it(payload: Path) -> None:
-    def assistant(arguments: str) -> Message:
-        call = ToolCall(id="c1", name="bash", arguments=arguments)
-        return Message(
-            id="m1",
-            agent_id="a",
-            conversation_id="c",
-            role="assistant",
-            tool_calls=[call],
-            stop_reason=None,
-        )
-
-    done = Message(
-        id="m2",
-        agent_id="a",
-        conversation_id="c",
-        role="assistant",
-        content="ok",
-        stop_reason="end_turn",
+@pytest.mark.parametrize(
+    "command",
+    [
+        'wc -c "$TRANSCRIPT_PATH"',
+        'printf "$TRANSCRIPT_PATH"',
+        'ls -l "$(dirname "$TRANSCRIPT_PATH")"',
+        'head -c 10 "$TRANSCRIPT_PATH"',
+    ],
+)
+def test_mentioning_the_payload_is_not_reading_it(
+    tmp_path: Path, worktree: Path, payload: PayloadFile, command: str
+) -> None:
+    provider = ScriptedProvider(
+        [tool_reply(("bash", json.dumps({"command": command}))), text_reply("Nothing durable.")]
     )
-    by_name = assistant(json.dumps({"command": f"head -c 100 {payload}"}))
-    assert earned_success([by_name, done], payload, "ok") == (True, "ok")
-    unrelated = assistant(json.dumps({"command": "cat other.json"}))
-    assert earned_success([unrelated, done], payload, "ok") == (False, "not_read")
+    run = reflect(tmp_path, worktree, payload, provider)
+    assert (run.success, run.reason, run.consumed) == (False, "not_read", [])
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
+def test_a_reader_that_prints_every_content_with_jq_has_read_it(
+    tmp_path: Path, worktree: Path, payload: PayloadFile
+) -> None:
+    command = json.dumps({"command": "jq '.[].content' \"$TRANSCRIPT_PATH\""})
+    provider = ScriptedProvider([tool_reply(("bash", command)), text_reply("Nothing durable.")])
+    run = reflect(tmp_path, worktree, payload, provider)
+    assert (run.success, run.reason) == (True, "ok")
+    assert run.consumed == [payload.slices[0].slice]
+
+
+def test_reading_only_the_start_consumes_only_what_was_read(tmp_path: Path, worktree: Path) -> None:
+    """``head`` shows the first messages: the slice is consumed up to the first user
+    message that never came back, and that conversation is left for the next run."""
+    said = tuple((f"2026-11-29T15:{n:02d}:00+00:00", f"I always use tool {n}") for n in range(20))
+    payload = payload_of(tmp_path, *said)
+    command = json.dumps({"command": 'head -n 30 "$TRANSCRIPT_PATH"'})
+    provider = ScriptedProvider([tool_reply(("bash", command)), text_reply("Nothing durable.")])
+
+    run = reflect(tmp_path, worktree, payload, provider)
+
+    assert run.success and run.unread == [payload.slices[0].slice.conversation_id]
+    (consumed,) = run.consumed
+    shown = payload.slices[0]
+    assert consumed.end_offset < shown.slice.end_offset
+    assert 0 < consumed.messages < shown.slice.messages
+    first_unread = next(m for m in shown.shown if m.end_offset > consumed.end_offset)
+    assert first_unread.role == "user"
+
+
+def test_a_whole_read_of_a_file_larger_than_bash_shows_is_not_a_whole_read(
+    tmp_path: Path, worktree: Path
+) -> None:
+    """The old hole: ``cat`` of a 37 KB slice shows its head and tail only. Written as one
+    oversized part, the middle never reaches the model and is not consumed."""
+    said = tuple(
+        (f"2026-11-29T{10 + n // 60:02d}:{n % 60:02d}:00+00:00", f"I always prefer option {n}")
+        for n in range(150)
+    )
+    payload = payload_of(tmp_path, *said, limits=Limits(part_chars=60_000, budget_chars=60_000))
+    assert len(payload.slices[0].parts) == 1 and payload.path.stat().st_size > 30_000
+    provider = ScriptedProvider([tool_reply(("bash", READ)), text_reply("Nothing durable.")])
+
+    run = reflect(tmp_path, worktree, payload, provider, output_chars=30_000)
+
+    assert run.success and run.unread
+    (consumed,) = run.consumed
+    assert consumed.end_offset < payload.slices[0].slice.end_offset
 
 
 # --- what the model is told ---------------------------------------------------------------
@@ -211,7 +258,7 @@ def test_the_task_prompt_has_facts_instruction_and_snapshot_last() -> None:
 
 
 def test_what_the_model_sees_names_no_absolute_path_and_no_worktree(
-    tmp_path: Path, worktree: Path, payload: Path
+    tmp_path: Path, worktree: Path, payload: PayloadFile
 ) -> None:
     provider = ScriptedProvider([text_reply("done")])
     reflect(tmp_path, worktree, payload, provider)
@@ -228,14 +275,14 @@ def test_what_the_model_sees_names_no_absolute_path_and_no_worktree(
 
 
 def test_bash_env_names_the_payload_and_ids_but_no_keys(
-    ctx: ToolContext, worktree: Path, payload: Path, monkeypatch: pytest.MonkeyPatch
+    ctx: ToolContext, worktree: Path, payload: PayloadFile, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
     lines = bash(ctx, "pwd; env").splitlines()
     env = dict(line.split("=", 1) for line in lines[1:] if "=" in line)
     assert lines[0] == str(worktree)
-    assert env["TRANSCRIPT_PATH"] == str(payload)
+    assert env["TRANSCRIPT_PATH"] == str(payload.path)
     assert env["MEMORY_DIR"] == str(worktree)
     assert env["PARENT_AGENT_ID"] == "a1"
     assert env["AGENT_ID"] == "a1~reflection"
@@ -317,10 +364,10 @@ def test_the_probe_explains_a_missing_bwrap(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_the_sandbox_binds_the_git_dir_of_a_linked_checkout(
-    worktree: Path, tmp_path: Path, payload: Path
+    worktree: Path, tmp_path: Path, payload: PayloadFile
 ) -> None:
     prefix = tools.bwrap_prefix(
-        writable=[worktree, *tools._git_common_dir(worktree)], readable=[payload], cwd=worktree
+        writable=[worktree, *tools._git_common_dir(worktree)], readable=[payload.path], cwd=worktree
     )
     binds = [prefix[i + 1] for i, arg in enumerate(prefix) if arg == "--bind"]
     assert binds == [str(worktree), str(tmp_path / "memory" / ".git")]

@@ -1,0 +1,101 @@
+"""What Redis knows about one reflection job: queued, running, or finished with an outcome.
+
+The daemon marks a job ``queued`` before it hands it to Celery; the worker marks it
+``running`` once it holds the agent's lease, and stores the outcome before it lets the
+lease go. After a crash the daemon asks, and a job is sent again at once when Redis does
+not know it (its state went with a Redis that lost its data) or when it looks *lost*: not
+finished, nobody holds its agent's lease, its message is not waiting in the queue, for
+longer than a job needs to get from the queue to its lease. That is the job whose worker
+was killed, or whose message Celery stranded in its unacked set when the connection to
+Redis broke mid-job (it would come back only after the visibility timeout, hours later).
+
+A job may run twice, so the stored outcome also turns a redelivery of a finished job into
+a no-op, and the try count stops a job that keeps killing its worker.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Literal
+
+import redis
+import structlog
+from pydantic import BaseModel, ValidationError
+
+from shared.coordination import keys
+from shared.models.reflection import ReflectionOutcome
+
+log = structlog.get_logger(__name__)
+
+LOST_AFTER_S = 30.0
+"""How long a job may be neither queued nor holding its lease before it counts as lost."""
+
+Known = Literal["unknown", "queued", "running", "lost"]
+
+
+class JobState(BaseModel):
+    state: Literal["queued", "running"]
+    at: float
+    """When it was queued or started (Unix time)."""
+
+
+def mark(client: redis.Redis, job_id: str, state: Literal["queued", "running"]) -> None:
+    """Record a job as queued or running unless it already finished."""
+    key = keys.job_state(job_id)
+    if isinstance(_parse(client.get(key)), ReflectionOutcome):
+        return
+    value = JobState(state=state, at=time.time()).model_dump_json()
+    client.set(key, value, ex=keys.JOB_STATE_TTL_S)
+
+
+def finished(client: redis.Redis, job_id: str) -> ReflectionOutcome | None:
+    found = _parse(client.get(keys.job_state(job_id)))
+    return found if isinstance(found, ReflectionOutcome) else None
+
+
+def status(client: redis.Redis, job_id: str, agent_id: str) -> Known | ReflectionOutcome:
+    """The job's outcome if it finished, else what Redis knows of it (see the module)."""
+    found = _parse(client.get(keys.job_state(job_id)))
+    if found is None:
+        return "unknown"
+    if isinstance(found, ReflectionOutcome):
+        return found
+    if time.time() - found.at < LOST_AFTER_S:
+        return found.state
+    if client.exists(keys.lease(agent_id)) or job_id in _queued_ids(client):
+        return found.state
+    return "lost"
+
+
+def count_try(client: redis.Redis, job_id: str) -> int:
+    """Count one more run of the job; the total so far, this one included."""
+    key = keys.job_tries(job_id)
+    pipe = client.pipeline()
+    pipe.incr(key)
+    pipe.expire(key, keys.JOB_STATE_TTL_S)
+    tries, _ = pipe.execute()
+    return int(tries)
+
+
+def _queued_ids(client: redis.Redis) -> set[str]:
+    """Task ids of the messages waiting in the reflection queue."""
+    ids = set()
+    for raw in client.lrange(keys.REFLECTION_QUEUE, 0, -1):
+        try:
+            ids.add(json.loads(raw)["headers"]["id"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return ids
+
+
+def _parse(raw: bytes | None) -> JobState | ReflectionOutcome | None:
+    if raw is None:
+        return None
+    for model in (ReflectionOutcome, JobState):
+        try:
+            return model.model_validate_json(raw)
+        except ValidationError:
+            continue
+    log.warning("job_state_unreadable", value=raw[:200])
+    return None

@@ -1,0 +1,166 @@
+"""Slices: which part of a conversation's ``messages.jsonl`` a reflection reads.
+
+The conversation log is the transcript (there is no second copy), so a slice is a byte
+range of ``messages.jsonl``: it starts after the watermark's message and ends just after
+the last user or assistant message, whose end offset is the snapshot boundary. Messages
+appended while a reflection runs lie past that boundary and are left for the next one.
+
+Only ordinary user and assistant messages are *eligible*: they start and end slices and
+their ids become watermarks. Tool results and harness messages (summaries, reminders,
+notes, stop records) ride inside a slice but never bound it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import structlog
+from pydantic import BaseModel, ValidationError
+
+from shared.models.messages import Message
+
+log = structlog.get_logger(__name__)
+
+REPLAY_USER_TURNS = 50
+"""User turns a replay slice reaches back over."""
+
+SliceMode = Literal["unreflected", "replay"]
+
+
+@dataclass(frozen=True)
+class LogRow:
+    """One complete line of the log: the message and the bytes ``[start, end)`` it spans."""
+
+    message: Message
+    start: int
+    end: int
+
+
+def read_rows(log_path: Path, until_offset: int | None = None) -> list[LogRow]:
+    """Every readable message of the log that ends at or before ``until_offset``.
+
+    A torn last line (no newline yet) and lines that do not parse are skipped, as the
+    log's own reader does.
+    """
+    try:
+        with open(log_path, "rb") as handle:
+            data = handle.read() if until_offset is None else handle.read(until_offset)
+    except FileNotFoundError:
+        return []
+    rows: list[LogRow] = []
+    start = 0
+    while (newline := data.find(b"\n", start)) >= 0:
+        line = data[start:newline]
+        if line.strip():
+            try:
+                rows.append(LogRow(Message.model_validate_json(line), start, newline + 1))
+            except ValidationError:
+                log.warning("unreadable_message_line", path=str(log_path), offset=start)
+        start = newline + 1
+    return rows
+
+
+def is_eligible(message: Message) -> bool:
+    """May this message start or end a slice (and become a watermark)?"""
+    return message.kind == "message" and message.role in ("user", "assistant")
+
+
+def is_step(message: Message) -> bool:
+    """Does this message count as a completed assistant step?"""
+    return message.kind == "message" and message.role == "assistant"
+
+
+def count_steps(rows: list[LogRow]) -> int:
+    return sum(1 for row in rows if is_step(row.message))
+
+
+def find_anchor(rows: list[LogRow], watermark: str | None) -> int:
+    """Index of the eligible row whose id is ``watermark``; -1 when unset or not found."""
+    if watermark:
+        for index, row in enumerate(rows):
+            if row.message.id == watermark and is_eligible(row.message):
+                return index
+    return -1
+
+
+class Slice(BaseModel):
+    """A byte range of one conversation's log, bounded by eligible messages."""
+
+    conversation_id: str
+    mode: SliceMode
+    start_id: str
+    """The first eligible message (a tool result or summary before it is still included)."""
+    end_id: str
+    """The last eligible message: the watermark once this slice is consumed."""
+    start_offset: int
+    """Where the slice's first line starts in ``messages.jsonl``."""
+    end_offset: int
+    """Just after the end message's line: the exclusive snapshot boundary."""
+    messages: int
+    """Log lines in the slice, of every kind."""
+    assistant_steps: int
+
+
+def _make_slice(rows: list[LogRow], first: int, start: int, end: int, mode: SliceMode) -> Slice:
+    span = rows[first : end + 1]
+    return Slice(
+        conversation_id=rows[start].message.conversation_id,
+        mode=mode,
+        start_id=rows[start].message.id,
+        end_id=rows[end].message.id,
+        start_offset=rows[first].start,
+        end_offset=rows[end].end,
+        messages=len(span),
+        assistant_steps=count_steps(span),
+    )
+
+
+def select_rows(rows: list[LogRow], watermark: str | None) -> Slice | None:
+    """The unreflected slice of ``rows`` after ``watermark``; None when nothing is eligible.
+
+    A watermark that is not in the rows gives no anchor: the slice starts at the
+    beginning and everything is reflected again.
+    """
+    anchor = find_anchor(rows, watermark)
+    eligible = [i for i in range(anchor + 1, len(rows)) if is_eligible(rows[i].message)]
+    if not eligible:
+        return None
+    return _make_slice(rows, anchor + 1, eligible[0], eligible[-1], "unreflected")
+
+
+def select_slice(
+    log_path: Path, watermark: str | None, *, until_offset: int | None = None
+) -> Slice | None:
+    """The unreflected slice of the log (or of its first ``until_offset`` bytes)."""
+    return select_rows(read_rows(log_path, until_offset), watermark)
+
+
+def replay_slice(log_path: Path) -> Slice | None:
+    """The last ≤ 50 user turns up to the last eligible message, to be read again.
+
+    Used in multi-conversation payloads for a conversation with nothing unreflected;
+    a replay slice never moves a watermark.
+    """
+    rows = read_rows(log_path)
+    eligible = [i for i, row in enumerate(rows) if is_eligible(row.message)]
+    if not eligible:
+        return None
+    end = eligible[-1]
+    users = [i for i in eligible if rows[i].message.role == "user"]
+    start = users[-REPLAY_USER_TURNS:][0] if users else eligible[0]
+    return _make_slice(rows, start, start, end, "replay")
+
+
+def rows_of(log_path: Path, slice: Slice) -> list[LogRow]:
+    """The rows ``slice`` spans, oldest first."""
+    return [row for row in read_rows(log_path, slice.end_offset) if row.start >= slice.start_offset]
+
+
+def ending_at(slice: Slice, rows: list[LogRow], end: int) -> Slice:
+    """``slice`` cut short to end at ``rows[end]``, an eligible row of ``rows_of(slice)``."""
+    if not is_eligible(rows[end].message):
+        raise ValueError(f"row {end} of the slice is not eligible to end it")
+    start = next(i for i, row in enumerate(rows) if is_eligible(row.message))
+    return _make_slice(rows, 0, start, end, slice.mode)

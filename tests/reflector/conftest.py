@@ -1,0 +1,125 @@
+"""The reflection pipeline's test world: an agent, a conversation, jobs run in process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.agents import Agents
+from agentd.requests import AgentCreate
+from reflector.pipeline import JobContext, run_job
+from shared.clock import user_zone
+from shared.ids import new_id
+from shared.models.agents import AgentRecord
+from shared.models.reflection import ReflectionOutcome, ReflectionRequest
+from shared.providers.base import Provider
+from shared.providers.mock import MockProvider
+from shared.reflection.state import load_state, record_turn
+from shared.settings import Settings
+from shared.store.conversations import Conversation
+from shared.store.layout import Layout
+from tests.support.clock import FakeClock
+from tests.support.workers import RedisForTests
+
+READ = json.dumps({"command": 'wc -c "$TRANSCRIPT_PATH" && cat "$TRANSCRIPT_PATH"'})
+SAID = ["帮我看下这个报错", "我更喜欢用 tabs 缩进", "今天我们决定以后一律用 pnpm"]
+
+
+@dataclass
+class World:
+    """An agent with a conversation in which the user said :data:`SAID`, and a way to run
+    one reflection job on it in process (real git, real files, Redis only if given)."""
+
+    home: Path
+    agent: AgentRecord
+    conversation: Conversation
+    clock: FakeClock
+
+    @property
+    def memory(self) -> Path:
+        return self.home / "agents" / self.agent.id / "memory"
+
+    @property
+    def reflections(self) -> Path:
+        return self.home / "agents" / self.agent.id / "reflections"
+
+    def say(self, *texts: str) -> None:
+        for text in texts:
+            self.conversation.append(
+                [
+                    self.conversation.new_message(role="user", content=text),
+                    self.conversation.new_message(
+                        role="assistant", content=f"（mock）我听到了：{text}"
+                    ),
+                ]
+            )
+            record_turn(self.conversation.directory, 1)
+
+    def context(
+        self, provider: Provider, redis_client: Any = None, agent_provider: Provider | None = None
+    ) -> JobContext:
+        return JobContext(
+            settings=Settings(home=self.home, reflection_lease_s=3),
+            redis=redis_client,
+            provider_for=lambda _agent: provider,
+            agent_provider_for=lambda _agent: agent_provider or MockProvider(),
+            clock=self.clock,
+            local_zone=user_zone()[0],
+            timezone_name=user_zone()[1],
+        )
+
+    def reflect(
+        self,
+        provider: Provider,
+        *,
+        trigger: str = "step-count",
+        redis_client: Any = None,
+        request_id: str | None = None,
+        agent_provider: Provider | None = None,
+    ) -> ReflectionOutcome:
+        request = ReflectionRequest(
+            request_id=request_id or new_id("rq"),
+            agent_id=self.agent.id,
+            conversation_ids=[self.conversation.id],
+            trigger=trigger,  # type: ignore[arg-type]
+            requested_at=self.clock(),
+        )
+        context = self.context(provider, redis_client, agent_provider)
+        return run_job(request, request.request_id, context)
+
+    def human(self) -> str:
+        return (self.memory / "system" / "human.md").read_text()
+
+    def git(self, *args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(self.memory), *args], check=True, capture_output=True, text=True
+        ).stdout
+
+
+@pytest.fixture
+def world(agentd_home: Path, clock: FakeClock) -> World:
+    agents = Agents(Layout(agentd_home), clock=clock)
+    agent = asyncio.run(agents.create(AgentCreate(name="ada")))
+    conversation = agents.conversation(agent, None)
+    world = World(agentd_home, agent, conversation, clock)
+    world.say(*SAID)
+    agents.close()
+    return world
+
+
+@pytest.fixture
+def redis_server(agentd_home: Path) -> Iterator[RedisForTests]:
+    server = RedisForTests(agentd_home).start()
+    yield server
+    server.stop()
+
+
+def watermark(world: World) -> str | None:
+    return load_state(world.conversation.directory).watermark
