@@ -296,7 +296,7 @@ def _merge(parent: MemoryRepo, worktree: Worktree, count: int) -> FinalizeResult
     _abort_merge(parent)
     lock = git_locks.blocking_lock(proc.stderr)
     if lock is not None:
-        raise git_locks.busy(lock, parent.path)
+        raise git_locks.busy(lock)
     return _conflict(count, files, _first_line(proc.stderr or proc.stdout))
 
 
@@ -422,7 +422,7 @@ def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
         lock = git_locks.blocking_lock(proc.stderr) if proc.returncode != 0 else None
         if lock is None:
             break
-        git_locks.settle(lock, removed, cwd)
+        git_locks.settle(lock, removed)
     if check and proc.returncode != 0:
         detail = _first_line(proc.stderr) or f"exit code {proc.returncode}"
         raise MemoryRepoError(f"git {args[0]} failed in {cwd}: {detail}")

@@ -123,16 +123,16 @@ def remove_stale(git_dir: Path) -> list[Path]:
     return [lock for lock in lock_files(git_dir) if lock.exists() and remove_if_stale(lock)]
 
 
-def settle(lock: Path, removed: set[Path], where: Path) -> None:
+def settle(lock: Path, removed: set[Path]) -> None:
     """After git failed on ``lock``: remove it if stale (add it to ``removed``; the caller
     runs git again) or raise :class:`MemoryBusy`. A lock already in ``removed`` came back,
     so a live git has it."""
     if lock in removed or not remove_if_stale(lock):
-        raise busy(lock, where)
+        raise busy(lock)
     removed.add(lock)
 
 
-def busy(lock: Path, where: Path) -> MemoryBusy:
+def busy(lock: Path) -> MemoryBusy:
     """The error for ``lock`` held by a live git, naming the gits that may hold it."""
     try:
         holders = possible_holders(lock.stat().st_mtime)
@@ -140,6 +140,6 @@ def busy(lock: Path, where: Path) -> MemoryBusy:
         holders = []
     pids = f" (pid {', '.join(str(p.pid) for p in holders)})" if holders else ""
     return MemoryBusy(
-        f"memory is busy: git lock {lock} is held by a running git process{pids} working "
-        f"on {where}; agentd tries again later. If no git is running there, delete that file"
+        f"memory is busy: a running git process{pids} holds {lock}; try again once it has "
+        "finished (if no git is running, delete that file)"
     )

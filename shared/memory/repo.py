@@ -272,7 +272,7 @@ class MemoryRepo:
         checkout_locks = [*self._git_dir.glob("*.lock"), self._git_dir / f"{self._head_ref()}.lock"]
         for lock in checkout_locks:
             if lock.exists():
-                raise git_locks.busy(lock, self.path)
+                raise git_locks.busy(lock)
 
     def _configure(self, agent_name: str, email: str) -> None:
         settings = {
@@ -341,7 +341,7 @@ class MemoryRepo:
                     raise MemoryRepoError(
                         f"git {cmd} failed in {self.path}: {_stderr(exc)}"
                     ) from exc
-                git_locks.settle(lock, removed, self.path)
+                git_locks.settle(lock, removed)
 
     def _git_status(self, cmd: str, *args: str) -> int:
         """Run a git command whose exit code is the answer (``diff --quiet``, ``cat-file -e``)."""
