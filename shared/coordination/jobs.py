@@ -4,8 +4,8 @@ The daemon marks a job ``queued`` before it hands it to Celery; the worker marks
 ``running`` once it holds the agent's lease, and stores the outcome before it lets the
 lease go. After a crash the daemon asks, and a job is sent again at once when Redis does
 not know it (its state went with a Redis that lost its data) or when it looks *lost*: not
-finished, nobody holds its agent's lease, its message is not waiting in the queue, for
-longer than a job needs to get from the queue to its lease. That is the job whose worker
+finished, no live process holds its agent's lease, its message is not waiting in the
+queue, for longer than a job needs to get from the queue to its lease. That is the job whose worker
 was killed, or whose message Celery stranded in its unacked set when the connection to
 Redis broke mid-job (it would come back only after the visibility timeout, hours later).
 
@@ -24,6 +24,7 @@ import structlog
 from pydantic import BaseModel, ValidationError
 
 from shared.coordination import keys
+from shared.coordination.lease import holder_alive
 from shared.models.reflection import ReflectionOutcome
 
 log = structlog.get_logger(__name__)
@@ -63,7 +64,7 @@ def status(client: redis.Redis, job_id: str, agent_id: str) -> Known | Reflectio
         return found
     if time.time() - found.at < LOST_AFTER_S:
         return found.state
-    if client.exists(keys.lease(agent_id)) or job_id in _queued_ids(client):
+    if holder_alive(client, agent_id) or job_id in _queued_ids(client):
         return found.state
     return "lost"
 

@@ -11,11 +11,20 @@ memory *file* lock, which the daemon shares; the lease is not a fence by itself.
 
 The holder may name a key to keep alive with the lease (its worktree's liveness marker),
 so that others can tell its work from a dead job's leftovers.
+
+The lease's value names its holder's host and process. Redis persists the lease, so after
+a crash of every process at once it would outlive its dead holder by up to its TTL and
+keep the agent's reflection waiting; a holder that is a dead process on this host is known
+dead at once, and its lease is taken over (compare-and-delete, so a live holder that just
+renewed is never robbed). A holder on another host is trusted until the TTL says otherwise.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
+from pathlib import Path
 from types import TracebackType
 
 import redis
@@ -25,6 +34,11 @@ from redis.exceptions import LockError, LockNotOwnedError
 from shared.coordination import keys
 
 log = structlog.get_logger(__name__)
+
+_DELETE_IF_EQUAL = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
 
 
 class ReflectionLease:
@@ -41,9 +55,10 @@ class ReflectionLease:
         self._lock = client.lock(
             keys.lease(agent_id), timeout=ttl_s, blocking=False, thread_local=False
         )
+        self._key = keys.lease(agent_id)
         self._ttl_s = ttl_s
         self._renew_every_s = max(1.0, ttl_s / 4)
-        self._owner = owner
+        self._owner = f"{owner} {socket.gethostname()} {os.getpid()}"
         self._alive_key = alive_key
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -52,7 +67,10 @@ class ReflectionLease:
 
     def acquire(self) -> bool:
         if not self._lock.acquire(token=self._owner):
-            return False
+            if not _take_from_dead_holder(self._client, self._key):
+                return False
+            if not self._lock.acquire(token=self._owner):
+                return False
         self._keep_alive()
         self._renewer = threading.Thread(target=self._renew, name="lease-renewal", daemon=True)
         self._renewer.start()
@@ -115,3 +133,39 @@ def live_reflection_ids(client: redis.Redis, agent_id: str) -> set[str]:
         key.decode().removeprefix(prefix)
         for key in client.scan_iter(match=keys.live_reflections_pattern(agent_id))
     }
+
+
+def holder_alive(client: redis.Redis, agent_id: str) -> bool:
+    """Whether someone holds the agent's lease who may still be alive."""
+    token = client.get(keys.lease(agent_id))
+    return token is not None and not _dead(token)
+
+
+def _take_from_dead_holder(client: redis.Redis, key: str) -> bool:
+    token = client.get(key)
+    if token is None or not _dead(token):
+        return False
+    taken = bool(client.eval(_DELETE_IF_EQUAL, 1, key, token))
+    if taken:
+        log.warning(
+            "reflection_lease_taken_from_dead_holder", holder=token.decode(errors="replace")
+        )
+    return taken
+
+
+def _dead(token: bytes) -> bool:
+    """A holder that is a process of this host which no longer runs (gone, or a zombie
+    nobody reaped: a killed worker's pool child is reparented to an init that may never
+    reap it, and a zombie still answers ``kill -0``)."""
+    parts = token.decode(errors="replace").split()
+    if len(parts) != 3 or parts[1] != socket.gethostname() or not parts[2].isdigit():
+        return False
+    if not Path("/proc/self/stat").exists():
+        return False  # no /proc: trust the TTL
+    try:
+        stat = Path(f"/proc/{parts[2]}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[:1] == ["Z"]
