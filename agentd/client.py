@@ -402,6 +402,10 @@ def cmd_memory(conn: Connection, args: argparse.Namespace) -> int:
                 f"{commit['short_sha']}  {commit['date'][:19]}  {commit['author']}: "
                 f"{commit['subject']}"
             )
+    elif args.action == "commit":
+        params = {"agent": args.agent, **({"message": args.message} if args.message else {})}
+        commit = conn.result("memory.commit", params)["commit"]
+        print(f"committed {commit[:7]}" if commit else "nothing to commit")
     elif args.path:
         print(conn.result("memory.show", {"agent": args.agent, "path": args.path})["text"], end="")
     else:
@@ -529,11 +533,14 @@ def build_parser() -> argparse.ArgumentParser:
     reflections.add_argument("--limit", type=int, default=20)
     reflections.add_argument("--json", action="store_true")
 
-    memory = command("memory", cmd_memory, "Look at an agent's memory repo.")
-    memory.add_argument("action", choices=("log", "path", "show"))
+    memory = command(
+        "memory", cmd_memory, "Look at an agent's memory repo, or commit edits made by hand."
+    )
+    memory.add_argument("action", choices=("log", "path", "show", "commit"))
     memory.add_argument("path", nargs="?", help="with show: one file, e.g. system/human.md")
     agent_flag(memory)
     memory.add_argument("--limit", type=int, default=20)
+    memory.add_argument("-m", "--message", help="with commit: the commit message")
 
     command("shutdown", cmd_shutdown, "Stop the daemon.")
     return parser

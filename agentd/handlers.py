@@ -20,6 +20,7 @@ from agentd.requests import (
     AgentUpdate,
     Chat,
     ConversationTarget,
+    MemoryCommit,
     MemoryLog,
     MemoryShow,
     MessagesAround,
@@ -41,6 +42,10 @@ from shared.protocol import EVENT_REFLECTION, PROTOCOL_VERSION
 from shared.recall.ranking import SearchRequest
 from shared.reflection.settings import ReflectionOverrides
 from shared.settings import Settings
+
+USER_AUTHOR = "user"
+USER_EMAIL = "user@agentd.local"
+"""Who commits memory edits made by hand (``agentctl memory commit``)."""
 
 
 class Handlers:
@@ -235,6 +240,18 @@ class Handlers:
             return {"agent_id": record.id, "path": params.path, "text": text}
         files = await asyncio.to_thread(repo.read_tree)
         return {"agent_id": record.id, "files": files}
+
+    async def memory_commit(self, params: MemoryCommit, _emit: Emit) -> dict[str, Any]:
+        """Commit edits made by hand in the checkout (they hold reflection back: a merge
+        never runs over uncommitted changes), under the memory lock, as the user."""
+        record = await self.agents.resolve(params.agent)
+        repo = self.agents.memory(record.id)
+        async with repo.edit(
+            params.message, author_name=USER_AUTHOR, author_email=USER_EMAIL
+        ) as change:
+            pass
+        committed = change.after if change.after != change.before else None
+        return {"agent_id": record.id, "commit": committed}
 
     def _agent_view(self, record: AgentRecord) -> dict[str, Any]:
         return {

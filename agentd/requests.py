@@ -145,8 +145,15 @@ class MemoryLog(AgentTarget):
     limit: int = Field(default=20, ge=1, le=1000)
 
 
+HAND_EDIT_MESSAGE = "chore: commit memory edits made by hand"
+
+
 class MemoryShow(AgentTarget):
     path: str | None = Field(default=None, min_length=1, max_length=1000)
+
+
+class MemoryCommit(AgentTarget):
+    message: str = Field(default=HAND_EDIT_MESSAGE, min_length=1, max_length=2000)
 
 
 PARAMS: dict[str, type[Params]] = {
@@ -169,6 +176,7 @@ PARAMS: dict[str, type[Params]] = {
     "memory.log": MemoryLog,
     "memory.path": AgentTarget,
     "memory.show": MemoryShow,
+    "memory.commit": MemoryCommit,
     "shutdown": NoParams,
 }
 

@@ -254,13 +254,9 @@ class _Job:
         worktrees_dir = self.reflections_dir / "worktrees"
         sweep_orphans(memory_dir, worktrees_dir, self._live_reflections())
         with MemoryRepo(memory_dir) as repo:
-            if repo.is_dirty():
-                return self.skipped(
-                    "parent_dirty",
-                    "The memory repo has uncommitted changes, so reflection waits. Commit "
-                    "them with `agentctl memory commit`, or discard them; it retries after "
-                    "the next turn.",
-                )
+            uncommitted = repo.uncommitted()
+        if uncommitted:
+            return self.skipped("parent_dirty", _waiting_for_commit(uncommitted, memory_dir))
         provider = self.ctx.provider_for(agent)
         limits = Limits.for_reader(
             context_window=provider.context_window,
@@ -454,6 +450,17 @@ class _Job:
 
 
 NOT_MERGED = "the agent did not merge the proposal"
+
+
+def _waiting_for_commit(uncommitted: list[str], memory_dir: Path) -> str:
+    shown = ", ".join(uncommitted[:5]) + (
+        f" and {len(uncommitted) - 5} more" if len(uncommitted) > 5 else ""
+    )
+    return (
+        f"Reflection waits: the memory repo has uncommitted changes ({shown}). Commit them "
+        f"with `agentctl memory commit`, or discard them (`git -C {memory_dir} stash -u`); "
+        "it runs again after the next turn."
+    )
 
 
 def _size(path: Path) -> int:

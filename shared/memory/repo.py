@@ -189,7 +189,12 @@ class MemoryRepo:
 
     def is_dirty(self) -> bool:
         """Whether the checkout differs from HEAD, untracked files included."""
-        return bool(self._git("status", "--porcelain").strip())
+        return bool(self.uncommitted())
+
+    def uncommitted(self) -> list[str]:
+        """Paths that differ from HEAD in the checkout, untracked files included."""
+        output = self._git("status", "--porcelain", "-z", "--untracked-files=all")
+        return sorted({entry[3:] for entry in output.split("\0") if len(entry) > 3})
 
     def log(self, limit: int = 20) -> list[CommitInfo]:
         """The last ``limit`` commits of HEAD, newest first."""

@@ -167,3 +167,32 @@ def test_a_crash_of_every_process_mid_reflection_does_not_stall_it(
     assert human.count("- I always want the crash-proof fact") == 1
     assert not list(agentd_home.glob("agents/*/reflections/worktrees/*"))
     assert not list(agentd_home.glob("agents/*/reflections/outbox/*.json"))
+
+
+def _reflection_lines(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [line["data"] for line in lines if line.get("event") == "reflection"]
+
+
+def test_uncommitted_memory_edits_are_told_once_and_memory_commit_lets_reflection_run(
+    daemon: DaemonRunner, agentd_home: Path, stack: dict[str, Any]
+) -> None:
+    stack["workers"].append(WorkerProcess(agentd_home).start())
+    daemon.start(reflection_wait_s=20)
+    daemon.result("reflection.settings", {"trigger": "step-count", "step_count": 1})
+    memory = Path(daemon.result("memory.path")["path"])
+    (memory / "notes.md").write_text("---\ndescription: my notes\n---\nwritten by hand\n")
+
+    (waiting,) = _reflection_lines(daemon.call("chat", {"text": "I always use tabs"}))
+    assert (waiting["status"], waiting["reason"]) == ("skipped", "parent_dirty")
+    assert "notes.md" in waiting["message"] and "agentctl memory commit" in waiting["message"]
+    assert _reflection_lines(daemon.call("chat", {"text": "I always use pnpm"})) == []
+
+    committed = run_agentctl("memory", "commit", "-m", "notes: mine")
+    assert committed.returncode == 0 and committed.stdout.startswith("committed ")
+    (merged,) = _reflection_lines(daemon.call("chat", {"text": "I always use ruff"}))
+
+    assert merged["status"] == "merged"
+    human = _human(daemon)
+    assert all(f"- I always use {tool}\n" in human for tool in ("tabs", "pnpm", "ruff"))
+    assert (memory / "notes.md").read_text().endswith("written by hand\n")
+    assert run_agentctl("memory", "commit").stdout.strip() == "nothing to commit"
