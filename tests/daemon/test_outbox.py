@@ -51,6 +51,25 @@ def agent(agentd_home: Path) -> AgentRecord:
     return record
 
 
+@pytest.fixture
+def reflections(agentd_home: Path) -> Reflections:
+    return _reflections(agentd_home)
+
+
+@pytest.fixture
+def chat(agentd_home: Path, agent: AgentRecord) -> Conversation:
+    return _chat(agentd_home, agent)
+
+
+async def _send(
+    reflections: Reflections, chat: Conversation, trigger: str = "step-count"
+) -> ReflectionRequest:
+    """Record a request for ``chat`` and send it: the agent's running reflection."""
+    request = reflections.outbox.submit(chat.agent_id, trigger, [chat.id])  # type: ignore[arg-type]
+    assert await reflections.dispatch(chat.agent_id) == request
+    return request
+
+
 def _reflections(home: Path) -> Reflections:
     settings = Settings(home=home, reflection_lease_s=3)
     layout = Layout(home)
@@ -115,14 +134,15 @@ def test_a_trigger_during_a_run_waits_as_the_pending_request_and_runs_when_it_en
 
 
 def test_a_manual_request_joins_the_pending_one_and_its_waiter_hears_that_outcome(
-    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
 ) -> None:
-    reflections = _reflections(agentd_home)
-    chat = _chat(agentd_home, agent)
 
     async def scenario() -> None:
-        running = reflections.outbox.submit(agent.id, "step-count", [chat.id])
-        await reflections.dispatch(agent.id)
+        running = await _send(reflections, chat)
         auto = reflections.outbox.submit(agent.id, "step-count", [chat.id])
         manual, reachable = await reflections.request_manual(
             agent, [chat.id], recent=None, instruction="only names"
@@ -142,15 +162,16 @@ def test_a_manual_request_joins_the_pending_one_and_its_waiter_hears_that_outcom
 
 
 def test_a_pending_step_count_request_is_dropped_when_the_run_before_covered_its_steps(
-    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
 ) -> None:
-    reflections = _reflections(agentd_home)
-    chat = _chat(agentd_home, agent)
     state_file = chat.directory / "reflection-state.json"
 
     async def scenario() -> None:
-        running = reflections.outbox.submit(agent.id, "step-count", [chat.id])
-        await reflections.dispatch(agent.id)
+        running = await _send(reflections, chat)
         reflections.outbox.submit(agent.id, "step-count", [chat.id])
         state = json.loads(state_file.read_text())
         state["reflected_completed_steps"] = state["total_completed_steps"]  # the run read it
@@ -165,14 +186,15 @@ def test_a_pending_step_count_request_is_dropped_when_the_run_before_covered_its
 
 
 def test_a_consumed_outcome_with_unread_messages_asks_for_the_next_job_at_once(
-    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
 ) -> None:
-    reflections = _reflections(agentd_home)
-    chat = _chat(agentd_home, agent)
 
     async def scenario() -> None:
-        running = reflections.outbox.submit(agent.id, "manual", [chat.id])
-        await reflections.dispatch(agent.id)
+        running = await _send(reflections, chat, "manual")
 
         await reflections._on_outcome(_outcome(running, "no_changes", unread=[chat.id]))
 
@@ -184,14 +206,15 @@ def test_a_consumed_outcome_with_unread_messages_asks_for_the_next_job_at_once(
 
 
 def test_a_job_that_found_the_agent_busy_is_sent_again_only_after_the_lease_expired(
-    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
 ) -> None:
-    reflections = _reflections(agentd_home)
-    chat = _chat(agentd_home, agent)
 
     async def scenario() -> None:
-        running = reflections.outbox.submit(agent.id, "step-count", [chat.id])
-        await reflections.dispatch(agent.id)
+        running = await _send(reflections, chat)
         await reflections._on_outcome(_outcome(running, "skipped", reason="already_active"))
         await reflections.reconcile()
         assert _queued_jobs(redis_server) == [running.request_id]
@@ -208,16 +231,17 @@ def test_a_job_that_found_the_agent_busy_is_sent_again_only_after_the_lease_expi
 
 
 def test_a_sent_job_redis_no_longer_knows_is_sent_again_at_the_first_reconcile(
-    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
 ) -> None:
     """The crash of everything with a Redis that lost its data: the entry says "sent",
     Redis knows nothing; the daemon's first pass sends it again, not 15 minutes later."""
-    reflections = _reflections(agentd_home)
-    chat = _chat(agentd_home, agent)
 
     async def scenario() -> None:
-        running = reflections.outbox.submit(agent.id, "step-count", [chat.id])
-        await reflections.dispatch(agent.id)
+        running = await _send(reflections, chat)
         redis_server.client.flushall()
 
         await _reflections(agentd_home).reconcile()  # a new daemon
@@ -229,17 +253,18 @@ def test_a_sent_job_redis_no_longer_knows_is_sent_again_at_the_first_reconcile(
 
 
 def test_a_job_stranded_without_its_lease_or_its_message_is_sent_again(
-    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
 ) -> None:
     """Celery strands a job in its unacked set when Redis goes away mid-job: the job is
     marked running, nobody holds the agent, the queue is empty. It is lost, not slow."""
-    reflections = _reflections(agentd_home)
-    chat = _chat(agentd_home, agent)
     client = redis_server.client
 
     async def scenario() -> None:
-        running = reflections.outbox.submit(agent.id, "step-count", [chat.id])
-        await reflections.dispatch(agent.id)
+        running = await _send(reflections, chat)
         client.delete(keys.REFLECTION_QUEUE)  # a worker took it...
         stale = JobState(state="running", at=time.time() - 5).model_dump_json()
         client.set(keys.job_state(running.request_id), stale)  # ...and started it
@@ -260,14 +285,15 @@ def test_a_job_stranded_without_its_lease_or_its_message_is_sent_again(
 
 
 def test_a_finished_job_settles_its_entry_from_redis_when_the_stream_was_missed(
-    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
 ) -> None:
-    reflections = _reflections(agentd_home)
-    chat = _chat(agentd_home, agent)
 
     async def scenario() -> None:
-        running = reflections.outbox.submit(agent.id, "step-count", [chat.id])
-        await reflections.dispatch(agent.id)
+        running = await _send(reflections, chat)
         outcome = _outcome(running)
         redis_server.client.set(keys.job_state(running.request_id), outcome.model_dump_json())
         waiting = asyncio.create_task(reflections.wait(running.request_id, 10))
@@ -281,10 +307,8 @@ def test_a_finished_job_settles_its_entry_from_redis_when_the_stream_was_missed(
 
 
 def test_with_redis_down_requests_wait_on_disk_and_go_out_when_it_is_back(
-    agentd_home: Path, agent: AgentRecord
+    agentd_home: Path, agent: AgentRecord, reflections: Reflections, chat: Conversation
 ) -> None:
-    reflections = _reflections(agentd_home)
-    chat = _chat(agentd_home, agent)
 
     async def scenario() -> None:
         request = reflections.outbox.submit(agent.id, "step-count", [chat.id])
@@ -301,10 +325,12 @@ def test_with_redis_down_requests_wait_on_disk_and_go_out_when_it_is_back(
 
 
 def test_a_damaged_entry_is_moved_aside_and_the_others_still_go_out(
-    agentd_home: Path, agent: AgentRecord, redis_server: RedisForTests
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
 ) -> None:
-    reflections = _reflections(agentd_home)
-    chat = _chat(agentd_home, agent)
     outbox = reflections.outbox.directory(agent.id)
     outbox.mkdir(parents=True)
     (outbox / "rq-00-garbled.json").write_text('{"request": {"agent_id": ')
