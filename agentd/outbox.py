@@ -52,8 +52,6 @@ class OutboxEntry(BaseModel):
     request: ReflectionRequest
     state: EntryState = "pending"
     sent_at: float | None = None
-    resend_at: float | None = None
-    """Set when the job found the agent's lease taken: send again after it expires."""
     attempts: int = 0
 
 
@@ -191,7 +189,7 @@ class Outbox:
         finally:
             client.close()
         self.broker_down = False
-        entry.state, entry.sent_at, entry.resend_at = "sent", time.time(), None
+        entry.state, entry.sent_at = "sent", time.time()
         entry.attempts += 1
         self.save(entry)
         log.info("reflection_sent", request_id=request.request_id, attempt=entry.attempts)
@@ -261,6 +259,7 @@ def read_outcomes(layout: Layout, agent_id: str, *, tail: int = 100) -> list[Ref
 
 
 def answers_request(outcome: ReflectionOutcome) -> bool:
-    """Every outcome settles its request except ``already_active``: that job found another
-    holding the agent, and is sent again once the lease is free."""
+    """Every outcome settles its request except ``already_active``: that delivery found a
+    copy of the job (or a sweep) holding the agent, whose outcome is still to come; if none
+    comes, the job looks lost once the lease is free, and is sent again."""
     return outcome.reason != "already_active"

@@ -9,9 +9,10 @@ covered its steps), a compaction or a manual request is not. A consumed outcome 
 messages unread asks for the next job at once, until the conversation is reflected.
 
 Outcomes come back on a Redis stream; should Redis lose them, from the job's record in
-Redis or from ``reflections/log.jsonl``. The reconcile loop also sends again what Redis
-does not know (after Redis lost its data, or a crash of everything) and what waited for
-the broker; it runs at start, every few seconds, and survives any error of one pass.
+Redis or from ``reflections/log.jsonl``. The reconcile loop also sends again a job Redis
+does not know (after Redis lost its data) or that looks lost (:mod:`shared.coordination.jobs`:
+its worker died, or Celery stranded it when Redis went away), and what waited for the
+broker; it runs at start, every few seconds, and survives any error of one pass.
 The client is told at the end of the turn that triggered the reflection if it finishes
 within ``reflection_wait_s``, else at the end of the agent's next turn, or by
 ``agentctl reflect --wait``.
@@ -246,12 +247,9 @@ class Reflections:
 
     @staticmethod
     def _lost_or_due(entry: OutboxEntry, status: str) -> bool:
-        now = time.time()
         if status in ("unknown", "lost"):
             return True
-        if entry.resend_at is not None:
-            return now >= entry.resend_at
-        return entry.sent_at is None or now - entry.sent_at >= RESEND_AFTER_S
+        return entry.sent_at is None or time.time() - entry.sent_at >= RESEND_AFTER_S
 
     async def _listen_loop(self) -> None:
         import redis.asyncio as aioredis
@@ -293,7 +291,6 @@ class Reflections:
     async def _on_outcome(self, outcome: ReflectionOutcome) -> None:
         """Settle the request the outcome answers, start what waits, tell who waits."""
         if not answers_request(outcome):
-            self._retry_when_free(outcome)
             return
         if not self.outbox.remove(outcome.request_id, outcome.agent_id):
             return  # already settled (the stream and the logs both told us)
@@ -301,14 +298,6 @@ class Reflections:
             self.outbox.submit(outcome.agent_id, outcome.trigger, outcome.unread)
         self._deliver(outcome)
         await self.dispatch(outcome.agent_id)
-
-    def _retry_when_free(self, outcome: ReflectionOutcome) -> None:
-        """The job found another holding the agent's lease (a copy of itself, or a job of
-        an earlier daemon): send it again once that lease must have expired."""
-        entry = self.outbox.sent(outcome.agent_id)
-        if entry is not None and entry.request.request_id == outcome.request_id:
-            entry.resend_at = time.time() + self.settings.reflection_lease_s + 2
-            self.outbox.save(entry)
 
     def _deliver(self, outcome: ReflectionOutcome) -> None:
         waiters = self._waiters.pop(outcome.request_id, [])

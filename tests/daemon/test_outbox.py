@@ -205,27 +205,29 @@ def test_a_consumed_outcome_with_unread_messages_asks_for_the_next_job_at_once(
     asyncio.run(scenario())
 
 
-def test_a_job_that_found_the_agent_busy_is_sent_again_only_after_the_lease_expired(
-    agentd_home: Path,
+def test_a_busy_skip_settles_nothing_and_the_job_is_not_sent_while_its_copy_runs(
     agent: AgentRecord,
     redis_server: RedisForTests,
     reflections: Reflections,
     chat: Conversation,
 ) -> None:
+    """``already_active``: a copy of the job holds the agent. Its outcome is still to
+    come; sending again now would only make another busy skip."""
+    client = redis_server.client
 
     async def scenario() -> None:
         running = await _send(reflections, chat)
+        client.delete(keys.REFLECTION_QUEUE)  # the copy took the message and runs
+        started = JobState(state="running", at=time.time() - LOST_AFTER_S - 1)
+        client.set(keys.job_state(running.request_id), started.model_dump_json())
+        client.set(keys.lease(agent.id), f"{running.request_id} elsewhere 1")
+
         await reflections._on_outcome(_outcome(running, "skipped", reason="already_active"))
         await reflections.reconcile()
-        assert _queued_jobs(redis_server) == [running.request_id]
 
         (entry,) = reflections.outbox.entries(agent.id)
-        assert entry.resend_at is not None
-        entry.resend_at -= 10
-        reflections.outbox.save(entry)
-        await reflections.reconcile()
-
-        assert _queued_jobs(redis_server) == [running.request_id, running.request_id]
+        assert (entry.request.request_id, entry.state) == (running.request_id, "sent")
+        assert _queued_jobs(redis_server) == []
 
     asyncio.run(scenario())
 
