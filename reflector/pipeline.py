@@ -2,8 +2,9 @@
 
 Gates, in order, each an outcome with a reason: ``memfs_disabled``; ``retry_backoff``
 and ``configuration_error`` (automatic runs only; manual runs bypass them);
-``already_active`` (another job holds the agent's lease; the daemon, which sends one job
-per agent at a time, sends this one again once the lease is free); ``parent_dirty``
+``already_active`` (another job — a copy of this one, since the daemon sends one job per
+agent at a time — holds the agent's lease; its outcome settles the request);
+``parent_dirty``
 (checked before any payload or worktree exists); ``no_payload``. Then the slice after
 each conversation's watermark, up to a snapshot end recorded now (messages appended while
 the job runs stay unreflected) and cut to the job's budget, becomes a payload; the
