@@ -1,0 +1,1 @@
+"""Fault injection: the chaos bench (``chaos.py``) and what it builds on."""
