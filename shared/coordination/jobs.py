@@ -3,11 +3,13 @@
 The daemon marks a job ``queued`` before it hands it to Celery; the worker marks it
 ``running`` once it holds the agent's lease, and stores the outcome before it lets the
 lease go. After a crash the daemon asks, and a job is sent again at once when Redis does
-not know it (its state went with a Redis that lost its data) or when it looks *lost*: not
-finished, no live process holds its agent's lease, its message is not waiting in the
-queue, for longer than a job needs to get from the queue to its lease. That is the job whose worker
-was killed, or whose message Celery stranded in its unacked set when the connection to
-Redis broke mid-job (it would come back only after the visibility timeout, hours later).
+not know it (its state went with a Redis that lost its data) or when it is *lost*: not
+finished and no live process holds its agent's lease. A running job holds the lease from
+before it says "running" until after its outcome is stored; a queued one that is neither
+in the queue nor holding the lease after :data:`LOST_AFTER_S` never got going. That is the
+job whose worker was killed, or whose message Celery stranded in its unacked set when the
+connection to Redis broke mid-job (it would come back only after the visibility timeout,
+hours later).
 
 A job may run twice, so the stored outcome also turns a redelivery of a finished job into
 a no-op, and the try count stops a job that keeps killing its worker.
@@ -30,7 +32,8 @@ from shared.models.reflection import ReflectionOutcome
 log = structlog.get_logger(__name__)
 
 LOST_AFTER_S = 30.0
-"""How long a job may be neither queued nor holding its lease before it counts as lost."""
+"""How long a queued job may be neither in the queue nor holding its lease (a worker took
+its message and is on its way to the lease) before it counts as lost."""
 
 Known = Literal["unknown", "queued", "running", "lost"]
 
@@ -62,9 +65,11 @@ def status(client: redis.Redis, job_id: str, agent_id: str) -> Known | Reflectio
         return "unknown"
     if isinstance(found, ReflectionOutcome):
         return found
-    if time.time() - found.at < LOST_AFTER_S:
+    if holder_alive(client, agent_id):
         return found.state
-    if holder_alive(client, agent_id) or job_id in _queued_ids(client):
+    if found.state == "running":
+        return "lost"  # it took the lease before it said so, and keeps it until it is done
+    if time.time() - found.at < LOST_AFTER_S or job_id in _queued_ids(client):
         return found.state
     return "lost"
 

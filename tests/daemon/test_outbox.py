@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -254,34 +256,54 @@ def test_a_sent_job_redis_no_longer_knows_is_sent_again_at_the_first_reconcile(
     asyncio.run(scenario())
 
 
-def test_a_job_stranded_without_its_lease_or_its_message_is_sent_again(
-    agentd_home: Path,
+def test_a_running_job_whose_lease_holder_died_is_sent_again_at_once(
     agent: AgentRecord,
     redis_server: RedisForTests,
     reflections: Reflections,
     chat: Conversation,
 ) -> None:
-    """Celery strands a job in its unacked set when Redis goes away mid-job: the job is
-    marked running, nobody holds the agent, the queue is empty. It is lost, not slow."""
+    """Celery strands a job in its unacked set when Redis goes away mid-job, and kills the
+    pool process that ran it: marked running, its lease's holder dead, the queue empty."""
     client = redis_server.client
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    live = subprocess.Popen(["sleep", "30"])
 
     async def scenario() -> None:
         running = await _send(reflections, chat)
-        client.delete(keys.REFLECTION_QUEUE)  # a worker took it...
-        stale = JobState(state="running", at=time.time() - 5).model_dump_json()
-        client.set(keys.job_state(running.request_id), stale)  # ...and started it
+        client.delete(keys.REFLECTION_QUEUE)  # a worker took it and started it
+        started = JobState(state="running", at=time.time()).model_dump_json()
+        client.set(keys.job_state(running.request_id), started)
+        client.set(keys.lease(agent.id), f"{running.request_id} {socket.gethostname()} {live.pid}")
         await reflections.reconcile()
-        assert _queued_jobs(redis_server) == []  # too recent to call lost
+        assert _queued_jobs(redis_server) == []  # its holder lives: it is running
 
-        lost = JobState(state="running", at=time.time() - LOST_AFTER_S - 1).model_dump_json()
-        client.set(keys.job_state(running.request_id), lost)
-        client.set(keys.lease(agent.id), "someone")
-        await reflections.reconcile()
-        assert _queued_jobs(redis_server) == []  # its agent's lease is held: still running
-
-        client.delete(keys.lease(agent.id))
+        client.set(keys.lease(agent.id), f"{running.request_id} {socket.gethostname()} {dead.pid}")
         await reflections.reconcile()
         assert _queued_jobs(redis_server) == [running.request_id]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_queued_job_that_never_got_going_is_sent_again_after_a_grace(
+    redis_server: RedisForTests, reflections: Reflections, chat: Conversation
+) -> None:
+    client = redis_server.client
+
+    async def scenario() -> None:
+        queued = await _send(reflections, chat)
+        client.delete(keys.REFLECTION_QUEUE)  # taken by a worker, which then died
+        await reflections.reconcile()
+        assert _queued_jobs(redis_server) == []  # on its way to the lease, maybe
+
+        late = JobState(state="queued", at=time.time() - LOST_AFTER_S - 1).model_dump_json()
+        client.set(keys.job_state(queued.request_id), late)
+        await reflections.reconcile()
+        assert _queued_jobs(redis_server) == [queued.request_id]
 
     asyncio.run(scenario())
 
