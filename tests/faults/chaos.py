@@ -21,6 +21,7 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -186,15 +187,19 @@ class Bench:
         self, ctx: RunContext, restarted_at: float, said: list[Said], result: RunResult
     ) -> list[Problem]:
         home, options = ctx.home, self.options
-        assert self.clean_s is not None
+        assert self.clean_s is not None and self.scenario is not None
         stall_limit = options.stall_s + self.clean_s
         problems: list[Problem] = []
+        deaths: dict[str, float] = {}
+        casualties = self.scenario.stack.casualties
         landed_at = _landed(
             home,
             ctx.token,
             restarted_at + stall_limit,
             restarted_at + options.settle_s,
             result.details,
+            casualties,
+            deaths,
         )
         if landed_at is None:
             problems.append(
@@ -221,6 +226,16 @@ class Bench:
             Problem("left_over", f"{what} (still there after {options.quiet_s:.0f} s more)")
             for what in left
         ]
+        for death in casualties():
+            deaths.setdefault(death, time.monotonic())
+        problems += [
+            Problem(
+                "error",
+                f"{death}, seen {seen - restarted_at:.1f} s after the restart; "
+                "the bench did not kill it",
+            )
+            for death, seen in deaths.items()
+        ]
         count = fact_count(home, ctx.token)
         if count > 1:
             problems.append(Problem("duplicated", f"{ctx.fact!r} is in memory {count} times"))
@@ -229,21 +244,32 @@ class Bench:
 
 
 def _landed(
-    home: Home, token: str, stall_at: float, deadline: float, seen_at_stall: list[str]
+    home: Home,
+    token: str,
+    stall_at: float,
+    deadline: float,
+    seen_at_stall: list[str],
+    casualties: Callable[[], list[str]],
+    deaths: dict[str, float],
 ) -> float | None:
     """When the token was first seen in memory, or None by the deadline. If it is not
     there when ``stall_at`` passes, what the agent's state was then goes to
-    ``seen_at_stall`` (the state at the end of a stalled run says little)."""
-    while time.monotonic() < deadline:
+    ``seen_at_stall`` (the state at the end of a stalled run says little); every process
+    of the stack seen dead goes to ``deaths`` with when it was first seen so."""
+    while True:
+        now = time.monotonic()
+        for death in casualties():
+            deaths.setdefault(death, now)
         try:
             if fact_count(home, token):
-                return time.monotonic()
+                return now
         except HarnessError:
             pass  # a ref moving under git grep; look again
-        if not seen_at_stall and time.monotonic() > stall_at:
+        if now > deadline:
+            return None
+        if not seen_at_stall and now > stall_at:
             seen_at_stall += [f"at the stall limit: {line}" for line in snapshot(home)]
         time.sleep(LANDED_POLL_S)
-    return None
 
 
 def _rng(seed: int, scenario: str, number: int) -> random.Random:

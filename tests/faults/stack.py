@@ -389,6 +389,19 @@ class Pieces:
         """The worker's prefork pool processes (its direct children)."""
         return [pid for pid in descendants(worker.pid) if (_stat(pid) or ("", 0))[1] == worker.pid]
 
+    def casualties(self) -> list[str]:
+        """Processes of the stack that are dead now: after the bench's own restarts, a
+        death here is one the bench did not cause."""
+        dead = [
+            f"{child.name} (pid {child.pid}) exited with status {child.proc.returncode}"
+            for child in [self.daemon, *self.workers]
+            if child.proc is not None and child.proc.poll() is not None
+        ]
+        valkey = self.valkey.server.process
+        if valkey is not None and valkey.poll() is not None:
+            dead.append(f"valkey (pid {valkey.pid}) exited with status {valkey.returncode}")
+        return dead
+
     def stop(self) -> None:
         for child in [self.daemon, *self.workers]:
             child.stop()
@@ -442,6 +455,13 @@ class Up:
         ]
         candidates += [pid for pid in _all_pids() if socket_path in cmdline(pid)]
         return candidates[0] if candidates else None
+
+    def casualties(self) -> list[str]:
+        """``agentd up`` itself, if it died (it restarts its own children)."""
+        proc = self.supervisor.proc
+        if proc is None or proc.poll() is None:
+            return []
+        return [f"agentd up (pid {proc.pid}) exited with status {proc.returncode}"]
 
     def valkey_answers(self) -> bool:
         return ping(self.home.valkey_socket)
