@@ -66,6 +66,10 @@ from shared.store.layout import Layout
 log = structlog.get_logger(__name__)
 
 SUBAGENT_MAX_STEPS = 12
+LEASE_WAIT_S = 3.0
+"""How long a job waits for its agent's lease before it counts as ``already_active``: a
+worker's start-up sweep holds it for milliseconds, and a job redelivered just then must
+run, not skip."""
 CONFIGURATION_ERRORS = frozenset({"provider_config", "provider_auth", "prompt_floor"})
 
 
@@ -212,7 +216,7 @@ class _Job:
                 )
         lease = self._lease()
         if lease is not None:
-            if not lease.acquire():
+            if not lease.acquire(wait_s=LEASE_WAIT_S):
                 return self.skipped("already_active", "Another reflection is running; queued.")
             self.lease = lease
         if self.ctx.redis is not None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from pathlib import Path
 from types import TracebackType
 
@@ -34,6 +35,8 @@ from redis.exceptions import LockError, LockNotOwnedError
 from shared.coordination import keys
 
 log = structlog.get_logger(__name__)
+
+ACQUIRE_POLL_S = 0.1
 
 _DELETE_IF_EQUAL = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
@@ -65,16 +68,25 @@ class ReflectionLease:
         self.lost = False
         """Set when a renewal failed: another holder may have the agent now."""
 
-    def acquire(self) -> bool:
-        if not self._lock.acquire(token=self._owner):
-            if not _take_from_dead_holder(self._client, self._key):
+    def acquire(self, wait_s: float = 0.0) -> bool:
+        """Take the lease, waiting up to ``wait_s`` for a holder that is about to let go
+        (a worker's start-up sweep holds each agent's lease for milliseconds)."""
+        deadline = time.monotonic() + wait_s
+        while not self._try_acquire():
+            if time.monotonic() >= deadline:
                 return False
-            if not self._lock.acquire(token=self._owner):
-                return False
+            time.sleep(ACQUIRE_POLL_S)
         self._keep_alive()
         self._renewer = threading.Thread(target=self._renew, name="lease-renewal", daemon=True)
         self._renewer.start()
         return True
+
+    def _try_acquire(self) -> bool:
+        if self._lock.acquire(token=self._owner):
+            return True
+        return _take_from_dead_holder(self._client, self._key) and bool(
+            self._lock.acquire(token=self._owner)
+        )
 
     def _keep_alive(self) -> None:
         if self._alive_key is not None:
