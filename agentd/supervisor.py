@@ -3,9 +3,12 @@
 It starts the embedded Valkey (unless ``AGENTD_REDIS_URL`` points at a Redis), then the
 chat daemon and ``AGENTD_WORKERS`` reflection workers as child processes, prefixing
 their output with their names. Ctrl-C or SIGTERM stops the children (workers finish the
-job in hand), then Redis. A child that dies, Valkey included, is reported and restarted,
-at most :data:`MAX_RESTARTS` times a minute; the others keep running (while Valkey is
-down the daemon keeps reflection requests on disk and the workers reconnect). A second
+job in hand), then Redis. A child that dies, Valkey included, is reported and restarted;
+the others keep running (while Valkey is down the daemon keeps reflection requests on
+disk and the workers reconnect). Only a crash loop stops the stack: a child that dies
+within :data:`EARLY_DEATH_S` of its start :data:`MAX_RESTARTS` times in a minute (a bad
+setting, a missing binary). One that ran for a while and was killed — an OOM kill, a
+stray ``kill -9`` — is always restarted, however often it happens. A second
 ``agentd up`` on the same home refuses to start: ``run/up.lock`` is held for the run,
 which also tells ``agentctl status`` that a stack is alive. ``agentctl shutdown`` (the
 daemon exiting cleanly) stops the whole stack.
@@ -32,6 +35,8 @@ from shared.store.layout import Layout
 
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
+EARLY_DEATH_S = 10.0
+"""A child that dies sooner than this after starting counts toward the crash-loop limit."""
 STOP_GRACE_S = 20.0
 LOCK_GRACE_S = 1.0
 """How long a starting ``agentd up`` retries the lock: a status probe holds it for
@@ -48,7 +53,14 @@ class Child:
     color: str
     launch: Callable[[], subprocess.Popen[bytes]]
     process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    """When the running process was started (monotonic)."""
     restarts: deque[float] = field(default_factory=deque)
+    """When it died early, within the last :data:`RESTART_WINDOW_S`."""
+
+    def start(self) -> None:
+        self.process = self.launch()
+        self.started_at = time.monotonic()
 
 
 def up_is_running(layout: Layout) -> bool:
@@ -156,7 +168,13 @@ class Stack:
             log_path=layout.logs_dir / "valkey.log",
         )
         self.redis.start()  # a failure here stops `agentd up` before anything else starts
-        self.valkey = Child("valkey", _VALKEY_COLOR, self._restart_valkey, self.redis.process)
+        self.valkey = Child(
+            "valkey",
+            _VALKEY_COLOR,
+            self._restart_valkey,
+            self.redis.process,
+            started_at=time.monotonic(),
+        )
         self._say(
             "valkey", f"embedded Valkey on {location.socket_path}, data in {layout.valkey_dir}"
         )
@@ -184,7 +202,7 @@ class Stack:
 
     def _add(self, name: str, argv: list[str], color: str) -> None:
         child = Child(name, color, lambda: self._spawn(name, argv, color))
-        child.process = child.launch()
+        child.start()
         self.children.append(child)
 
     def _spawn(self, name: str, argv: list[str], color: str) -> subprocess.Popen[bytes]:
@@ -231,18 +249,20 @@ class Stack:
                 now = time.monotonic()
                 while child.restarts and now - child.restarts[0] > RESTART_WINDOW_S:
                     child.restarts.popleft()
-                if len(child.restarts) >= MAX_RESTARTS:
-                    self._say(
-                        child.name,
-                        f"exited with status {status} again; giving up "
-                        f"after {MAX_RESTARTS} restarts in a minute",
-                        child.color,
-                    )
-                    self._stopping.set()
-                    return
-                child.restarts.append(now)
+                if now - child.started_at < EARLY_DEATH_S:
+                    if len(child.restarts) >= MAX_RESTARTS:
+                        self._say(
+                            child.name,
+                            f"exited with status {status} again; giving up after "
+                            f"{MAX_RESTARTS} restarts in a minute that each died within "
+                            f"{EARLY_DEATH_S:.0f} s",
+                            child.color,
+                        )
+                        self._stopping.set()
+                        return
+                    child.restarts.append(now)
                 self._say(child.name, f"exited with status {status}; restarting", child.color)
-                child.process = child.launch()
+                child.start()
 
     def _stop_all(self) -> None:
         running = [c for c in self.children if c.process and c.process.poll() is None]

@@ -1,0 +1,67 @@
+"""``agentd up`` gives up only on a crash loop: a child killed after it ran a while is
+restarted however often that happens (an OOM killer, a stray kill -9), while one that
+dies right after every start stops the stack instead of spinning."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agentd import supervisor
+from agentd.supervisor import Child, Stack
+from shared.settings import Settings
+
+
+def _watching(stack: Stack) -> threading.Thread:
+    watcher = threading.Thread(target=stack._watch, daemon=True)
+    watcher.start()
+    return watcher
+
+
+def test_a_child_killed_after_running_a_while_is_always_restarted(
+    agentd_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(supervisor, "EARLY_DEATH_S", 0.3)
+    stack = Stack(Settings(home=agentd_home))
+    child = Child("sleeper", "37", lambda: subprocess.Popen(["sleep", "60"]))
+    child.start()
+    stack.children = [child]
+    watcher = _watching(stack)
+    try:
+        for _ in range(supervisor.MAX_RESTARTS + 3):
+            time.sleep(0.5)  # longer than an early death
+            assert child.process is not None
+            killed = child.process
+            killed.kill()
+            deadline = time.monotonic() + 5
+            while child.process is killed and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert child.process is not killed, "the killed child was not restarted"
+        assert watcher.is_alive() and not stack._stopping.is_set()
+    finally:
+        stack._stopping.set()
+        watcher.join(5)
+        if child.process is not None:
+            child.process.kill()
+            child.process.wait()
+
+
+def test_a_child_that_dies_at_every_start_stops_the_stack(
+    agentd_home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stack = Stack(Settings(home=agentd_home))
+    failing = [sys.executable, "-c", "raise SystemExit(3)"]
+    child = Child("broken", "37", lambda: subprocess.Popen(failing))
+    child.start()
+    stack.children = [child]
+
+    _watching(stack).join(30)
+
+    assert stack._stopping.is_set()
+    assert len(child.restarts) == supervisor.MAX_RESTARTS
+    assert "giving up after 5 restarts in a minute" in capsys.readouterr().out
