@@ -136,7 +136,6 @@ def test_a_trigger_during_a_run_waits_as_the_pending_request_and_runs_when_it_en
 
 
 def test_a_manual_request_joins_the_pending_one_and_its_waiter_hears_that_outcome(
-    agentd_home: Path,
     agent: AgentRecord,
     redis_server: RedisForTests,
     reflections: Reflections,
@@ -164,7 +163,6 @@ def test_a_manual_request_joins_the_pending_one_and_its_waiter_hears_that_outcom
 
 
 def test_a_pending_step_count_request_is_dropped_when_the_run_before_covered_its_steps(
-    agentd_home: Path,
     agent: AgentRecord,
     redis_server: RedisForTests,
     reflections: Reflections,
@@ -188,7 +186,6 @@ def test_a_pending_step_count_request_is_dropped_when_the_run_before_covered_its
 
 
 def test_a_consumed_outcome_with_unread_messages_asks_for_the_next_job_at_once(
-    agentd_home: Path,
     agent: AgentRecord,
     redis_server: RedisForTests,
     reflections: Reflections,
@@ -309,7 +306,6 @@ def test_a_queued_job_that_never_got_going_is_sent_again_after_a_grace(
 
 
 def test_a_finished_job_settles_its_entry_from_redis_when_the_stream_was_missed(
-    agentd_home: Path,
     agent: AgentRecord,
     redis_server: RedisForTests,
     reflections: Reflections,
@@ -349,7 +345,6 @@ def test_with_redis_down_requests_wait_on_disk_and_go_out_when_it_is_back(
 
 
 def test_a_damaged_entry_is_moved_aside_and_the_others_still_go_out(
-    agentd_home: Path,
     agent: AgentRecord,
     redis_server: RedisForTests,
     reflections: Reflections,
