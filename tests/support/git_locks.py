@@ -5,8 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from shared.memory.git_locks import live_git_processes
 
 LONG_AGO = 946_684_800.0
 """2000-01-01 UTC: before this machine booted, so before every live process started."""
@@ -24,12 +27,18 @@ def plant_stale_lock(path: Path) -> Path:
 def live_git(cwd: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A git process that stays alive until the block ends (``cat-file`` reading stdin).
 
-    A lock planted inside the block was written after it started, as if it held it."""
+    The block starts once ``/proc`` shows it as a git, so a lock planted inside the block
+    was written after it started, as if it held it."""
     process = subprocess.Popen(
         ["git", "-C", str(cwd), "cat-file", "--batch"],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
     )
+    deadline = time.monotonic() + 10
+    while not any(p.pid == process.pid for p in live_git_processes() or []):
+        assert process.poll() is None, f"the live git exited with status {process.returncode}"
+        assert time.monotonic() < deadline, "the live git never showed in /proc"
+        time.sleep(0.01)
     try:
         yield process
     finally:
