@@ -95,7 +95,7 @@ async def run_reflection_subagent(
     turn = Turn(
         conversation=conversation,
         provider=provider,
-        tools=reflection_tools(),
+        tools=reflection_tools(payload),
         tool_context=reflection_context(
             worktree=worktree,
             payload_path=payload.path,

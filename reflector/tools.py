@@ -17,7 +17,6 @@ bubblewrap the sub-agent runs with the path guard and the scrubbed environment o
 from __future__ import annotations
 
 import functools
-import json
 import shutil
 import subprocess
 import tempfile
@@ -28,6 +27,7 @@ from shared.agent.tools.bash import Bash
 from shared.agent.tools.files import EditFile
 from shared.ids import REFLECTION_SUFFIX
 from shared.providers.base import ToolSchema
+from shared.reflection.payload import PayloadFile
 from shared.settings import DEFAULT_BASH_OUTPUT_CHARS
 
 PROBE_TIMEOUT_S = 10.0
@@ -47,13 +47,16 @@ class ReflectionBash(Bash):
         parameters=Bash.schema.parameters,
     )
 
+    def __init__(self, readable: list[Path]) -> None:
+        self.readable = readable
+        """The payload's files: the only things outside the checkout the sandbox shows."""
+
     def command_prefix(self, ctx: ToolContext) -> list[str]:
         if not sandbox_available():
             return []
-        payload = ctx.extra_env.get("TRANSCRIPT_PATH")
         return bwrap_prefix(
             writable=[ctx.workspace, *_git_common_dir(ctx.workspace)],
-            readable=_payload_files(Path(payload)) if payload else [],
+            readable=self.readable,
             cwd=ctx.workspace,
         )
 
@@ -69,9 +72,9 @@ class ReflectionEditFile(EditFile):
     )
 
 
-def reflection_tools() -> list[Tool]:
-    """The sub-agent's only tools."""
-    return [ReflectionBash(), ReflectionEditFile()]
+def reflection_tools(payload: PayloadFile) -> list[Tool]:
+    """The sub-agent's only tools; its bash may read ``payload``'s files."""
+    return [ReflectionBash(payload.files), ReflectionEditFile()]
 
 
 def reflection_context(
@@ -187,17 +190,3 @@ def _git_common_dir(worktree: Path) -> list[Path]:
     if out.returncode != 0 or not common.is_dir() or common.is_relative_to(worktree):
         return []
     return [common]
-
-
-def _payload_files(payload: Path) -> list[Path]:
-    """The payload, and for a multi-conversation manifest every slice file it lists."""
-    files = [payload]
-    try:
-        data = json.loads(payload.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return files
-    if isinstance(data, dict):
-        for entry in data.get("transcripts") or []:
-            if isinstance(entry, dict) and isinstance(entry.get("payload_path"), str):
-                files.append(Path(entry["payload_path"]))
-    return files

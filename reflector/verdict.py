@@ -44,22 +44,25 @@ def judge(messages: list[Message], payload: PayloadFile, final_report: str) -> V
     payload none of whose messages came back in a tool result, an empty report.
     """
     reading = Reading(payload, [m.content for m in messages if m.role == "tool"])
-    read = {id(shown): reading.consumed(shown) for shown in payload.slices}
-    unreflected = [shown for shown in payload.slices if shown.slice.mode == "unreflected"]
-    unread = [
-        shown.slice.conversation_id
-        for shown in unreflected
-        if not shown.complete or read[id(shown)] != shown.slice
-    ]
+    read = [(shown, reading.consumed(shown)) for shown in payload.slices]
     stop = _last_stop_reason(messages)
     if stop is not None and stop != "end_turn":
         return _failed(stop, payload)
-    if not any(read.values()):
+    if not any(through for _, through in read):
         return _failed("not_read", payload)
     if not final_report.strip():
         return _failed("empty_report", payload)
-    consumed = [slice for shown in unreflected if (slice := read[id(shown)]) is not None]
-    return Verdict(success=True, reason="ok", consumed=consumed, unread=unread)
+    unreflected = [(shown, through) for shown, through in read if shown.slice.mode == "unreflected"]
+    return Verdict(
+        success=True,
+        reason="ok",
+        consumed=[through for _, through in unreflected if through is not None],
+        unread=[
+            shown.slice.conversation_id
+            for shown, through in unreflected
+            if not shown.complete or through != shown.slice
+        ],
+    )
 
 
 def _failed(reason: Reason, payload: PayloadFile) -> Verdict:

@@ -6,7 +6,9 @@ came back: the tool *results* the sub-agent received. A message was read when it
 exactly as written into the payload, appears in a tool result — quoted as JSON (``cat``,
 ``jq '.[].content'``, ``grep``) or raw (``jq -r``); a short text only as a whole line or a
 quoted JSON string, so that a one-word message is not "seen" inside unrelated output.
-A part was opened when its meta record's nonce came back.
+A part was opened when its meta record's nonce came back. (A message whose text memory
+already holds word for word may count as seen through ``cat`` of a memory file: it is
+known either way.)
 
 A reflection consumes a slice only as far as it read it: up to the first user message it
 never saw. Everything after is left for the next reflection, so a fact shown to nobody is
@@ -67,7 +69,3 @@ class Reading:
         if through is None:
             return None
         return shown.slice if through is shown.shown[-1] else shown.through(through)
-
-    def unread_users(self, shown: SlicePayload) -> int:
-        """User messages with text in ``shown`` that no tool result showed."""
-        return sum(1 for m in shown.shown if m.role == "user" and m.text and m.id not in self.seen)

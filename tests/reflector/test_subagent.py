@@ -85,8 +85,14 @@ def reflect(tmp_path: Path, worktree: Path, payload: PayloadFile, provider: Prov
     )
 
 
-def bash(ctx: ToolContext, command: str) -> str:
-    return asyncio.run(ReflectionBash().run({"command": command}, ctx))
+@pytest.fixture
+def sandboxed(payload: PayloadFile) -> ReflectionBash:
+    """The sub-agent's bash, which may read the payload's files."""
+    return ReflectionBash(payload.files)
+
+
+def bash(tool: ReflectionBash, ctx: ToolContext, command: str) -> str:
+    return asyncio.run(tool.run({"command": command}, ctx))
 
 
 # --- success must be earned --------------------------------------------------------------
@@ -275,11 +281,15 @@ def test_what_the_model_sees_names_no_absolute_path_and_no_worktree(
 
 
 def test_bash_env_names_the_payload_and_ids_but_no_keys(
-    ctx: ToolContext, worktree: Path, payload: PayloadFile, monkeypatch: pytest.MonkeyPatch
+    ctx: ToolContext,
+    worktree: Path,
+    payload: PayloadFile,
+    monkeypatch: pytest.MonkeyPatch,
+    sandboxed: ReflectionBash,
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
-    lines = bash(ctx, "pwd; env").splitlines()
+    lines = bash(sandboxed, ctx, "pwd; env").splitlines()
     env = dict(line.split("=", 1) for line in lines[1:] if "=" in line)
     assert lines[0] == str(worktree)
     assert env["TRANSCRIPT_PATH"] == str(payload.path)
@@ -303,11 +313,12 @@ def test_edit_file_writes_only_inside_the_checkout(ctx: ToolContext, tmp_path: P
 
 @needs_sandbox
 def test_sandboxed_bash_writes_only_the_checkout_and_git_dir(
-    ctx: ToolContext, worktree: Path, tmp_path: Path
+    ctx: ToolContext, worktree: Path, tmp_path: Path, sandboxed: ReflectionBash
 ) -> None:
     parent_file = tmp_path / "memory" / "system" / "human.md"
     stray = tmp_path / "stray.txt"
     out = bash(
+        sandboxed,
         ctx,
         f"cat /proc/1/comm; echo STRAY > {stray}; echo STRAY >> {parent_file}; "
         "touch /usr/agentd-stray; echo '- z' >> system/human.md; "
@@ -322,11 +333,14 @@ def test_sandboxed_bash_writes_only_the_checkout_and_git_dir(
 
 
 @needs_sandbox
-def test_sandboxed_bash_has_no_network_and_a_private_tmp(ctx: ToolContext) -> None:
+def test_sandboxed_bash_has_no_network_and_a_private_tmp(
+    ctx: ToolContext, sandboxed: ReflectionBash
+) -> None:
     host_file = Path(tempfile.mkstemp(prefix="agentd-host-", dir="/tmp")[1])
     inner = Path("/tmp") / f"agentd-inner-{uuid.uuid4().hex}"
     try:
         out = bash(
+            sandboxed,
             ctx,
             f"echo > /dev/tcp/1.1.1.1/80; test -e {host_file} || echo host-tmp-hidden; "
             f"echo x > {inner} && echo inner-written",
@@ -339,22 +353,24 @@ def test_sandboxed_bash_has_no_network_and_a_private_tmp(ctx: ToolContext) -> No
 
 
 @needs_sandbox
-def test_a_timeout_kills_the_whole_sandbox(ctx: ToolContext, worktree: Path) -> None:
+def test_a_timeout_kills_the_whole_sandbox(
+    ctx: ToolContext, worktree: Path, sandboxed: ReflectionBash
+) -> None:
     command = "(sleep 1.5; touch late) & sleep 30"
-    out = asyncio.run(ReflectionBash().run({"command": command, "timeout_s": 0.5}, ctx))
+    out = asyncio.run(sandboxed.run({"command": command, "timeout_s": 0.5}, ctx))
     assert "timed out" in out
     time.sleep(2)
     assert not (worktree / "late").exists()
 
 
 def test_without_bubblewrap_bash_runs_guarded_by_env_only(
-    ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+    ctx: ToolContext, monkeypatch: pytest.MonkeyPatch, sandboxed: ReflectionBash
 ) -> None:
     monkeypatch.setattr(tools, "_probe", lambda: (False, "sandbox off: test"))
     assert not tools.sandbox_available()
     assert tools.sandbox_reason() == "sandbox off: test"
-    assert ReflectionBash().command_prefix(ctx) == []
-    assert bash(ctx, 'test -r "$TRANSCRIPT_PATH" && echo ok') == "ok"
+    assert sandboxed.command_prefix(ctx) == []
+    assert bash(sandboxed, ctx, 'test -r "$TRANSCRIPT_PATH" && echo ok') == "ok"
 
 
 def test_the_probe_explains_a_missing_bwrap(monkeypatch: pytest.MonkeyPatch) -> None:
