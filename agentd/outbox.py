@@ -227,16 +227,14 @@ class Outbox:
 
     # --- outcomes from disk ---------------------------------------------------------------
 
-    def settled_by_logs(self, agent_id: str) -> list[ReflectionOutcome]:
-        """Outcomes in ``log.jsonl`` that answer the agent's sent entry."""
-        sent = self.sent(agent_id)
-        if sent is None:
-            return []
-        return [
+    def logged_outcome(self, request: ReflectionRequest) -> ReflectionOutcome | None:
+        """The outcome ``log.jsonl`` holds for ``request``, if its job finished."""
+        answers = [
             outcome
-            for outcome in read_outcomes(self.layout, agent_id, tail=500)
-            if outcome.request_id == sent.request.request_id and answers_request(outcome)
-        ][-1:]
+            for outcome in read_outcomes(self.layout, request.agent_id, tail=500)
+            if outcome.request_id == request.request_id and answers_request(outcome)
+        ]
+        return answers[-1] if answers else None
 
 
 def outbox_dir(layout: Layout, agent_id: str) -> Path:

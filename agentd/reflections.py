@@ -232,18 +232,29 @@ class Reflections:
                 log.warning("reflection_reconcile_skipped", agent_id=record.id, error=exc.message)
 
     async def _reconcile_agent(self, agent_id: str) -> None:
-        for outcome in await asyncio.to_thread(self.outbox.settled_by_logs, agent_id):
-            await self._on_outcome(outcome)
         sent = self.outbox.sent(agent_id)
         if sent is not None:
-            status = await asyncio.to_thread(self.outbox.job_status, sent.request)
-            if isinstance(status, ReflectionOutcome):
-                await self._on_outcome(status)
-            elif status is not None and self._lost_or_due(sent, status):
-                log.info("reflection_resent", request_id=sent.request.request_id, redis=status)
-                async with self._sending[agent_id]:
-                    await asyncio.to_thread(self.outbox.send, sent)
+            await self._check_sent(sent)
         await self.dispatch(agent_id)
+
+    async def _check_sent(self, sent: OutboxEntry) -> None:
+        """Settle the sent request if its job finished, or send it again if it is lost.
+
+        Redis is asked first; the outcome log (read whole) only when Redis cannot say, or
+        says the job is unknown or lost: it may have finished before Redis lost its data."""
+        status = await asyncio.to_thread(self.outbox.job_status, sent.request)
+        if isinstance(status, ReflectionOutcome):
+            await self._on_outcome(status)
+            return
+        if status in (None, "unknown", "lost"):
+            logged = await asyncio.to_thread(self.outbox.logged_outcome, sent.request)
+            if logged is not None:
+                await self._on_outcome(logged)
+                return
+        if status is not None and self._lost_or_due(sent, status):
+            log.info("reflection_resent", request_id=sent.request.request_id, redis=status)
+            async with self._sending[sent.request.agent_id]:
+                await asyncio.to_thread(self.outbox.send, sent)
 
     @staticmethod
     def _lost_or_due(entry: OutboxEntry, status: str) -> bool:

@@ -17,6 +17,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from agentd.reflections import Reflections
+from reflector.outcomes import append_outcome
 from shared.coordination import jobs, keys
 from shared.coordination.broker import locate
 from shared.coordination.jobs import LOST_AFTER_S, JobState
@@ -249,6 +250,31 @@ def test_a_sent_job_redis_no_longer_knows_is_sent_again_at_the_first_reconcile(
 
         assert _queued_jobs(redis_server) == [running.request_id]
         assert jobs.status(redis_server.client, running.request_id, agent.id) == "queued"
+
+    asyncio.run(scenario())
+
+
+def test_a_job_that_finished_before_redis_lost_its_data_is_settled_from_the_log(
+    agentd_home: Path,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
+) -> None:
+    """The job merged and wrote its outcome to disk; then Redis lost everything (and the
+    stream entry went with it). Sending it again would only waste a run: the log says."""
+
+    async def scenario() -> None:
+        running = await _send(reflections, chat)
+        finished = _outcome(running)
+        append_outcome(Layout(agentd_home).reflections_dir(chat.agent_id), finished)
+        redis_server.client.flushall()
+        waiting = asyncio.create_task(reflections.wait(running.request_id, 10))
+
+        await reflections.reconcile()
+
+        assert await waiting == finished
+        assert reflections.outbox.entries(chat.agent_id) == []
+        assert _queued_jobs(redis_server) == []
 
     asyncio.run(scenario())
 
