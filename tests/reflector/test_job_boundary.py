@@ -73,11 +73,39 @@ class TimesOut(Provider):
         raise SoftTimeLimitExceeded()
 
 
-def test_a_soft_time_limit_ends_the_job_failed_and_cleaned_up(world: World) -> None:
+def test_a_soft_time_limit_during_a_model_call_ends_the_run_failed(world: World) -> None:
     outcome = world.reflect(TimesOut())
 
     assert outcome.status == "failed"
     assert _logged(world) == [outcome]
+    _no_leftovers(world)
+    assert watermark(world) is None
+
+
+class WindowTimesOut(Provider):
+    """The agent's model, whose window is asked for once the worktree exists (for the
+    memory budget): Celery's soft time limit strikes right there, outside any turn."""
+
+    model = "mock"
+
+    @property
+    def context_window(self) -> int:  # type: ignore[override]
+        raise SoftTimeLimitExceeded()
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        raise AssertionError("never called")
+
+
+def test_a_soft_time_limit_outside_the_model_loop_is_a_recorded_time_limit(
+    world: World, redis_server: RedisForTests
+) -> None:
+    outcome = world.reflect(
+        MockReflector(), redis_client=redis_server.client, agent_provider=WindowTimesOut()
+    )
+
+    assert (outcome.status, outcome.reason) == ("failed", "time_limit")
+    assert _logged(world) == [outcome]
+    assert _published(redis_server.client) == [outcome]
     _no_leftovers(world)
     assert watermark(world) is None
 

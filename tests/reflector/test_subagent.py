@@ -26,6 +26,7 @@ from shared.memory.repo import MemoryRepo
 from shared.providers.base import Provider
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.reflection.payload import Limits, PayloadFile
+from shared.store.jsonl import MessageLog
 from tests.support.payloads import payload_of
 
 PARENT = "a1"
@@ -153,6 +154,8 @@ def test_reading_then_reporting_no_changes_is_earned(
         'printf "$TRANSCRIPT_PATH"',
         'ls -l "$(dirname "$TRANSCRIPT_PATH")"',
         'head -c 10 "$TRANSCRIPT_PATH"',
+        'grep -o \'"id": "[^"]*"\' "$TRANSCRIPT_PATH"',  # every message id, no text
+        'jq ".[0]" "$TRANSCRIPT_PATH"',  # the meta record: the nonce, no message
     ],
 )
 def test_mentioning_the_payload_is_not_reading_it(
@@ -163,6 +166,9 @@ def test_mentioning_the_payload_is_not_reading_it(
     )
     run = reflect(tmp_path, worktree, payload, provider)
     assert (run.success, run.reason, run.consumed) == (False, "not_read", [])
+    transcript = tmp_path / "subagents" / run.conversation_id / "messages.jsonl"
+    (result,) = [m for m in MessageLog(transcript) if m.role == "tool"]
+    assert result.content.strip() and "[exit code" not in result.content  # it did run
 
 
 @pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
