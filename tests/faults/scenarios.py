@@ -120,6 +120,15 @@ def sleep_into_job(ctx: RunContext) -> float:
     return delay
 
 
+def into_the_job(ctx: RunContext) -> tuple[list[Said], float, str | None]:
+    """Say the run's fact and wait until its reflection job is at a random point of its
+    run: what was said, how far into the job, and why the kill would miss it (or None)."""
+    said = [say(ctx, ctx.fact)]
+    worktree = wait_for_job(ctx)
+    delay = sleep_into_job(ctx)
+    return said, delay, job_unfinished(ctx, worktree)
+
+
 class Scenario(ABC):
     name: ClassVar[str]
     default_runs: ClassVar[int]
@@ -182,11 +191,8 @@ class WorkerMidJob(Scenario):
 
     def inject(self, ctx: RunContext) -> Injection:
         assert isinstance(self.stack, Pieces)
-        said = [say(ctx, ctx.fact)]
-        worktree = wait_for_job(ctx)
+        said, delay, missed = into_the_job(ctx)
         worker = self.stack.worker_running(ctx.started)
-        delay = sleep_into_job(ctx)
-        missed = job_unfinished(ctx, worktree)
         if ctx.number % 2:
             pool = self.stack.pool_children(worker)
             if not pool:
@@ -209,10 +215,7 @@ class StackMidReflection(Scenario):
 
     def inject(self, ctx: RunContext) -> Injection:
         assert isinstance(self.stack, Up)
-        said = [say(ctx, ctx.fact)]
-        worktree = wait_for_job(ctx)
-        delay = sleep_into_job(ctx)
-        missed = job_unfinished(ctx, worktree)
+        said, delay, missed = into_the_job(ctx)
         killed = self.stack.kill_all()
         self.stack.start()
         return Injection(
@@ -230,10 +233,7 @@ class ValkeyMidJob(Scenario):
 
     def inject(self, ctx: RunContext) -> Injection:
         assert isinstance(self.stack, Up)
-        said = [say(ctx, ctx.fact)]
-        worktree = wait_for_job(ctx)
-        delay = sleep_into_job(ctx)
-        missed = job_unfinished(ctx, worktree)
+        said, delay, missed = into_the_job(ctx)
         valkey = self.stack.valkey_pid()
         if valkey is None:
             raise HarnessError("agentd up runs no valkey-server (or redis-server) process")
