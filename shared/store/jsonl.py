@@ -2,8 +2,8 @@
 
 Why append-only: the log is the truth that recall searches and reflection reads, so it
 is never rewritten, not even by compaction (the context window is a separate file).
-An append is one ``write`` of complete lines followed by ``fsync``; it never reads the
-file, so its cost does not grow with history.
+An append is one ``write`` of complete lines followed by ``fsync``; it reads only the
+file's last byte, so its cost does not grow with history.
 
 An append that fails (a full disk writes part of a line, then refuses the rest) is
 undone: the log is truncated back to where the append started, so it holds every line

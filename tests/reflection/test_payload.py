@@ -408,24 +408,24 @@ def test_a_manifest_without_an_instruction_has_no_instruction_key(tmp_path: Path
     assert "user_instruction" not in json.loads(payload.path.read_text())
 
 
-def _long_chat(chat: Conversation, turns: int) -> list[str]:
+def _long_payload(
+    chat: Conversation, tmp_path: Path, turns: int, limits: Limits
+) -> tuple[list[str], Slice, PayloadFile]:
+    """What the user said in ``turns`` turns, the whole unreflected slice, and the payload
+    a job with ``limits`` writes of it."""
     said = [f"I always want fact {n} kept, said in turn {n}" for n in range(turns)]
     for text in said:
         say(chat, "user", text)
         say(chat, "assistant", f"noted: {text}")
-    return said
+    found = select_slice(chat.log.path, None)
+    assert found is not None
+    return said, found, write_payload(tmp_path, "agent-1", [(chat.log.path, found)], limits=limits)
 
 
 def test_a_slice_larger_than_the_budget_is_cut_after_an_eligible_message(
     chat: Conversation, tmp_path: Path
 ) -> None:
-    said = _long_chat(chat, 100)
-    found = select_slice(chat.log.path, None)
-    assert found is not None
-
-    payload = write_payload(
-        tmp_path, "agent-1", [(chat.log.path, found)], limits=Limits(4_000, 8_000)
-    )
+    said, found, payload = _long_payload(chat, tmp_path, 100, Limits(4_000, 8_000))
 
     (shown,) = payload.slices
     assert not shown.complete
@@ -439,13 +439,7 @@ def test_a_slice_larger_than_the_budget_is_cut_after_an_eligible_message(
 def test_every_part_fits_its_limit_and_the_parts_keep_the_order(
     chat: Conversation, tmp_path: Path
 ) -> None:
-    said = _long_chat(chat, 60)
-    found = select_slice(chat.log.path, None)
-    assert found is not None
-
-    payload = write_payload(
-        tmp_path, "agent-1", [(chat.log.path, found)], limits=Limits(3_000, 60_000)
-    )
+    said, _, payload = _long_payload(chat, tmp_path, 60, Limits(3_000, 60_000))
 
     (shown,) = payload.slices
     assert payload.is_manifest and shown.complete and len(shown.parts) > 3
