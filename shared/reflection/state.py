@@ -8,7 +8,11 @@ unreflected) rather than failing a turn.
 
 The daemon (after each turn) and the reflector (when a slice is consumed) both write it,
 possibly from different processes: every read-modify-write holds
-``reflection-state.lock`` and replaces the file atomically, so no update is lost.
+``reflection-state.lock`` and replaces the file atomically, so no update is lost. The
+lock is held only to read and replace the small file (the log is parsed under it only to
+rebuild a missing or outdated one): the daemon's turns wait for it, so a worker's
+advance parses the log before it takes the lock. Readers that only look
+(:func:`peek_state`) take no lock at all.
 
 Older files are upgraded by named migration steps, applied in order from the file's
 version; the current version is one past the last registered step.
@@ -21,7 +25,7 @@ import json
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 from pydantic import (
@@ -225,6 +229,46 @@ def mark_started(directory: Path, at: datetime) -> TranscriptState:
         return _save(directory, state.model_copy(update={"last_reflection_started_at": at}))
 
 
+def peek_state(directory: Path) -> TranscriptState:
+    """The state as stored, read without the lock: for looking (``status``, the sweep),
+    never for a read-modify-write. The file is replaced atomically, so this sees a whole
+    one; a missing, damaged or older one is loaded as :func:`load_state` does."""
+    try:
+        raw = json.loads((directory / STATE_FILE).read_bytes())
+    except (FileNotFoundError, ValueError):
+        return load_state(directory)
+    if isinstance(raw, dict) and raw.get("schema_version") == STATE_SCHEMA_VERSION:
+        return _normalised(raw)
+    return load_state(directory)
+
+
+class _Advance(NamedTuple):
+    """Where a consumed slice moves the watermark, as selected against one watermark."""
+
+    watermark: str
+    reflected_steps: int
+    """Steps in the log up to the slice's snapshot boundary."""
+
+
+def _plan_advance(directory: Path, slice: Slice, watermark: str | None) -> _Advance | None:
+    """Re-run selection on the log up to the slice's snapshot boundary from ``watermark``;
+    None when the slice moves nothing (the watermark has passed the snapshot already, or
+    nothing eligible is left before it)."""
+    rows = read_rows(directory / LOG_FILE)
+    prefix = [row for row in rows if row.end <= slice.end_offset]
+    if find_anchor(prefix, watermark) < 0 and find_anchor(rows, watermark) >= 0:
+        return None
+    selected = select_rows(prefix, watermark)
+    if selected is None:
+        return None
+    if selected.conversation_id != slice.conversation_id:
+        raise ReflectionError(
+            f"slice of conversation {slice.conversation_id} cannot advance the "
+            f"watermark of {directory}"
+        )
+    return _Advance(selected.end_id, count_steps(prefix))
+
+
 def advance(directory: Path, slice: Slice, *, clock: Clock = utc_now) -> TranscriptState:
     """Move the watermark over a consumed ``slice`` (merged or no_changes only).
 
@@ -232,30 +276,30 @@ def advance(directory: Path, slice: Slice, *, clock: Clock = utc_now) -> Transcr
     watermark, so steps logged while the reflection ran stay unreflected and finishing
     the same job twice changes nothing. A replay slice never moves the watermark, nor
     does a slice the watermark has already passed.
+
+    The log is read outside the lock (it is append-only; at 100,000 messages that takes
+    over a second, and the daemon counts every turn under this lock): the lock is held
+    only for a compare-and-set. If the watermark is still the one the selection started
+    from, the new one is written, with the step counters of the state as it is then (a
+    turn counted meanwhile only added steps); if another advance moved it, selection runs
+    again from the new one.
     """
-    with _locked(directory):
-        state, _ = _load_locked(directory)
-        if slice.mode == "replay":
-            return state
-        rows = read_rows(directory / LOG_FILE)
-        prefix = [row for row in rows if row.end <= slice.end_offset]
-        watermark_past_snapshot = (
-            find_anchor(prefix, state.watermark) < 0 and find_anchor(rows, state.watermark) >= 0
-        )
-        if watermark_past_snapshot:
-            return state
-        selected = select_rows(prefix, state.watermark)
-        if selected is None:
-            return state
-        if selected.conversation_id != slice.conversation_id:
-            raise ReflectionError(
-                f"slice of conversation {slice.conversation_id} cannot advance the "
-                f"watermark of {directory}"
-            )
-        reflected = min(count_steps(prefix), state.total_completed_steps)
-        update = {
-            "watermark": selected.end_id,
-            "reflected_completed_steps": reflected,
-            "last_reflection_succeeded_at": clock(),
-        }
-        return _save(directory, state.model_copy(update=update))
+    if slice.mode == "replay":
+        return load_state(directory)
+    while True:
+        seen = load_state(directory).watermark
+        planned = _plan_advance(directory, slice, seen)
+        with _locked(directory):
+            state, _ = _load_locked(directory)
+            if state.watermark != seen:
+                continue
+            if planned is None:
+                return state
+            update = {
+                "watermark": planned.watermark,
+                "reflected_completed_steps": min(
+                    planned.reflected_steps, state.total_completed_steps
+                ),
+                "last_reflection_succeeded_at": clock(),
+            }
+            return _save(directory, state.model_copy(update=update))

@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 
 from shared.errors import ReflectionError
 from shared.models.messages import Message, ToolCall
+from shared.reflection import state as state_module
 from shared.reflection.slices import Slice, replay_slice, select_slice
 from shared.reflection.state import (
     MIGRATIONS,
@@ -425,3 +426,63 @@ def test_two_processes_recording_turns_lose_no_update(chat: Conversation) -> Non
 
     assert [w.wait(timeout=60) for w in workers] == [0, 0]
     assert counters(chat) == (80, 0, 80)
+
+
+class _GatedLogReads:
+    """``read_rows`` of the state module, whose first call waits for ``go`` (or runs
+    ``meanwhile``) before reading: an advance caught in the middle of parsing its log."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, meanwhile: Any = None) -> None:
+        self.reading = threading.Event()
+        self.go = threading.Event()
+        self.meanwhile = meanwhile
+        self._first = True
+        self._read_rows = state_module.read_rows
+        monkeypatch.setattr(state_module, "read_rows", self)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._first:
+            self._first = False
+            self.reading.set()
+            if self.meanwhile is not None:
+                self.meanwhile()
+            else:
+                assert self.go.wait(30), "the test never let the log read finish"
+        return self._read_rows(*args, **kwargs)
+
+
+def test_a_turn_is_counted_while_an_advance_parses_the_log(
+    chat: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    turn(chat, "one")
+    found = current_slice(chat)
+    gate = _GatedLogReads(monkeypatch)
+    advancing = threading.Thread(target=advance, args=(chat.directory, found))
+    advancing.start()
+    assert gate.reading.wait(30)
+
+    counting = threading.Thread(target=record_turn, args=(chat.directory, 1))
+    counting.start()
+    counting.join(10)
+    counted_during_the_parse = not counting.is_alive()
+    gate.go.set()
+    advancing.join(30)
+    counting.join(30)
+
+    assert counted_during_the_parse, "record_turn waited for an advance reading its log"
+    assert counters(chat) == (2, 1, 1)
+
+
+def test_an_advance_overtaken_while_it_parsed_does_not_move_the_watermark_back(
+    chat: Conversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    turn(chat, "one")
+    old = current_slice(chat)
+    a2 = turn(chat, "two")
+    newer = current_slice(chat)
+    _GatedLogReads(monkeypatch, meanwhile=lambda: advance(chat.directory, newer))
+
+    state = advance(chat.directory, old)
+
+    assert state.watermark == a2.id
+    assert counters(chat) == (2, 2, 0)
