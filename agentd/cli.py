@@ -27,6 +27,7 @@ def _settings() -> Settings | None:
 
 def _serve() -> int:
     from shared.logging import configure
+    from shared.store.permissions import secure_home
 
     settings = _settings()
     if settings is None:
@@ -37,18 +38,27 @@ def _serve() -> int:
         console_format=settings.log_format,
         log_dir=settings.layout.logs_dir,
     )
+    secure_home(settings.home)
     from agentd.server import Daemon
 
     return Daemon(settings).run()
 
 
 def main(argv: list[str] | None = None) -> int:
+    from shared.store.permissions import private_umask
+
+    private_umask()  # before any command creates a file: the home is one user's
     parser = argparse.ArgumentParser(prog="agentd", description="The agentd daemon.")
     parser.add_argument("--version", action="version", version=f"agentd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("serve", help="run the chat daemon in the foreground")
     sub.add_parser("up", help="run the whole stack in the foreground (Ctrl-C stops it)")
-    sub.add_parser("doctor", help="check the setup and say how to fix each problem")
+    doctor = sub.add_parser("doctor", help="check the setup and say how to fix each problem")
+    doctor.add_argument(
+        "--fix",
+        action="store_true",
+        help="first make every file and directory under the home private (chmod go-rwx)",
+    )
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve()
@@ -56,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         from agentd.doctor import run_doctor
 
         settings = _settings()
-        return 2 if settings is None else run_doctor(settings)
+        return 2 if settings is None else run_doctor(settings, fix=args.fix)
     if args.command == "up":
         from agentd.supervisor import Stack
 

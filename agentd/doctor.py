@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import stat
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from shared.providers.mock import MOCK_MODEL
 from shared.settings import Settings
 from shared.store.agents import AgentStore
 from shared.store.conversations import scan_conversations
+from shared.store.permissions import find_loose, repair
 
 
 @dataclass(frozen=True)
@@ -61,12 +61,34 @@ def check_home(settings: Settings) -> Finding:
             f"{home} is not writable ({exc.strerror})",
             "set AGENTD_HOME to a directory you own, or fix its permissions",
         )
-    run_dir = settings.layout.run_dir
-    if run_dir.exists() and stat.S_IMODE(run_dir.stat().st_mode) & 0o077:
-        return Finding(
-            False, "data directory", f"{run_dir} is readable by others", f"chmod 700 {run_dir}"
-        )
     return Finding(True, "data directory", f"{home} (writable)")
+
+
+EXAMPLES = 3
+"""How many loose paths a finding names; the count says how many there are."""
+
+
+def check_permissions(settings: Settings) -> Finding:
+    """Group or other bits anywhere under the home: memory, transcripts, keys, logs."""
+    loose = find_loose(settings.home)
+    if not loose:
+        return Finding(True, "permissions", "private (directories 0700, files 0600)")
+    examples = ", ".join(entry.describe(settings.home) for entry in loose[:EXAMPLES])
+    more = ", …" if len(loose) > EXAMPLES else ""
+    return Finding(
+        False,
+        "permissions",
+        f"{len(loose)} path(s) under {settings.home} are open to other users: {examples}{more}",
+        "run `agentd doctor --fix` (chmod go-rwx on each; symbolic links are not followed)",
+    )
+
+
+def fix_permissions(settings: Settings) -> list[str]:
+    """``agentd doctor --fix``: what :func:`repair` did, one line each."""
+    result = repair(settings.home)
+    lines = [f"fixed permissions of {result.fixed} path(s) under {settings.home}"]
+    lines += [f"  left {loose.describe(settings.home)}: {why}" for loose, why in result.left]
+    return lines
 
 
 def check_state_files(settings: Settings) -> Finding:
@@ -190,6 +212,7 @@ def check_model(settings: Settings) -> Finding:
 CHECKS: list[Callable[[Settings], Finding]] = [
     check_git,
     check_home,
+    check_permissions,
     check_state_files,
     check_memory_repos,
     check_redis,
@@ -199,8 +222,11 @@ CHECKS: list[Callable[[Settings], Finding]] = [
 ]
 
 
-def run_doctor(settings: Settings) -> int:
+def run_doctor(settings: Settings, *, fix: bool = False) -> int:
+    """Print each finding; with ``fix``, first repair what can be repaired for sure."""
     configure("agentd-doctor", level="WARNING")  # findings go to stdout, log lines to stderr
+    if fix:
+        print("\n".join(fix_permissions(settings)))
     findings = [check(settings) for check in CHECKS]
     for finding in findings:
         print(finding.line())

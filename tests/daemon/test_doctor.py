@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
+import stat
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.daemon import DaemonRunner
 
-def _doctor(**env: str) -> subprocess.CompletedProcess[str]:
+
+def _doctor(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     without_keys = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     return subprocess.run(
-        [sys.executable, "-m", "agentd.cli", "doctor"],
+        [sys.executable, "-m", "agentd.cli", "doctor", *args],
         env={**without_keys, **env},
         capture_output=True,
         text=True,
@@ -42,4 +46,31 @@ def test_an_unreachable_redis_a_missing_key_and_a_corrupt_record_are_named(
         line.startswith("✗ state files: damaged: ") and "agent.json" in line for line in lines
     )
     assert "    → export OPENAI_API_KEY=" in result.stdout
-    assert lines[-1] == "5 ok, 3 to fix"
+    assert any(line.startswith("✗ permissions: ") and "agents (0755)" in line for line in lines)
+    assert lines[-1] == "5 ok, 4 to fix"
+
+
+def test_a_home_an_older_agentd_left_open_is_reported_then_closed_by_fix(
+    daemon: DaemonRunner, agentd_home: Path, tmp_path: Path
+) -> None:
+    daemon.start()  # in the test process: umask 022, as agentd ran before it set its own
+    daemon.result("chat", {"text": "remember that I prefer tabs"})
+    daemon.stop()
+    agentd_home.chmod(0o755)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not agentd's")
+    outside.chmod(0o644)
+    (next(agentd_home.glob("agents/*/memory")) / "link").symlink_to(outside)
+
+    report = _doctor()
+    finding = next(line for line in report.stdout.splitlines() if "permissions" in line)
+    assert finding.startswith("✗ permissions: ") and f"{agentd_home} (0755)" in finding
+    assert "    → run `agentd doctor --fix`" in report.stdout
+    loose = int(re.search(r"(\d+) path\(s\)", finding).group(1))  # type: ignore[union-attr]
+    assert loose > 10  # memory files, git objects, transcripts, the home …
+
+    fixed = _doctor("--fix")
+    assert fixed.stdout.startswith(f"fixed permissions of {loose} path(s) under {agentd_home}\n")
+    assert "✓ permissions: private" in fixed.stdout
+    assert fixed.returncode == 0, fixed.stdout
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o644
