@@ -2,9 +2,14 @@
 
 ``Daemon.run()`` is the process entry point (signals, logging already set up);
 ``await Daemon.serve()`` is the same server for tests. Each request line becomes a task,
-so one connection can have several requests in flight; a connection that closes cancels
-its unfinished requests (that is how a client's Ctrl-C stops a turn). Bad input of any
-kind gets a typed error line and the connection keeps working.
+so one connection can have several requests in flight (:mod:`agentd.connection` says
+what a half-close, a hang-up, a client that stops reading and an idle one do). Bad input
+of any kind gets a typed error line and the connection keeps working.
+
+The daemon raises its open-file soft limit to the hard limit at start, and serves at
+most ``max_connections`` clients (and no more than half its open files allow); one over
+the cap is told ``busy`` and closed, so running out of descriptors never leaves new
+connections hanging in the listen queue.
 
 SIGTERM or the ``shutdown`` op: stop accepting, refuse new turns, give turns in flight
 ``shutdown_grace_s`` to finish, cancel the rest (each records a ``cancelled`` stop in its
@@ -17,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import signal
 import socket
 from collections.abc import Awaitable, Callable
@@ -28,6 +34,7 @@ from pydantic import ValidationError
 
 from agentd import __version__
 from agentd.agents import Agents
+from agentd.connection import TOO_LONG, Connection, Send
 from agentd.handlers import Handlers
 from agentd.recall import RecallService
 from agentd.reflections import Reflections
@@ -37,6 +44,7 @@ from shared.clock import Clock, utc_now
 from shared.coordination.broker import locate
 from shared.errors import (
     AgentdError,
+    Busy,
     MalformedRequest,
     PayloadTooLarge,
     ShuttingDown,
@@ -48,9 +56,6 @@ from shared.settings import Settings
 from shared.store.layout import Layout
 
 log = structlog.get_logger(__name__)
-
-_READ_CHUNK = 64 * 1024
-_TOO_LONG = object()
 
 
 class AlreadyRunning(AgentdError):
@@ -76,12 +81,15 @@ class Daemon:
         self.turns = Turns(
             settings, self.layout, providers or ProviderFactory(settings), self.recall
         )
-        self.reflections = Reflections(settings, self.layout, locate(settings), self.agents.store)
+        self.reflections = Reflections(
+            settings, self.layout, locate(settings), self.agents.store, clock=clock
+        )
         self.handlers = Handlers(settings, self.agents, self.turns, self.recall, self.reflections)
         self._stopping = asyncio.Event()
         self._shutting_down = False
         self._tasks: set[asyncio.Task[None]] = set()
-        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._connections: dict[asyncio.Task[None], Connection] = {}
+        self._max_connections = settings.max_connections
         self._ops: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
             op: getattr(self.handlers, op.replace(".", "_")) for op in PARAMS if op != "shutdown"
         }
@@ -103,6 +111,7 @@ class Daemon:
     ) -> None:
         path = self.settings.layout.socket_path
         _prepare_socket_dir(path)
+        self._max_connections = _connection_cap(self.settings.max_connections)
         server = await _bind(path, self._on_connection)
         await asyncio.to_thread(self.agents.recover_memory)
         self.recall.start([record.id for record in self.agents.store.list()])
@@ -144,8 +153,8 @@ class Daemon:
                 cancelled=len(pending),
             )
         await self.reflections.stop()
-        for writer in self._connections.values():
-            writer.close()
+        for connection in self._connections.values():
+            connection.close()
         if self._connections:
             await asyncio.wait(list(self._connections), timeout=5)
         with contextlib.suppress(FileNotFoundError):
@@ -156,43 +165,35 @@ class Daemon:
     async def _on_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        if len(self._connections) >= self._max_connections:
+            log.warning("connection_refused_busy", limit=self._max_connections)
+            writer.write(
+                encode({"id": None, "ok": False, "error": Busy(self._max_connections).to_dict()})
+            )
+            writer.close()  # the line is flushed first
+            return
         me = asyncio.current_task()
         assert me is not None
-        self._connections[me] = writer
+        connection = Connection(
+            reader,
+            writer,
+            self._handle_line,
+            requests=self._tasks,
+            write_timeout_s=self.settings.write_timeout_s,
+            idle_timeout_s=self.settings.idle_timeout_s,
+        )
+        self._connections[me] = connection
         self.handlers.connections += 1
-        send_lock = asyncio.Lock()
-        mine: set[asyncio.Task[None]] = set()
-
-        async def send(message: dict[str, Any]) -> None:
-            async with send_lock:
-                writer.write(encode(message))
-                await writer.drain()
-
         try:
-            lines = _LineReader(reader, MAX_REQUEST_BYTES)
-            while True:
-                line = await lines.next()
-                if line is None:
-                    break
-                task = asyncio.create_task(self._handle_line(line, send))
-                for group in (mine, self._tasks):
-                    group.add(task)
-                    task.add_done_callback(group.discard)
-        except (ConnectionError, OSError):
-            pass
+            await connection.serve()
         finally:
-            for task in mine:
-                task.cancel()
             self.handlers.connections -= 1
             del self._connections[me]
-            writer.close()
 
-    async def _handle_line(
-        self, line: bytes | object, send: Callable[..., Awaitable[None]]
-    ) -> None:
+    async def _handle_line(self, line: bytes | object, send: Send) -> None:
         request_id: str | None = None
         try:
-            if line is _TOO_LONG:
+            if line is TOO_LONG:
                 raise PayloadTooLarge(
                     f"request line over {MAX_REQUEST_BYTES:,} bytes was discarded; send less "
                     "(long text belongs in a file)"
@@ -210,19 +211,15 @@ class Daemon:
                 "message": "the request was cancelled (agentd is "
                 "stopping, or the client disconnected); what was done is kept",
             }
-            with contextlib.suppress(ConnectionError, OSError):
-                await send({"id": request_id, "ok": False, "error": cancelled})
+            await send({"id": request_id, "ok": False, "error": cancelled})
             raise
         except Exception as exc:
             log.exception("request_crashed", request_id=request_id)
             error = AgentdError(f"internal error: {exc!r}; see the agentd log")
             reply = {"id": request_id, "ok": False, "error": error.to_dict()}
-        with contextlib.suppress(ConnectionError, OSError):
-            await send(reply)
+        await send(reply)
 
-    async def _dispatch(
-        self, envelope: Envelope, send: Callable[..., Awaitable[None]]
-    ) -> dict[str, Any]:
+    async def _dispatch(self, envelope: Envelope, send: Send) -> dict[str, Any]:
         if envelope.op not in PARAMS:
             raise UnknownOp(f"unknown op {envelope.op!r}; known ops: {', '.join(PARAMS)}")
         params = parse_params(PARAMS[envelope.op], envelope.params)
@@ -233,17 +230,27 @@ class Daemon:
             raise ShuttingDown()
 
         async def emit(event: str, data: dict[str, Any]) -> None:
-            with contextlib.suppress(ConnectionError, OSError):
-                await send({"id": envelope.id, "event": event, "data": data})
+            await send({"id": envelope.id, "event": event, "data": data})
 
         with structlog.contextvars.bound_contextvars(request_id=envelope.id, op=envelope.op):
             return await self._ops[envelope.op](params, emit)
 
 
 def _envelope(line: bytes) -> Envelope:
+    """The request's envelope. Not valid JSON includes what Python's parser refuses
+    beyond the grammar: nesting deeper than its recursion limit, integers over 4,300
+    digits, and strings holding a lone surrogate (they could never be written back)."""
     try:
         raw = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        if b"\\u" in line:
+            json.dumps(raw, ensure_ascii=False).encode()
+    except RecursionError as exc:
+        raise MalformedRequest("request is not valid JSON: nested too deeply") from exc
+    except UnicodeEncodeError as exc:
+        raise MalformedRequest(
+            f"request is not valid JSON: a string holds a lone surrogate ({exc.reason})"
+        ) from exc
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, too many digits
         raise MalformedRequest(f"request is not valid JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise MalformedRequest("request must be a JSON object with id, op and params")
@@ -251,47 +258,6 @@ def _envelope(line: bytes) -> Envelope:
         return Envelope.model_validate(raw)
     except ValidationError as exc:
         raise MalformedRequest(describe(exc, prefix="request")) from exc
-
-
-class _LineReader:
-    """Newline-delimited frames with a size limit; an oversized line is skipped whole
-    (reported as ``_TOO_LONG``) and the next line is read normally."""
-
-    def __init__(self, reader: asyncio.StreamReader, limit: int) -> None:
-        self.reader = reader
-        self.limit = limit
-        self.buffer = bytearray()
-        self.discarding = False
-
-    async def next(self) -> bytes | object | None:
-        while True:
-            newline = self.buffer.find(b"\n")
-            if newline >= 0:
-                line = bytes(self.buffer[:newline])
-                del self.buffer[: newline + 1]
-                if self.discarding:
-                    self.discarding = False
-                    return _TOO_LONG
-                if line.strip():
-                    return line
-                continue
-            if len(self.buffer) > self.limit:
-                self.discarding = True
-                self.buffer.clear()
-            chunk = await self.reader.read(_READ_CHUNK)
-            if not chunk:
-                if self.discarding:
-                    self.discarding = False
-                    return _TOO_LONG
-                rest, self.buffer = bytes(self.buffer), bytearray()
-                return rest if rest.strip() else None
-            if self.discarding:
-                newline = chunk.find(b"\n")
-                if newline < 0:
-                    continue
-                self.buffer += chunk
-                continue
-            self.buffer += chunk
 
 
 _MAX_SOCKET_PATH_BYTES = 107
@@ -318,6 +284,29 @@ def _prepare_socket_dir(path: Path) -> None:
     finally:
         probe.close()
     raise AlreadyRunning(f"agentd is already running on {path}; stop it first (agentctl shutdown)")
+
+
+def _connection_cap(configured: int) -> int:
+    """``configured``, or half the open files the process may have if that is fewer:
+    each connection holds a descriptor, and the turns it starts need more (logs, git,
+    model calls). The soft limit is first raised to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("open_file_limit_not_raised", soft=soft, hard=hard, error=str(exc))
+    cap = min(configured, max(1, soft // 2))
+    if cap < configured:
+        log.warning(
+            "max_connections_lowered",
+            configured=configured,
+            cap=cap,
+            open_file_limit=soft,
+            fix="raise the open-file limit (ulimit -n, LimitNOFILE=) to serve more",
+        )
+    return cap
 
 
 async def _bind(

@@ -29,6 +29,7 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   ├── ProviderHTTPError        any other HTTP failure, after our retries
     │   └── ProviderMisbehaved       a response we cannot use (no choices, bad shape)
     ├── ShuttingDown                 the daemon is stopping and takes no new turns
+    ├── Busy                         every connection the daemon allows is open; retry
     └── ReflectionError
 
 Tool failures are not daemon errors: a tool raises :class:`ToolError`, which the agent
@@ -197,6 +198,19 @@ class ShuttingDown(AgentdError):
 
     def __init__(self) -> None:
         super().__init__("agentd is shutting down; start it again with `agentd up`")
+
+
+class Busy(AgentdError):
+    """Sent, unasked, on a connection over ``AGENTD_MAX_CONNECTIONS`` before it is closed."""
+
+    code = "busy"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"agentd is serving its limit of {limit:,} connections; try again in a moment, "
+            "or raise AGENTD_MAX_CONNECTIONS (and the open-file limit) if that many clients "
+            "are expected"
+        )
 
 
 class ReflectionError(AgentdError):

@@ -18,7 +18,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from shared.protocol import agentd_home
+from shared.models.agents import MAX_CONTEXT_WINDOW
+from shared.protocol import MAX_REQUEST_BYTES, agentd_home
 from shared.store.layout import Layout
 
 DEFAULT_MODEL = "mock"
@@ -41,7 +42,7 @@ class Settings(BaseSettings):
     """Data directory (``AGENTD_HOME``): agents, conversations, sockets, logs."""
     model: str = DEFAULT_MODEL
     """Default model for new agents: ``mock`` or any litellm model string."""
-    context_window: int | None = Field(default=None, gt=0)
+    context_window: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_WINDOW)
     """Override of the model's context window in tokens (``AGENTD_CONTEXT_WINDOW``)."""
     summary_model: str | None = None
     """Model that writes compaction summaries; unset means the agent's own model."""
@@ -53,20 +54,20 @@ class Settings(BaseSettings):
     """A Redis/Valkey URL; unset means the embedded Valkey under ``run/``."""
     reflection_trigger: Literal["off", "step-count", "compaction-event"] = "compaction-event"
     """Default reflection trigger for agents that set none (``agentctl sleeptime``)."""
-    reflection_step_count: int = Field(default=25, ge=1)
+    reflection_step_count: int = Field(default=25, ge=1, le=100_000)
     reflection_merge: Literal["auto", "explicit"] = "auto"
     reflection_model: str | None = None
     """Model of the reflection sub-agent; unset means the agent's own model."""
-    reflection_context_window: int | None = Field(default=None, gt=0)
+    reflection_context_window: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_WINDOW)
     """The sub-agent's own window: a tiny shared window makes it forget the payload."""
-    reflection_lease_s: int = Field(default=60, ge=2)
+    reflection_lease_s: int = Field(default=60, ge=2, le=86_400)
     """How long a dead worker keeps its agent's reflection lease (renewed while alive)."""
-    reflection_max_tries: int = Field(default=3, ge=1)
+    reflection_max_tries: int = Field(default=3, ge=1, le=100)
     """Starts of one reflection job before it is recorded ``failed: redelivered``: a job
     that keeps killing its worker must not be redelivered forever."""
-    mock_latency_s: float = Field(default=0.0, ge=0)
+    mock_latency_s: float = Field(default=0.0, ge=0, le=3_600)
     """Simulated model latency of the mock models (demos and tests of slow providers)."""
-    reflection_wait_s: float = Field(default=15.0, ge=0)
+    reflection_wait_s: float = Field(default=15.0, ge=0, le=3_600)
     """How long a chat turn that triggered a reflection waits to report its outcome."""
     workers: int = Field(default=2, ge=0, le=64)
     """Reflection worker processes ``agentd up`` starts."""
@@ -75,12 +76,19 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["auto", "json", "console"] = "auto"
     max_steps: int = Field(default=DEFAULT_MAX_STEPS, ge=1, le=1000)
-    max_message_chars: int = Field(default=DEFAULT_MAX_MESSAGE_CHARS, ge=1)
-    bash_timeout_s: float = Field(default=DEFAULT_BASH_TIMEOUT_S, gt=0)
-    bash_output_chars: int = Field(default=DEFAULT_BASH_OUTPUT_CHARS, ge=100)
-    provider_timeout_s: float = Field(default=DEFAULT_PROVIDER_TIMEOUT_S, gt=0)
+    max_message_chars: int = Field(default=DEFAULT_MAX_MESSAGE_CHARS, ge=1, le=MAX_REQUEST_BYTES)
+    bash_timeout_s: float = Field(default=DEFAULT_BASH_TIMEOUT_S, gt=0, le=86_400)
+    bash_output_chars: int = Field(default=DEFAULT_BASH_OUTPUT_CHARS, ge=100, le=10_000_000)
+    provider_timeout_s: float = Field(default=DEFAULT_PROVIDER_TIMEOUT_S, gt=0, le=3_600)
     provider_attempts: int = Field(default=DEFAULT_PROVIDER_ATTEMPTS, ge=1, le=10)
-    shutdown_grace_s: float = Field(default=DEFAULT_SHUTDOWN_GRACE_S, ge=0)
+    shutdown_grace_s: float = Field(default=DEFAULT_SHUTDOWN_GRACE_S, ge=0, le=3_600)
+    max_connections: int = Field(default=1_000, ge=1, le=1_000_000)
+    """Client connections served at once; more are told ``busy`` and closed. Capped
+    further at half the daemon's open-file limit, which turns need too."""
+    write_timeout_s: float = Field(default=30.0, gt=0, le=3_600)
+    """A client that takes no output for this long is dropped; its turn runs on to the log."""
+    idle_timeout_s: float = Field(default=300.0, gt=0, le=86_400)
+    """A connection with nothing in flight and no request for this long is closed."""
 
     @field_validator("log_level", mode="before")
     @classmethod

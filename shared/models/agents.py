@@ -12,6 +12,9 @@ from shared.reflection.settings import ReflectionOverrides
 AGENT_SCHEMA_VERSION = 1
 CONVERSATION_SCHEMA_VERSION = 1
 CONTEXT_SCHEMA_VERSION = 1
+MAX_CONTEXT_WINDOW = 10_000_000
+"""The largest context window, in tokens, an agent or the daemon may be set to: above
+any model's, and small enough that the token budget's arithmetic stays in floats."""
 
 
 class AgentRecord(BaseModel):
@@ -22,7 +25,7 @@ class AgentRecord(BaseModel):
     """litellm model string, or None to follow the daemon's ``AGENTD_MODEL``."""
     system_prompt: str
     """The base prompt; compiled memory is appended to it on every turn."""
-    context_window: int | None = None
+    context_window: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_WINDOW)
     """Per-agent override of the model's context window, in tokens."""
     default_conversation_id: str | None = None
     reflection: ReflectionOverrides | None = None

@@ -1,0 +1,201 @@
+"""Clients that misbehave on the socket hurt only themselves: one that stops reading, one
+that half-closes, a thousand that connect at once, one that connects and says nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.models.agents import MAX_CONTEXT_WINDOW
+from shared.protocol import request, socket_path
+from shared.providers.scripted import ScriptedProvider, text_reply
+from tests.daemon.test_chat import SlowProvider, _last_logged
+from tests.support.daemon import DaemonRunner
+from tests.support.memory_lock import wait_for
+
+
+def _raw(timeout_s: float = 30.0) -> socket.socket:
+    """A connected socket whose reads give up after ``timeout_s``. A full listen queue
+    refuses a connect with a timeout at once (EAGAIN), so that is retried as long."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            sock.connect(str(socket_path()))
+            return sock
+        except BlockingIOError:
+            assert time.monotonic() < deadline, "the daemon accepts no connection"
+            time.sleep(0.01)
+
+
+def _lines(sock: socket.socket) -> Iterator[dict[str, Any]]:
+    """Every line the daemon sends until it closes the connection."""
+    buffer = b""
+    while chunk := sock.recv(65536):
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        yield from (json.loads(line) for line in complete if line)
+
+
+def _logged(home: Path) -> list[tuple[str, str]]:
+    (path,) = home.glob("agents/*/conversations/*/messages.jsonl")
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return [(r["role"], r["content"]) for r in records if r["role"] in ("user", "assistant")]
+
+
+def test_a_client_that_stops_reading_is_dropped_and_its_conversation_goes_on(
+    daemon: DaemonRunner, agentd_home: Path
+) -> None:
+    huge = "x" * 1_000_000  # more than the socket and the write buffer hold together
+    provider = ScriptedProvider(
+        [text_reply(huge), text_reply("after you")], context_window=MAX_CONTEXT_WINDOW
+    )
+    daemon.start(provider=provider, write_timeout_s=0.5)
+    daemon.result("agent.show")
+    stalled = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+    stalled.connect(str(socket_path()))
+    stalled.sendall(request("stalled", "chat", {"text": "I will not read"}))
+    wait_for(lambda: daemon.result("status")["active_turns"] == 1, "the stalled turn to start")
+
+    other = daemon.connect()
+    other.sock.settimeout(30)
+    answer = other.result("chat", {"text": "my turn"})
+
+    assert answer["text"] == "after you"
+    assert [(role, len(text)) for role, text in _logged(agentd_home)] == [
+        ("user", len("I will not read")),
+        ("assistant", len(huge)),
+        ("user", len("my turn")),
+        ("assistant", len("after you")),
+    ]
+    other.close()
+    stalled.close()
+
+
+def test_a_client_that_half_closes_after_its_requests_gets_every_answer(
+    daemon: DaemonRunner,
+) -> None:
+    daemon.start()
+    sock = _raw(timeout_s=60)
+    ids = [f"{op}{i}" for i in range(20) for op in ("status", "chat")]
+    sock.sendall(
+        b"".join(
+            request(i, "status") if i.startswith("status") else request(i, "chat", {"text": i})
+            for i in ids
+        )
+    )
+    sock.shutdown(socket.SHUT_WR)
+
+    answered = [line["id"] for line in _lines(sock) if line.get("ok") is True]
+
+    assert sorted(answered) == sorted(ids)
+    sock.close()
+
+
+def test_a_half_closed_client_that_then_goes_away_has_its_turn_cancelled(
+    daemon: DaemonRunner, agentd_home: Path
+) -> None:
+    daemon.start(provider=SlowProvider([], delay_s=30))
+    daemon.result("agent.show")
+    sock = _raw()
+    sock.sendall(request("r1", "chat", {"text": "never mind"}))
+    sock.shutdown(socket.SHUT_WR)
+    wait_for(lambda: daemon.result("status")["active_turns"] == 1, "the turn to start")
+
+    sock.close()
+
+    wait_for(
+        lambda: _last_logged(agentd_home).get("stop_reason") == "cancelled",
+        "the turn to be cancelled",
+    )
+
+
+def _hello_or_busy(sock: socket.socket) -> str:
+    """``ok`` if the daemon answered hello, else the code of the error it sent."""
+    with contextlib.suppress(BrokenPipeError):  # a refused one may be closed already
+        sock.sendall(request("h", "hello"))
+    reply = next(_lines(sock))
+    return "ok" if reply["ok"] else reply["error"]["code"]
+
+
+@pytest.fixture
+def low_open_file_limit() -> Iterator[int]:
+    """The soft limit at 1,024 (the usual default), restored after the test; the hard
+    limit must allow both ends of 1,100 connections in this one process."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 2_500:
+        pytest.skip(f"needs 2,500 open files (this process holds both ends); hard limit {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1_024, hard))
+    yield hard
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_connections_over_the_cap_are_told_busy_and_the_rest_are_served(
+    daemon: DaemonRunner, low_open_file_limit: int
+) -> None:
+    daemon.start()
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == low_open_file_limit
+
+    connections = [_raw(timeout_s=10) for _ in range(1_100)]
+    outcomes = Counter(_hello_or_busy(sock) for sock in connections)
+    for sock in connections:
+        sock.close()
+
+    assert outcomes == {"ok": 1_000, "busy": 100}
+    assert daemon.result("hello")["service"] == "agentd"
+
+
+def test_a_daemon_with_few_file_descriptors_refuses_connections_instead_of_hanging(
+    agentd_home: Path,
+) -> None:
+    def few_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
+
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "agentd.cli", "serve"],
+        env=dict(os.environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=few_files,
+    )
+    try:
+        wait_for(socket_path().exists, "the daemon to listen")
+        connections = [_raw(timeout_s=10) for _ in range(150)]
+        outcomes = Counter(_hello_or_busy(sock) for sock in connections)
+        for sock in connections:
+            sock.close()
+        assert set(outcomes) == {"ok", "busy"}
+        assert sum(outcomes.values()) == 150
+        assert _hello_or_busy(_raw()) == "ok"
+    finally:
+        daemon.terminate()
+        daemon.wait(20)
+
+
+def test_an_idle_connection_is_closed_but_one_awaiting_an_answer_is_not(
+    daemon: DaemonRunner,
+) -> None:
+    daemon.start(idle_timeout_s=0.2, mock_latency_s=0.6)
+    idle = _raw(timeout_s=10)
+    waiting = daemon.connect()
+
+    answer = waiting.result("chat", {"text": "take a second"})
+
+    assert answer["stop_reason"] == "end_turn"
+    assert idle.recv(1) == b"", "the idle connection is closed by the daemon"
+    waiting.close()
+    idle.close()
