@@ -14,7 +14,7 @@ import os
 import socket
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, get_args
 
 from shared import protocol
 
@@ -511,9 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
         "Show or set when an agent reflects (prints the resolved settings).",
     )
     agent_flag(sleeptime)
-    sleeptime.add_argument("--trigger", choices=("off", "step-count", "compaction-event"))
+    sleeptime.add_argument("--trigger", choices=get_args(protocol.ReflectionTrigger))
     sleeptime.add_argument("--steps", type=int, help="with step-count: assistant steps between")
-    sleeptime.add_argument("--merge", choices=("auto", "explicit"))
+    sleeptime.add_argument("--merge", choices=get_args(protocol.MergeMode))
 
     reflect = command("reflect", cmd_reflect, "Ask for a reflection now (manual).")
     agent_flag(reflect)

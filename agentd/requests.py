@@ -20,6 +20,7 @@ from pydantic import (
 
 from shared.errors import MalformedRequest
 from shared.ids import validate_id
+from shared.protocol import MergeMode, ReflectionTrigger
 
 
 def _id(what: str) -> AfterValidator:
@@ -123,9 +124,9 @@ class MessagesAround(AgentTarget):
 
 
 class SleeptimeSettings(AgentTarget):
-    trigger: Literal["off", "step-count", "compaction-event"] | None = None
+    trigger: ReflectionTrigger | None = None
     step_count: int | None = Field(default=None, ge=1, le=100_000)
-    merge: Literal["auto", "explicit"] | None = None
+    merge: MergeMode | None = None
     merge_instructions: str | None = Field(default=None, max_length=10_000)
 
 

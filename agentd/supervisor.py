@@ -101,7 +101,7 @@ def worker_command(name: str, log_level: str = "INFO") -> list[str]:
         "-m",
         "celery",
         "-A",
-        "reflector.app",
+        "reflector.worker",
         "worker",
         "--pool",
         "prefork",

@@ -1,100 +1,117 @@
-"""The Celery app of the reflection workers: at-least-once delivery, nothing clever.
+"""The Celery app of the reflection workers, built from one :class:`Settings` by
+:func:`create_app`: importing this module configures nothing and reads no environment.
 
-Late acks with reject-on-worker-lost redeliver a job whose worker died; prefetch 1 keeps
-a slow job from holding others hostage; the time limit bounds a sub-agent that hangs and
-the visibility timeout is above it, so a running job is never handed out twice merely for
-being slow. No long countdowns: backoff is a gate the job checks, and the daemon's
-reconcile loop re-sends what is due. At worker start, messages left unacked by a worker
-that died are restored at once (valid while this machine runs the only worker node;
-with several hosts, set AGENTD_RESTORE_UNACKED=0 and rely on the visibility timeout).
+At-least-once delivery, nothing clever. Late acks with reject-on-worker-lost redeliver a
+job whose worker died; prefetch 1 keeps a slow job from holding others hostage; the time
+limit bounds a sub-agent that hangs and the visibility timeout is above it, so a running
+job is never handed out twice merely for being slow. No long countdowns: backoff is a
+gate the job checks, and the daemon's reconcile loop re-sends what is due. At worker
+start, messages left unacked by a worker that died are restored at once (valid while
+this machine runs the only worker node; with several hosts, set
+``AGENTD_RESTORE_UNACKED=0`` and rely on the visibility timeout).
+
+Celery's signals are process-wide, so each handler checks that the worker, consumer or
+task it is told about belongs to this app; only ``setup_logging`` names no sender (a
+worker process builds one app, so there is no other to confuse it with).
 """
 
 from __future__ import annotations
 
-import os
+from typing import Any
 
+import structlog
 from celery import Celery, signals
 
+from reflector.startup import Heartbeat, restore_unacked, sweep_idle_agents
+from reflector.tasks import register_reflect
 from shared.coordination import keys
-from shared.coordination.broker import locate
+from shared.coordination.broker import RedisLocation, locate
 from shared.logging import configure
 from shared.settings import Settings
 
 TASK_TIME_LIMIT_S = 20 * 60
 VISIBILITY_TIMEOUT_S = 2 * 3600
 
-settings = Settings()
-location = locate(settings)
 
-app = Celery("agentd-reflector", broker=location.celery_url, include=["reflector.tasks"])
-app.conf.update(
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    worker_prefetch_multiplier=1,
-    task_time_limit=TASK_TIME_LIMIT_S,
-    task_soft_time_limit=TASK_TIME_LIMIT_S - 60,
-    task_default_queue=keys.REFLECTION_QUEUE,
-    task_serializer="json",
-    accept_content=["json"],
-    task_ignore_result=True,
-    broker_connection_retry_on_startup=True,
-    worker_hijack_root_logger=False,
-    worker_cancel_long_running_tasks_on_connection_loss=True,
-    broker_transport_options={
-        "visibility_timeout": VISIBILITY_TIMEOUT_S,
-        "unacked_restore_interval": 5,
-        "unacked_restore_throttle": 1,
-    },
-)
-
-
-@signals.setup_logging.connect
-def _logging(**_: object) -> None:
-    configure(
-        "reflector",
-        level=settings.log_level,
-        console_format=settings.log_format,
-        log_dir=settings.layout.logs_dir,
+def create_app(settings: Settings) -> Celery:
+    """A worker app whose broker, logging, start-up and task all follow ``settings``."""
+    location = locate(settings)
+    app = Celery("agentd-reflector", broker=location.celery_url, set_as_current=False)
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_time_limit=TASK_TIME_LIMIT_S,
+        task_soft_time_limit=TASK_TIME_LIMIT_S - 60,
+        task_default_queue=keys.REFLECTION_QUEUE,
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        broker_transport_options={
+            "visibility_timeout": VISIBILITY_TIMEOUT_S,
+            "unacked_restore_interval": 5,
+            "unacked_restore_throttle": 1,
+        },
     )
+    register_reflect(app, settings, location)
+    _connect_lifecycle(app, settings, location)
+    return app
 
 
-@signals.worker_init.connect
-def _restore_orphans(**_: object) -> None:
-    """Requeue messages a dead worker left unacked (single-node deployments)."""
-    if os.environ.get("AGENTD_RESTORE_UNACKED", "1") != "1":
-        return
-    import kombu
+def _connect_lifecycle(app: Celery, settings: Settings, location: RedisLocation) -> None:
+    """Logging, the start-up sweep and the heartbeat of a worker running ``app``."""
+    heartbeat = Heartbeat(location.redis_url)
 
-    with kombu.Connection(
-        location.celery_url, transport_options={"visibility_timeout": 0}
-    ) as connection:
-        connection.default_channel.qos.restore_visible(num=None)
+    def ours(sender: object) -> bool:
+        return getattr(sender, "app", None) is app
 
+    def setup_logging(**_: Any) -> None:
+        configure(
+            "reflector",
+            level=settings.log_level,
+            console_format=settings.log_format,
+            log_dir=settings.layout.logs_dir,
+        )
 
-@signals.worker_ready.connect
-def _sweep_and_report(sender: object = None, **_: object) -> None:
-    """At start-up: clean what dead workers left, where no live job holds the agent."""
-    import structlog
+    def worker_init(sender: object = None, **_: Any) -> None:
+        if ours(sender) and settings.restore_unacked:
+            restore_unacked(location)
 
-    from reflector.startup import start_heartbeat, sweep_idle_agents
-    from reflector.tools import sandbox_reason
+    def worker_ready(sender: object = None, **_: Any) -> None:
+        """Clean what dead workers left where no live job holds the agent; announce."""
+        if not ours(sender):
+            return
+        from shared import sandbox
 
-    log = structlog.get_logger("reflector")
-    log.info("reflector_ready", sandbox=sandbox_reason(), swept=sweep_idle_agents(settings))
-    start_heartbeat(location.redis_url, sender)
+        log = structlog.get_logger("reflector")
+        log.info("reflector_ready", sandbox=sandbox.reason(), swept=sweep_idle_agents(settings))
+        heartbeat.start(getattr(sender, "hostname", None))
 
+    def worker_shutdown(sender: object = None, **_: Any) -> None:
+        if ours(sender):
+            heartbeat.stop()
 
-@signals.task_prerun.connect
-def _bind_ids(task_id: str | None = None, kwargs: dict | None = None, **_: object) -> None:
-    import structlog
+    def task_prerun(
+        sender: object = None,
+        task_id: str | None = None,
+        kwargs: dict[str, Any] | None = None,
+        **_: Any,
+    ) -> None:
+        structlog.contextvars.clear_contextvars()
+        if ours(sender):
+            request = (kwargs or {}).get("request") or {}
+            structlog.contextvars.bind_contextvars(job_id=task_id, agent_id=request.get("agent_id"))
 
-    structlog.contextvars.clear_contextvars()
-    request = (kwargs or {}).get("request") or {}
-    structlog.contextvars.bind_contextvars(job_id=task_id, agent_id=request.get("agent_id"))
+    def task_postrun(**_: Any) -> None:
+        structlog.contextvars.clear_contextvars()
 
-
-@signals.task_postrun.connect
-def _unbind_ids(**_: object) -> None:
-    import structlog
-
-    structlog.contextvars.clear_contextvars()
+    # weak=False: the handlers are closures that nothing else holds on to.
+    signals.setup_logging.connect(setup_logging, weak=False)
+    signals.worker_init.connect(worker_init, weak=False)
+    signals.worker_ready.connect(worker_ready, weak=False)
+    signals.worker_shutdown.connect(worker_shutdown, weak=False)
+    signals.task_prerun.connect(task_prerun, weak=False)
+    signals.task_postrun.connect(task_postrun, weak=False)

@@ -1,10 +1,15 @@
-"""Start-up of a worker: sweep orphans of agents no live job works on; announce itself.
+"""Start-up of a worker: requeue what a dead worker held, sweep orphans of agents no live
+job works on, announce itself while it runs.
 
 A worker killed mid-job leaves a worktree and a ``reflection/*`` branch behind. Each job
 sweeps its own agent before it launches; at start-up a worker also sweeps every agent
 whose reflection lease is free (a held lease means a live job elsewhere owns what it
 finds, so that agent is left alone). A worktree whose job still renews its liveness key
 is never removed, and without Redis to ask nothing is.
+
+The announcement is a key with a short TTL, refreshed by a thread: ``agentctl status``
+lists the keys, so a worker killed with -9 drops off the list within
+:data:`keys.WORKER_TTL_S`, and one that stops cleanly deletes its key at once.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import structlog
 
 from reflector.worktree import sweep_orphans
 from shared.coordination import keys
-from shared.coordination.broker import locate
+from shared.coordination.broker import RedisLocation, locate
 from shared.coordination.lease import ReflectionLease, live_reflection_ids
 from shared.errors import AgentdError
 from shared.settings import Settings
@@ -66,19 +71,52 @@ def sweep_idle_agents(settings: Settings) -> list[str]:
     return removed
 
 
-def start_heartbeat(redis_url: str, consumer: object) -> threading.Thread:
-    """Keep ``agentd:worker:<name>`` alive while this worker runs (``agentctl status``)."""
-    hostname = getattr(consumer, "hostname", None) or f"reflector@{os.uname().nodename}"
-    key = keys.worker(f"{hostname}:{os.getpid()}")
-    info = json.dumps({"name": hostname, "pid": os.getpid(), "started_at": time.time()})
+def restore_unacked(location: RedisLocation) -> None:
+    """Requeue every message a dead worker left unacked (single-node deployments)."""
+    import kombu
 
-    def beat() -> None:
-        client = redis.Redis.from_url(redis_url)
-        while True:
+    with kombu.Connection(
+        location.celery_url, transport_options={"visibility_timeout": 0}
+    ) as connection:
+        connection.default_channel.qos.restore_visible(num=None)
+
+
+class Heartbeat:
+    """Keeps ``agentd:worker:<name>:<pid>`` alive while this worker runs, and withdraws it
+    when the worker stops."""
+
+    def __init__(self, redis_url: str) -> None:
+        self.redis_url = redis_url
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, hostname: str | None) -> None:
+        name = hostname or f"reflector@{os.uname().nodename}"
+        key = keys.worker(f"{name}:{os.getpid()}")
+        info = json.dumps({"name": name, "pid": os.getpid(), "started_at": time.time()})
+        self._thread = threading.Thread(
+            target=self._beat, args=(key, info), name="worker-heartbeat", daemon=True
+        )
+        self._thread.start()
+
+    def _beat(self, key: str, info: str) -> None:
+        client = redis.Redis.from_url(
+            self.redis_url,
+            socket_timeout=keys.WORKER_HEARTBEAT_S,
+            socket_connect_timeout=keys.WORKER_HEARTBEAT_S,
+        )
+        try:
+            while not self._stopped.is_set():
+                with contextlib.suppress(redis.RedisError):
+                    client.set(key, info, ex=keys.WORKER_TTL_S)
+                self._stopped.wait(keys.WORKER_HEARTBEAT_S)
             with contextlib.suppress(redis.RedisError):
-                client.set(key, info, ex=keys.WORKER_TTL_S)
-            time.sleep(keys.WORKER_HEARTBEAT_S)
+                client.delete(key)  # after the last SET: the same thread, so none follows
+        finally:
+            client.close()
 
-    thread = threading.Thread(target=beat, name="worker-heartbeat", daemon=True)
-    thread.start()
-    return thread
+    def stop(self) -> None:
+        """Stop beating and withdraw the key: a worker that stopped is gone from status."""
+        self._stopped.set()
+        if self._thread is not None:
+            self._thread.join(2 * keys.WORKER_HEARTBEAT_S + 1)

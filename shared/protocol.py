@@ -17,13 +17,19 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 PROTOCOL_VERSION = 1
 MAX_REQUEST_BYTES = 1024 * 1024
 """Largest request line the daemon reads (1 MiB); longer lines are discarded with an error."""
 
 SOCKET_NAME = "agentd.sock"
+
+ReflectionTrigger = Literal["off", "step-count", "compaction-event"]
+"""When an agent reflects: the one spelling the settings, the daemon's requests and
+``agentctl sleeptime`` share."""
+MergeMode = Literal["auto", "explicit"]
+"""How a reflection lands: ``auto`` merges; ``explicit`` waits for the agent's review."""
 
 
 EVENT_ASSISTANT = "assistant"

@@ -24,9 +24,11 @@ OUTCOME_STREAM_MAXLEN = 10_000
 """Outcomes are on disk too (``log.jsonl``); the stream only tells the daemon quickly."""
 
 
-WORKER_HEARTBEAT_S = 10
-WORKER_TTL_S = 30
-"""A worker refreshes its key every ``WORKER_HEARTBEAT_S``; gone after ``WORKER_TTL_S``."""
+WORKER_HEARTBEAT_S = 2
+WORKER_TTL_S = 8
+"""A worker refreshes its key every ``WORKER_HEARTBEAT_S``; gone after ``WORKER_TTL_S``:
+a worker killed with -9 leaves ``agentctl status`` within 8 s, and a live one survives
+three missed beats (a cheap SET from an otherwise idle main process)."""
 
 
 def worker(name: str) -> str:

@@ -43,4 +43,5 @@ class ProviderFactory:
             api_key=self.settings.api_key,
             timeout_s=self.settings.provider_timeout_s,
             attempts=self.settings.provider_attempts,
+            block_remote=self.settings.block_remote_models,
         )

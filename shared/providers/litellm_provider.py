@@ -46,8 +46,6 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_CONTEXT_WINDOW = 128_000
 """Used when neither the caller nor litellm's model map knows the model's window."""
-BLOCK_REMOTE_ENV = "AGENTD_BLOCK_REMOTE_MODELS"
-"""Set to ``1`` (tests do) to refuse any model call whose api_base is not loopback."""
 MAX_BACKOFF_S = 30.0
 MAX_RETRY_AFTER_S = 60.0
 BACKOFF_JITTER_S = 0.5
@@ -88,6 +86,7 @@ class LiteLLMProvider(Provider):
         api_key: str | None = None,
         timeout_s: float = 120.0,
         attempts: int = 4,
+        block_remote: bool = False,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._litellm = _import_litellm()
@@ -101,6 +100,8 @@ class LiteLLMProvider(Provider):
         self._api_key = api_key
         self._timeout_s = timeout_s
         self._attempts = attempts
+        self._block_remote = block_remote
+        """Refuse any call whose api_base is not loopback (``AGENTD_BLOCK_REMOTE_MODELS``)."""
         self._sleep = sleep
         self._generated_ids = itertools.count(1)
 
@@ -111,9 +112,9 @@ class LiteLLMProvider(Provider):
         return self._parse_response(raw)
 
     def _refuse_remote_in_tests(self) -> None:
-        if os.environ.get(BLOCK_REMOTE_ENV) == "1" and not _is_loopback(self.api_base):
+        if self._block_remote and not _is_loopback(self.api_base):
             raise ProviderConfigError(
-                f"remote model requests are disabled in tests ({BLOCK_REMOTE_ENV}=1): "
+                "remote model requests are disabled in tests (AGENTD_BLOCK_REMOTE_MODELS=1): "
                 f"{self.model} with api_base {self.api_base!r}; point api_base at a local fake"
             )
 

@@ -9,17 +9,18 @@ older version stored) are ignored.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator
+
+from shared.protocol import MergeMode, ReflectionTrigger
 
 if TYPE_CHECKING:
     from shared.settings import Settings
 
-Trigger = Literal["off", "step-count", "compaction-event"]
-MergeMode = Literal["auto", "explicit"]
-
+DEFAULT_TRIGGER: ReflectionTrigger = "compaction-event"
 DEFAULT_STEP_COUNT = 25
+DEFAULT_MERGE: MergeMode = "auto"
 
 
 def _trimmed(value: str | None) -> str | None:
@@ -31,10 +32,10 @@ class ReflectionSettings(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    trigger: Trigger = "compaction-event"
+    trigger: ReflectionTrigger = DEFAULT_TRIGGER
     step_count: PositiveInt = DEFAULT_STEP_COUNT
     """``step-count`` fires once this many assistant steps are unreflected."""
-    merge: MergeMode = "auto"
+    merge: MergeMode = DEFAULT_MERGE
     """``auto``: the worker merges; ``explicit``: the agent reviews before applying."""
     merge_instructions: str = ""
 
@@ -57,7 +58,7 @@ class ReflectionOverrides(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    trigger: Trigger | None = None
+    trigger: ReflectionTrigger | None = None
     step_count: PositiveInt | None = None
     merge: MergeMode | None = None
     merge_instructions: str | None = None

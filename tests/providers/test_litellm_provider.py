@@ -87,6 +87,7 @@ def make_provider(server: FakeOpenAIServer, sleeps: Sleeps, **overrides: Any) ->
         "context_window": 8192,
         "timeout_s": 5.0,
         "attempts": 4,
+        "block_remote": True,
         "sleep": sleeps,
     }
     options.update(overrides)

@@ -1,6 +1,6 @@
 """Real reflection workers for tests: an embedded Valkey and Celery worker processes.
 
-No eager mode and no fake Redis: the worker is ``celery -A reflector.app worker`` in a
+No eager mode and no fake Redis: the worker is ``celery -A reflector.worker worker`` in a
 subprocess, talking to a real Valkey on the test home's Unix socket, exactly as
 ``agentd up`` runs it.
 """

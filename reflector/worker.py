@@ -1,0 +1,14 @@
+"""The worker's entry point: ``celery -A reflector.worker worker …`` (what ``agentd up``,
+the Procfile and the systemd unit run).
+
+Celery's command line loads an app by name and cannot call a factory, so this module is
+the one place a worker process reads its :class:`Settings` and builds its app; the rest
+of ``reflector`` is configured only through :func:`reflector.app.create_app`.
+"""
+
+from __future__ import annotations
+
+from reflector.app import create_app
+from shared.settings import Settings
+
+app = create_app(Settings())
