@@ -28,6 +28,7 @@ from shared.coordination import keys
 from shared.coordination.broker import RedisLocation, locate
 from shared.logging import configure
 from shared.settings import Settings
+from shared.store.permissions import private_umask
 
 TASK_TIME_LIMIT_S = 20 * 60
 VISIBILITY_TIMEOUT_S = 2 * 3600
@@ -67,6 +68,10 @@ def _connect_lifecycle(app: Celery, settings: Settings, location: RedisLocation)
 
     def ours(sender: object) -> bool:
         return getattr(sender, "app", None) is app
+
+    def celeryd_init(instance: object = None, **_: Any) -> None:
+        if ours(instance):
+            private_umask()  # before the worker creates its first file, its log
 
     def setup_logging(**_: Any) -> None:
         configure(
@@ -109,6 +114,7 @@ def _connect_lifecycle(app: Celery, settings: Settings, location: RedisLocation)
         structlog.contextvars.clear_contextvars()
 
     # weak=False: the handlers are closures that nothing else holds on to.
+    signals.celeryd_init.connect(celeryd_init, weak=False)
     signals.setup_logging.connect(setup_logging, weak=False)
     signals.worker_init.connect(worker_init, weak=False)
     signals.worker_ready.connect(worker_ready, weak=False)
