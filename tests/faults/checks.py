@@ -264,10 +264,8 @@ def _log_lines(home: Home, since: datetime, limit: int = 12) -> list[str]:
     """Warnings and errors the daemon and workers logged during the run, each distinct
     one once (with how often it came) and cut to its first line."""
     seen: dict[str, int] = {}
-    for name in ("agentd.log", "reflector.log"):
-        path = home.layout.logs_dir / name
-        if not path.exists():
-            continue
+    for path in sorted(home.layout.logs_dir.glob("*.log")):  # one file per process
+        name = path.name
         for raw in path.read_text(errors="replace").splitlines():
             try:
                 record = json.loads(raw)
