@@ -19,7 +19,8 @@ from pydantic_settings import (
 )
 
 from shared.models.agents import MAX_CONTEXT_WINDOW
-from shared.protocol import MAX_REQUEST_BYTES, agentd_home
+from shared.protocol import MAX_REQUEST_BYTES, MergeMode, ReflectionTrigger, agentd_home
+from shared.reflection.settings import DEFAULT_MERGE, DEFAULT_STEP_COUNT, DEFAULT_TRIGGER
 from shared.store.layout import Layout
 
 DEFAULT_MODEL = "mock"
@@ -52,10 +53,10 @@ class Settings(BaseSettings):
     """API key passed to litellm; normally the provider's own env var is enough."""
     redis_url: str | None = None
     """A Redis/Valkey URL; unset means the embedded Valkey under ``run/``."""
-    reflection_trigger: Literal["off", "step-count", "compaction-event"] = "compaction-event"
+    reflection_trigger: ReflectionTrigger = DEFAULT_TRIGGER
     """Default reflection trigger for agents that set none (``agentctl sleeptime``)."""
-    reflection_step_count: int = Field(default=25, ge=1, le=100_000)
-    reflection_merge: Literal["auto", "explicit"] = "auto"
+    reflection_step_count: int = Field(default=DEFAULT_STEP_COUNT, ge=1, le=100_000)
+    reflection_merge: MergeMode = DEFAULT_MERGE
     reflection_model: str | None = None
     """Model of the reflection sub-agent; unset means the agent's own model."""
     reflection_context_window: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_WINDOW)
@@ -71,6 +72,13 @@ class Settings(BaseSettings):
     """How long a chat turn that triggered a reflection waits to report its outcome."""
     workers: int = Field(default=2, ge=0, le=64)
     """Reflection worker processes ``agentd up`` starts."""
+    restore_unacked: bool = True
+    """A starting worker requeues the jobs a dead worker left unacked. Right while one
+    host runs every worker; with several hosts set it false and let the visibility
+    timeout hand out what a dead worker held."""
+    block_remote_models: bool = False
+    """Refuse model requests to anything but a loopback address (the test suite sets it,
+    so no test can reach a real provider)."""
     timezone: str | None = None
     """The user's timezone (IANA name) for "today"/"yesterday"; unset means the system's."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
