@@ -12,7 +12,6 @@ parent keeps writing it) and claims a slot of its own when it first logs.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import io
 import itertools
@@ -22,6 +21,8 @@ import weakref
 from pathlib import Path
 
 _open_files: weakref.WeakSet[ProcessLogFile] = weakref.WeakSet()
+_inherited_streams: list[io.TextIOWrapper] = []
+"""Streams a forked child took over from its parent, kept from being collected."""
 
 
 def slot_name(service: str, slot: int) -> str:
@@ -36,6 +37,7 @@ class ProcessLogFile(logging.handlers.RotatingFileHandler):
         self.directory = directory
         self.service = service
         self._slot_fd: int | None = None
+        self._stream_fd = -1
         super().__init__(
             self._claim_slot(),
             maxBytes=max_bytes,
@@ -63,20 +65,23 @@ class ProcessLogFile(logging.handlers.RotatingFileHandler):
     def _open(self) -> io.TextIOWrapper:
         if self._slot_fd is None:  # a forked child's first line: a file of its own
             self.baseFilename = os.path.abspath(self._claim_slot())
-        return super()._open()
+        stream = super()._open()
+        self._stream_fd = stream.fileno()
+        return stream
 
     def _leave_to_parent(self) -> None:
-        """In a forked child: drop the parent's file and slot without touching them.
+        """In a forked child: drop the parent's file and slot, with system calls only.
 
-        The inherited stream's descriptor is pointed at /dev/null before it is closed, so
-        whatever the parent had buffered at the fork is not written a second time.
+        Nothing here takes a lock a thread of the parent may have held at the fork. The
+        inherited stream is neither flushed nor closed: its descriptor is pointed at
+        /dev/null (whatever the parent had buffered is never written twice) and the
+        object is kept, so that no garbage collection flushes it either.
         """
         if self.stream is not None:
             devnull = os.open(os.devnull, os.O_WRONLY)
-            with contextlib.suppress(OSError, ValueError):
-                os.dup2(devnull, self.stream.fileno())
-                self.stream.close()
+            os.dup2(devnull, self._stream_fd)
             os.close(devnull)
+            _inherited_streams.append(self.stream)
             self.stream = None  # FileHandler's "not opened yet" state
         if self._slot_fd is not None:
             os.close(self._slot_fd)  # the parent's descriptor still holds the lock
