@@ -165,18 +165,19 @@ class RecallService:
     ) -> list[Message]:
         """The messages around ``message_id`` in its conversation, oldest first."""
         state = await self._ready(agent_id)
-        number = state.index.number_of(message_id)
-        if number is not None:  # a search hit: the index knows its conversation
-            conversations = [state.index.locate(number)[0]]
-        else:  # not searchable (a summary, say): look through every conversation
-            conversations = scan_conversations(self.layout, agent_id).ids
         return await asyncio.to_thread(
-            self._around, agent_id, conversations, message_id, before, after
+            self._around, agent_id, state.index, message_id, before, after
         )
 
     def _around(
-        self, agent_id: str, conversations: list[str], message_id: str, before: int, after: int
+        self, agent_id: str, index: AgentIndex, message_id: str, before: int, after: int
     ) -> list[Message]:
+        """In a thread: finding the id waits for a running search of the index."""
+        number = index.number_of(message_id)
+        if number is not None:  # a search hit: the index knows its conversation
+            conversations = [index.locate(number)[0]]
+        else:  # not searchable (a summary, say): look through every conversation
+            conversations = scan_conversations(self.layout, agent_id).ids
         for conversation_id in conversations:
             path = self.layout.conversation_dir(agent_id, conversation_id) / "messages.jsonl"
             messages = list(MessageLog(path))

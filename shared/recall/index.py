@@ -13,6 +13,12 @@ New documents go to an open segment that is frozen every 8,192 documents; eight 
 small segments are merged into one of 65,536. An append costs its own tokens (and, once
 per 8,192 documents, a freeze), never the size of the history. Thread-safe: appends come
 from the daemon's event loop while searches and the initial build run in threads.
+
+A search holds the index's lock for its whole scan (the arrays it reads must not grow
+under it), so an append never takes that lock if a search has it: the tokenized document
+is queued under a lock held only to hand it over, and joins the arrays at once if the
+index is free, else when the next search or append finds it free. A search first takes
+in whatever is queued, so it sees every document added before it began.
 """
 
 from __future__ import annotations
@@ -69,6 +75,10 @@ class AgentIndex:
         self._open_segment_docs = open_segment_docs
         self._segment_capacity = min(segment_capacity, SEGMENT_CAPACITY)
         self._lock = threading.Lock()
+        """Held by a search for its scan, and while queued documents join the arrays."""
+        self._queued: list[tuple[Document, list[str]]] = []
+        self._queue_lock = threading.Lock()
+        """Held only to hand a document over or take the queue: appends never wait long."""
         self.conversations: list[str] = []
         self._conversation_numbers: dict[str, int] = {}
         self._trackers: dict[str, EchoTracker] = {}
@@ -96,10 +106,24 @@ class AgentIndex:
             self._freeze()
 
     def add(self, document: Document) -> None:
+        """Index a new document; never waits for a running search (see the module)."""
         tokens = tokenize(document.text)
-        if tokens:
-            with self._lock:
-                self._append(document, tokens, freeze_at=self._open_segment_docs)
+        if not tokens:
+            return
+        with self._queue_lock:
+            self._queued.append((document, tokens))
+        if self._lock.acquire(blocking=False):
+            try:
+                self._take_queued()
+            finally:
+                self._lock.release()
+
+    def _take_queued(self) -> None:
+        """Append the queued documents, in order (the caller holds ``_lock``)."""
+        with self._queue_lock:
+            queued, self._queued = self._queued, []
+        for document, tokens in queued:
+            self._append(document, tokens, freeze_at=self._open_segment_docs)
 
     def tracker(self, conversation_id: str) -> EchoTracker:
         """The echo state of one conversation, carried from the build into live appends."""
@@ -144,6 +168,7 @@ class AgentIndex:
         """The document number of a message id, or None (a search of the id blob in C)."""
         wanted = message_id.encode()
         with self._lock:
+            self._take_queued()
             position = self._ids.find(wanted)
             while position != -1:
                 number = bisect.bisect_left(self._id_starts, position)
@@ -192,6 +217,7 @@ class AgentIndex:
         if query.empty or request.limit <= 0:
             return []
         with self._lock:
+            self._take_queued()
             if not self._created:
                 return []
             return _Search(self, query, request).run()

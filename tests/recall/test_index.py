@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
+from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shared.recall import index as index_module
 from shared.recall.documents import Document
 from shared.recall.index import AgentIndex
 from shared.recall.ranking import SearchRequest
@@ -127,3 +131,36 @@ def test_a_message_id_finds_its_document_even_among_prefixes_of_each_other() -> 
     assert [index.number_of(i) for i in ids] == [0, 1, 2, 3, 4]
     assert [index.message_id(n) for n in range(5)] == ids
     assert index.number_of("m1234") is None and index.number_of("1") is None
+
+
+def test_an_append_does_not_wait_for_a_running_search_and_the_next_search_finds_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    index = AgentIndex()
+    index.build([Document("m1", "c", "user", 1.0, "deploy key", False)])
+    scanning, finish = threading.Event(), threading.Event()
+    scan = index_module._Search.run
+
+    def slow_scan(search: Any) -> Any:
+        scanning.set()
+        assert finish.wait(30), "the test never let the search finish"
+        return scan(search)
+
+    monkeypatch.setattr(index_module._Search, "run", slow_scan)
+    searching = threading.Thread(target=index.search, args=(SearchRequest(query="deploy"),))
+    searching.start()
+    assert scanning.wait(30)
+
+    appending = threading.Thread(
+        target=index.add, args=(Document("m2", "c", "user", 2.0, "deploy vault", False),)
+    )
+    appending.start()
+    appending.join(10)
+    added_during_the_search = not appending.is_alive()
+    finish.set()
+    searching.join(30)
+    appending.join(30)
+
+    assert added_during_the_search, "index.add waited for the running search"
+    monkeypatch.setattr(index_module._Search, "run", scan)
+    assert [i for i, _ in _index_results(index, SearchRequest(query="vault"))] == ["m2"]
