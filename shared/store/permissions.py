@@ -64,12 +64,14 @@ def secure_home(home: Path) -> None:
     """Create the home private, or make an existing one and its ``agentd.toml`` private.
 
     Only what this user owns is changed, never a sticky directory (a shared one such as
-    /tmp) nor a symbolic link; each change is logged with the mode it replaced.
+    /tmp) nor a settings file that is a symbolic link (a home that is one is followed:
+    it is where the user keeps agentd's data); each change is logged with the mode it
+    replaced.
     """
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
     for path in (home, home / CONFIG_FILE):
         try:
-            info = os.lstat(path)
+            info = os.stat(path, follow_symlinks=path == home)
         except FileNotFoundError:
             continue
         mode = stat.S_IMODE(info.st_mode)

@@ -190,13 +190,18 @@ def test_secure_home_closes_the_home_and_its_settings_but_no_link_or_shared_dire
     shared_dir = tmp_path / "shared"
     shared_dir.mkdir()
     shared_dir.chmod(0o1777)
+    kept_elsewhere = tmp_path / "data"
+    kept_elsewhere.mkdir()
+    kept_elsewhere.chmod(0o755)
+    (tmp_path / "linked-home").symlink_to(kept_elsewhere)
 
-    secure_home(home)
-    secure_home(shared_dir)
+    for each in (home, shared_dir, tmp_path / "linked-home"):
+        secure_home(each)
 
     assert stat.S_IMODE(home.stat().st_mode) == 0o700
     assert stat.S_IMODE(outside.stat().st_mode) == 0o644
     assert stat.S_IMODE(shared_dir.stat().st_mode) == 0o1777
+    assert stat.S_IMODE(kept_elsewhere.stat().st_mode) == 0o700
 
 
 def test_repair_leaves_a_file_that_has_a_hard_link_outside_the_home(tmp_path: Path) -> None:
