@@ -31,7 +31,7 @@ from agentd.requests import (
     SleeptimeSettings,
 )
 from agentd.requests import RecallSearch as RecallSearchParams
-from agentd.status import agent_status, redis_status
+from agentd.status import agents_status, redis_status
 from agentd.turns import Turns
 from shared.agent.loop import Emit
 from shared.errors import PayloadTooLarge, UnknownMessage
@@ -86,12 +86,14 @@ class Handlers:
             "active_turns": self.turns.active,
             "connections": self.connections,
             "redis": await redis_status(self.reflections.location, self.agents.layout),
-            "agents": [
-                agent_status(
-                    self.agents.layout, record, self.reflections.settings_for(record), default_model
-                )
-                for record in self.agents.store.list()
-            ],
+            "idle_sweep": self.reflections.idle.status(),
+            "agents": await asyncio.to_thread(
+                agents_status,
+                self.agents.layout,
+                self.agents.store,
+                self.reflections.settings_for,
+                default_model,
+            ),
         }
 
     async def agent_create(self, params: AgentCreate, _emit: Emit) -> dict[str, Any]:

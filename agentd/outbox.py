@@ -43,9 +43,15 @@ is resent (the job is idempotent: a copy of a running job finds its lease taken)
 REDIS_TIMEOUT_S = 0.5
 
 EntryState = Literal["pending", "sent"]
-TRIGGER_STRENGTH: dict[TriggerSource, int] = {"step-count": 0, "compaction-event": 1, "manual": 2}
+TRIGGER_STRENGTH: dict[TriggerSource, int] = {
+    "step-count": 0,
+    "idle": 1,
+    "compaction-event": 2,
+    "manual": 3,
+}
 """When requests join, the strongest trigger wins: a manual one bypasses backoff, a
-compaction is not re-checked before it is sent, a step count is."""
+compaction is not re-checked before it is sent; an idle one is re-checked for unreflected
+steps (which a due step count has too), a step count for reaching its count."""
 
 
 class OutboxEntry(BaseModel):

@@ -2,11 +2,17 @@
 
 After every turn that ended ``end_turn`` the conversation's steps are counted and the
 trigger decides; a due request is recorded in the outbox (:mod:`agentd.outbox`) before the
-compaction flag it covers is consumed. Each agent has one reflection sent at a time: the
-next one waits as the agent's pending request and is sent when the running one's outcome
-arrives — a pending step-count request is checked again then (the running job may have
-covered its steps), a compaction or a manual request is not. A consumed outcome that left
-messages unread asks for the next job at once, until the conversation is reflected.
+compaction flag it covers is consumed. Conversations that went quiet with unreflected
+steps are asked for by the idle sweep (:mod:`agentd.idle_sweep`). Each agent has one
+reflection sent at a time: the next one waits as the agent's pending request and is sent
+when the running one's outcome arrives — a pending step-count or idle request is checked
+again then (the running job may have covered its steps), a compaction or a manual
+request is not. A consumed outcome that left messages unread asks for the next job at
+once, until the conversation is reflected.
+
+Everything here runs on the daemon's event loop, so file work (the state lock, the
+outbox's fsync'd files) goes to threads; an agent's outbox is changed only under its
+``_sending`` lock, so a request never joins an entry that is being sent.
 
 Outcomes come back on a Redis stream; should Redis lose them, from the job's record in
 Redis or from ``reflections/log.jsonl``. The reconcile loop also sends again a job Redis
@@ -27,16 +33,18 @@ from collections import defaultdict
 
 import structlog
 
+from agentd.idle_sweep import IdleSweep
 from agentd.outbox import RESEND_AFTER_S, Outbox, OutboxEntry, answers_request
+from shared.clock import Clock, utc_now
 from shared.coordination import keys
 from shared.coordination.broker import RedisLocation
 from shared.errors import AgentdError
 from shared.models.agents import AgentRecord
-from shared.models.reflection import ReflectionOutcome, ReflectionRequest
+from shared.models.reflection import ReflectionOutcome, ReflectionRequest, TriggerSource
 from shared.models.turns import TurnResult
 from shared.reflection.settings import ReflectionSettings, configured_defaults, resolve
-from shared.reflection.state import load_state
-from shared.reflection.triggers import post_turn
+from shared.reflection.state import TranscriptState, peek_state
+from shared.reflection.triggers import DueTrigger, post_turn
 from shared.settings import Settings
 from shared.store.agents import AgentStore
 from shared.store.conversations import Conversation
@@ -53,7 +61,13 @@ TOLD_ONCE = frozenset({"parent_dirty"})
 
 class Reflections:
     def __init__(
-        self, settings: Settings, layout: Layout, location: RedisLocation, store: AgentStore
+        self,
+        settings: Settings,
+        layout: Layout,
+        location: RedisLocation,
+        store: AgentStore,
+        *,
+        clock: Clock = utc_now,
     ) -> None:
         self.settings = settings
         self.layout = layout
@@ -65,6 +79,14 @@ class Reflections:
         self._tasks: list[asyncio.Task[None]] = []
         self._told: dict[str, set[str]] = defaultdict(set)
         self._sending: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self.idle = IdleSweep(
+            layout,
+            store,
+            self.settings_for,
+            self.request_idle,
+            idle_s=settings.reflection_idle_s,
+            clock=clock,
+        )
 
     # --- settings --------------------------------------------------------------------------
 
@@ -81,13 +103,12 @@ class Reflections:
         if result.stop_reason != "end_turn":
             return None
         recorded: list[ReflectionRequest] = []
-        post_turn(
-            conversation.directory,
-            self.settings_for(agent),
-            result.assistant_messages,
-            record=lambda trigger: recorded.append(
-                self.outbox.submit(agent.id, trigger, [conversation.id])
-            ),
+
+        async def record(trigger: DueTrigger) -> None:
+            recorded.append(await self._submit(agent.id, trigger, [conversation.id]))
+
+        await post_turn(
+            conversation.directory, self.settings_for(agent), result.assistant_messages, record
         )
         if not recorded:
             return None
@@ -105,34 +126,77 @@ class Reflections:
     ) -> tuple[ReflectionRequest, bool]:
         """A manual request (run now, or next if one is running), and whether it is in
         Redis's hands or will be by the time the running one ends."""
-        request = self.outbox.submit(
+        request = await self._submit(
             agent.id, "manual", conversation_ids, recent=recent, instruction=instruction
         )
         await self.dispatch(agent.id)
         return request, not self.outbox.broker_down
 
+    async def request_idle(
+        self, agent_id: str, conversation_ids: list[str]
+    ) -> tuple[ReflectionRequest, list[str]] | None:
+        """The idle sweep's request for those of ``conversation_ids`` that the agent's
+        running or pending request does not cover already, and which those were."""
+        async with self._sending[agent_id]:
+            entries = await asyncio.to_thread(self.outbox.entries, agent_id)
+            covered = {c for entry in entries for c in entry.request.conversation_ids}
+            fresh = [c for c in conversation_ids if c not in covered]
+            if not fresh:
+                return None
+            request = await asyncio.to_thread(self.outbox.submit, agent_id, "idle", fresh)
+        await self.dispatch(agent_id)
+        return request, fresh
+
+    async def _submit(
+        self,
+        agent_id: str,
+        trigger: TriggerSource,
+        conversation_ids: list[str],
+        *,
+        recent: int | None = None,
+        instruction: str | None = None,
+    ) -> ReflectionRequest:
+        """Record a request (:meth:`Outbox.submit`) without racing a send of the entry it
+        joins."""
+        async with self._sending[agent_id]:
+            return await asyncio.to_thread(
+                self.outbox.submit,
+                agent_id,
+                trigger,
+                conversation_ids,
+                recent=recent,
+                instruction=instruction,
+            )
+
     async def dispatch(self, agent_id: str) -> ReflectionRequest | None:
         """Send the agent's pending request if none is running; what was sent, if any."""
         async with self._sending[agent_id]:
-            if self.outbox.sent(agent_id) is not None:
-                return None
-            pending = self.outbox.pending(agent_id)
-            if pending is None or not self._still_due(pending):
+            pending = await asyncio.to_thread(self._sendable, agent_id)
+            if pending is None:
                 return None
             if not await asyncio.to_thread(self.outbox.send, pending):
                 return None
             return pending.request
+
+    def _sendable(self, agent_id: str) -> OutboxEntry | None:
+        """The agent's pending entry, if none is sent and it is still due."""
+        if self.outbox.sent(agent_id) is not None:
+            return None
+        pending = self.outbox.pending(agent_id)
+        if pending is None or not self._still_due(pending):
+            return None
+        return pending
 
     @property
     def _broker_reachable(self) -> bool:
         return not self.outbox._warned_down
 
     def _still_due(self, entry: OutboxEntry) -> bool:
-        """A pending step-count request is checked again before it is sent: the job that
-        ran meanwhile may have reflected the steps that made it due (spec: queued step
-        counts are re-checked, compactions and manual runs are not)."""
+        """A pending step-count or idle request is checked again before it is sent: the
+        job that ran meanwhile may have reflected the steps that made it due (spec: queued
+        step counts are re-checked, compactions and manual runs are not)."""
         request = entry.request
-        if request.trigger != "step-count":
+        if request.trigger not in ("step-count", "idle"):
             return True
         try:
             agent = self.store.get(request.agent_id)
@@ -143,11 +207,11 @@ class Reflections:
             conversation_id
             for conversation_id in request.conversation_ids
             if settings is not None
-            and settings.trigger == "step-count"
-            and load_state(
-                self.layout.conversation_dir(request.agent_id, conversation_id)
-            ).steps_since_last_reflection
-            >= settings.step_count
+            and _conversation_due(
+                request.trigger,
+                settings,
+                peek_state(self.layout.conversation_dir(request.agent_id, conversation_id)),
+            )
         ]
         if due == request.conversation_ids:
             return True
@@ -203,6 +267,7 @@ class Reflections:
         self._tasks = [
             asyncio.create_task(self._reconcile_loop(), name="reflection-reconcile"),
             asyncio.create_task(self._listen_loop(), name="reflection-outcomes"),
+            asyncio.create_task(self.idle.run(), name="reflection-idle-sweep"),
         ]
 
     async def stop(self) -> None:
@@ -225,14 +290,14 @@ class Reflections:
     async def reconcile(self) -> None:
         """One pass over every agent's outbox: settle what finished, send again what Redis
         lost or what found the agent busy, and send what is pending."""
-        for record in self.store.list():
+        for record in await asyncio.to_thread(self.store.list):
             try:
                 await self._reconcile_agent(record.id)
             except AgentdError as exc:
                 log.warning("reflection_reconcile_skipped", agent_id=record.id, error=exc.message)
 
     async def _reconcile_agent(self, agent_id: str) -> None:
-        sent = self.outbox.sent(agent_id)
+        sent = await asyncio.to_thread(self.outbox.sent, agent_id)
         if sent is not None:
             await self._check_sent(sent)
         await self.dispatch(agent_id)
@@ -306,7 +371,7 @@ class Reflections:
         if not self.outbox.remove(outcome.request_id, outcome.agent_id):
             return  # already settled (the stream and the logs both told us)
         if outcome.status in ("merged", "no_changes") and outcome.unread:
-            self.outbox.submit(outcome.agent_id, outcome.trigger, outcome.unread)
+            await self._submit(outcome.agent_id, outcome.trigger, outcome.unread)
         self._deliver(outcome)
         await self.dispatch(outcome.agent_id)
 
@@ -318,3 +383,16 @@ class Reflections:
         told = outcome.status != "skipped" or outcome.reason in TOLD_ONCE
         if not waiters and told:
             self._notices[outcome.agent_id].append(outcome)
+
+
+def _conversation_due(
+    trigger: TriggerSource, settings: ReflectionSettings, state: TranscriptState
+) -> bool:
+    """Whether a conversation of a pending automatic request still needs its reflection."""
+    if settings.trigger == "off":
+        return False
+    if trigger == "idle":
+        return state.steps_since_last_reflection > 0
+    return settings.trigger == "step-count" and (
+        state.steps_since_last_reflection >= settings.step_count
+    )

@@ -1,15 +1,20 @@
 """``agentctl status``: the daemon, Redis, the workers, the queue, and every agent's
 reflection state, gathered in one request (fast: a few Redis round trips and small files).
+
+The files are read in a thread and without the state locks (:func:`peek_state`): a worker
+or a turn holding one never holds up ``status``, nor the event loop it runs on.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
 
+from agentd.idle_sweep import load_marks
 from agentd.outbox import outbox_dir, read_outcomes
 from agentd.supervisor import up_is_running
 from shared.coordination import keys
@@ -17,7 +22,8 @@ from shared.coordination.broker import RedisLocation
 from shared.models.agents import AgentRecord
 from shared.reflection.backoff import load_backoff
 from shared.reflection.settings import ReflectionSettings
-from shared.reflection.state import load_state
+from shared.reflection.state import peek_state
+from shared.store.agents import AgentStore
 from shared.store.conversations import list_conversations
 from shared.store.layout import Layout
 
@@ -73,18 +79,31 @@ def _state(reachable: bool, location: RedisLocation, layout: Layout) -> str:
     return "restarting" if up_is_running(layout) else "not_started"
 
 
+def agents_status(
+    layout: Layout,
+    store: AgentStore,
+    settings_for: Callable[[AgentRecord], ReflectionSettings],
+    default_model: str,
+) -> list[dict[str, Any]]:
+    """Every agent's status; blocking (it reads their files), so run it in a thread."""
+    return [
+        agent_status(layout, record, settings_for(record), default_model) for record in store.list()
+    ]
+
+
 def agent_status(
     layout: Layout, agent: AgentRecord, settings: ReflectionSettings, default_model: str
 ) -> dict[str, Any]:
     steps = 0
     for record in list_conversations(layout, agent.id):
-        steps += load_state(
+        steps += peek_state(
             layout.conversation_dir(agent.id, record.id)
         ).steps_since_last_reflection
     outcomes = [o for o in read_outcomes(layout, agent.id, tail=20) if o.status != "skipped"]
     last = outcomes[-1] if outcomes else None
     backoff = load_backoff(layout.reflections_dir(agent.id))
     outbox = outbox_dir(layout, agent.id)
+    swept = load_marks(layout, agent.id).last()
     return {
         "id": agent.id,
         "name": agent.name,
@@ -103,4 +122,11 @@ def agent_status(
         "backoff_until": backoff.retry_at.isoformat() if backoff.retry_at else None,
         "configuration_error": backoff.configuration_error,
         "pending_requests": len(list(outbox.glob("*.json"))) if outbox.is_dir() else 0,
+        "last_idle_request": None
+        if swept is None
+        else {
+            "conversation_id": swept[0],
+            "request_id": swept[1].request_id,
+            "requested_at": swept[1].at.isoformat(),
+        },
     }

@@ -70,6 +70,8 @@ class Settings(BaseSettings):
     """Simulated model latency of the mock models (demos and tests of slow providers)."""
     reflection_wait_s: float = Field(default=15.0, ge=0, le=3_600)
     """How long a chat turn that triggered a reflection waits to report its outcome."""
+    reflection_idle_s: int = Field(default=86_400, ge=1, le=366 * 86_400)
+    """A conversation quiet this long with unreflected steps gets an ``idle`` reflection."""
     workers: int = Field(default=2, ge=0, le=64)
     """Reflection worker processes ``agentd up`` starts."""
     restore_unacked: bool = True

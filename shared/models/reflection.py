@@ -9,7 +9,8 @@ from pydantic import BaseModel, Field
 
 from shared.clock import utc_now
 
-TriggerSource = Literal["step-count", "compaction-event", "manual"]
+TriggerSource = Literal["step-count", "compaction-event", "idle", "manual"]
+"""What asked for a reflection: a post-turn trigger, the idle sweep, or the user."""
 OutcomeStatus = Literal["merged", "no_changes", "failed", "skipped"]
 
 

@@ -8,11 +8,17 @@ ended", so a compaction seen while the trigger was ``off`` must never fire a ref
 later — but never before a request that covers it is durably recorded: a crash in
 between repeats the request (harmless: it joins the pending one, or finds nothing new)
 instead of losing it.
+
+The counting and the flag take file locks and touch small files, so from the daemon's
+event loop they run in a thread; the flag consumed is the one the check saw, so a
+compaction of the next turn, landing while this check was away, stays pending for that
+turn's own check.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -36,6 +42,8 @@ class PostTurnDecision(NamedTuple):
     """The trigger that makes a reflection due now, or None."""
     state: TranscriptState
     """The conversation's state after counting the turn."""
+    compaction: CompactionEvent | None
+    """The pending compaction event the decision saw (the flag to consume), if any."""
 
 
 def _pending_event(directory: Path) -> CompactionEvent | None:
@@ -50,14 +58,11 @@ def _pending_event(directory: Path) -> CompactionEvent | None:
     return event if event is not None and event.pending else None
 
 
-def compaction_pending(directory: Path) -> bool:
-    return _pending_event(directory) is not None
-
-
-def consume_compaction_flag(directory: Path) -> bool:
-    """Clear a pending ``compaction-event.json``; True if it was pending."""
+def consume_compaction_flag(directory: Path, seen: CompactionEvent | None = None) -> bool:
+    """Clear a pending ``compaction-event.json`` (only if it is still ``seen``, when
+    given); True if it was cleared."""
     event = _pending_event(directory)
-    if event is None:
+    if event is None or (seen is not None and event != seen):
         return False
     write_model_atomic(
         directory / COMPACTION_EVENT_FILE, event.model_copy(update={"pending": False})
@@ -79,11 +84,21 @@ def due_trigger(
     return None
 
 
-def post_turn(
+def count_and_decide(
+    directory: Path, settings: ReflectionSettings, assistant_steps: int
+) -> PostTurnDecision:
+    """Count the turn's steps and decide; blocking (the state lock), so from async code
+    in a thread."""
+    state = record_turn(directory, assistant_steps)
+    event = _pending_event(directory)
+    return PostTurnDecision(due_trigger(settings, state, event is not None), state, event)
+
+
+async def post_turn(
     directory: Path,
     settings: ReflectionSettings,
     assistant_steps: int,
-    record: Callable[[DueTrigger], object],
+    record: Callable[[DueTrigger], Awaitable[object]],
 ) -> PostTurnDecision:
     """Count the turn, decide, ``record`` a due request, then consume the compaction flag.
 
@@ -93,11 +108,9 @@ def post_turn(
     must make the request durable: the flag is cleared only after it returns, so if it
     raises (or the process dies) the flag stays and the next turn asks again.
     """
-    state = record_turn(directory, assistant_steps)
-    pending = compaction_pending(directory)
-    trigger = due_trigger(settings, state, pending)
-    if trigger is not None:
-        record(trigger)
-    if pending:
-        consume_compaction_flag(directory)
-    return PostTurnDecision(trigger, state)
+    decision = await asyncio.to_thread(count_and_decide, directory, settings, assistant_steps)
+    if decision.trigger is not None:
+        await record(decision.trigger)
+    if decision.compaction is not None:
+        await asyncio.to_thread(consume_compaction_flag, directory, decision.compaction)
+    return decision

@@ -3,6 +3,7 @@ the compaction flag (spec §1 "Post-turn algorithm"; §7 items 1–4 and 7)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -42,7 +43,21 @@ def turn(
     """One end_turn turn (user message, assistant reply) and the post-turn check."""
     say(chat, "user", text)
     say(chat, "assistant", f"re: {text}")
-    return post_turn(chat.directory, settings, 1, record)
+    return check(chat, settings, 1, record)
+
+
+def check(
+    chat: Conversation,
+    settings: ReflectionSettings,
+    steps: int,
+    record: Callable[[str], object] = lambda _trigger: None,
+) -> Any:
+    """The post-turn check of a turn of ``steps`` assistant steps, as the daemon runs it."""
+
+    async def recorded(trigger: str) -> None:
+        record(trigger)
+
+    return asyncio.run(post_turn(chat.directory, settings, steps, recorded))
 
 
 def compacted(chat: Conversation) -> None:
@@ -127,6 +142,16 @@ def test_a_request_that_could_not_be_recorded_leaves_the_compaction_pending(
     assert turn(chat, ON_COMPACTION).trigger == "compaction-event"
 
 
+def test_a_compaction_of_the_next_turn_is_left_for_that_turn(chat: Conversation) -> None:
+    compacted(chat)
+
+    first = turn(chat, ON_COMPACTION, record=lambda _trigger: compacted(chat))
+
+    assert first.trigger == "compaction-event"
+    assert pending(chat) is True
+    assert turn(chat, ON_COMPACTION).trigger == "compaction-event"
+
+
 def test_without_a_compaction_the_default_trigger_does_not_fire(chat: Conversation) -> None:
     assert turn(chat, ReflectionSettings()).trigger is None
 
@@ -142,7 +167,7 @@ def test_a_compaction_seen_while_off_is_never_replayed_after_the_trigger_changes
 
 
 def test_a_real_transcript_fires_step_count_after_enough_turns(chat: Conversation) -> None:
-    assert post_turn(chat.directory, every(2), 0, lambda _trigger: None).trigger is None
+    assert check(chat, every(2), 0).trigger is None
 
     first = turn(chat, every(2), "one")
     second = turn(chat, every(2), "two")
