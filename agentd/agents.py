@@ -12,7 +12,6 @@ import shlex
 from pathlib import Path
 
 import structlog
-from git import InvalidGitRepositoryError, NoSuchPathError
 
 from agentd.requests import AgentCreate, AgentUpdate
 from shared.agent.prompts import BASE_SYSTEM_PROMPT, DEFAULT_HUMAN, DEFAULT_PERSONA
@@ -190,7 +189,7 @@ def open_memory(agent_id: str, path: Path) -> MemoryRepo:
     not a usable git repo (a missing ``.git`` would otherwise stop the whole daemon)."""
     try:
         return MemoryRepo(path)
-    except (MemoryRepoError, InvalidGitRepositoryError, NoSuchPathError) as exc:
+    except MemoryRepoError as exc:
         if not path.is_dir():
             raise MemoryDamaged(
                 path, "the directory is missing", "Restore it from a backup"

@@ -12,19 +12,20 @@ no other memory writer interleaves with its merge.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from reflector.subagent import JobLayout, final_report
-from reflector.worktree import Worktree
+from reflector.worktree import Worktree, collect
+from shared import sandbox
 from shared.agent.loop import Turn, run_turn
 from shared.agent.prompts import INTEGRATION_MARKER
 from shared.agent.tools.base import ToolContext
 from shared.agent.tools.bash import Bash
 from shared.agent.tools.files import EditFile, ReadFile
 from shared.clock import Clock, utc_now
+from shared.memory import git
 from shared.memory.compile import compile_system_prompt
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
@@ -43,19 +44,24 @@ class IntegrationRun(BaseModel):
 
 
 def has_proposal(worktree: Worktree) -> bool:
-    """Did the sub-agent leave commits or edits in its checkout (anything to review)?"""
+    """Did the sub-agent leave commits or edits in its checkout (anything to review)?
 
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(worktree.path), *args],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=30,
-        ).stdout.strip()
+    Brings its commits into the memory repo as ``worktree.branch`` (:func:`collect`), the
+    branch the primary agent is told to merge."""
+    if not collect(worktree):
+        return False
+    revs = f"{worktree.base_head}..{worktree.branch}"
+    ahead = int(git.run(worktree.parent_dir, "rev-list", "--count", revs).stdout.strip() or 0)
+    return ahead > 0 or bool(git.run(worktree.path, "status", "--porcelain").stdout.strip())
 
-    ahead = int(git("rev-list", "--count", f"{worktree.base_head}..HEAD") or 0)
-    return ahead > 0 or bool(git("status", "--porcelain"))
+
+class IntegrationBash(Bash):
+    """The primary agent's bash while it integrates: it merges, so besides the proposal
+    checkout its whole memory repo is writable, ``.git`` included (the harness's own git
+    ignores any hook or config it might leave there, :mod:`shared.memory.git`)."""
+
+    def walls(self, ctx: ToolContext) -> sandbox.Walls:
+        return sandbox.Walls(cwd=ctx.workspace, writable=[ctx.workspace, ctx.memory_dir])
 
 
 def integration_task(
@@ -68,7 +74,9 @@ A background reflection proposes memory changes for you to review before they la
 Review the proposal commits (`git -C {worktree.path} log -p {worktree.base_head}..HEAD`):
 are they accurate, durable, and in the right files? You may add ONE follow-up commit in the
 proposal checkout (no amend) with subject `merge(reflection): <summary>` and the trailer
-`Reflection-Subagent-ID: {reflection_id}`. Then merge the proposal into your memory repo:
+`Reflection-Subagent-ID: {reflection_id}`, then bring it over with
+`git -C {memory_dir} fetch --quiet {worktree.path} +HEAD:{worktree.branch}`. Then merge the
+proposal into your memory repo:
 `git -C {memory_dir} merge --no-ff {worktree.branch} -m "merge(reflection): <summary>"`; if it
 conflicts, resolve it so both repos end clean, or run `git -C {memory_dir} merge --abort`.
 If your memory repo has uncommitted changes that are not yours, stop and touch nothing.
@@ -90,6 +98,7 @@ async def run_integration(
     instructions: str,
     conversation_dir: Path,
     clock: Clock = utc_now,
+    unsandboxed_bash: bool = False,
 ) -> IntegrationRun:
     conversation = Conversation.create(
         JobLayout(conversation_dir), agent.id, memory_head=None, clock=clock
@@ -104,12 +113,13 @@ async def run_integration(
     turn = Turn(
         conversation=conversation,
         provider=provider,
-        tools=[ReadFile(), EditFile(), Bash()],
+        tools=[ReadFile(), EditFile(), IntegrationBash()],
         tool_context=ToolContext(
             agent_id=agent.id,
             workspace=worktree.path,
             memory_dir=memory_dir,
             home=home,
+            bash_unsandboxed=unsandboxed_bash,
             extra_env={"PROPOSAL_DIR": str(worktree.path), "PARENT_MEMORY_DIR": str(memory_dir)},
         ),
         system_prompt=system_prompt,

@@ -42,6 +42,7 @@ from reflector.subagent import SubagentRun, run_reflection_subagent
 from reflector.worktree import (
     FinalizeResult,
     Worktree,
+    collect,
     create_worktree,
     finalize,
     sweep_orphans,
@@ -289,8 +290,8 @@ class _Job:
         try:
             window = self.ctx.agent_provider_for(agent).context_window
             budget = budget_for(agent, window, memory_dir, worktree.base_head)
-            run = self._run_subagent(agent, provider, worktree.path, payload, budget)
-            if run.success:
+            run = self._run_subagent(agent, provider, worktree, payload, budget)
+            if run.success and collect(worktree):
                 floor_after = floor_at(agent, memory_dir, worktree.branch)
                 if over_budget(budget, floor_after):
                     finalize(worktree, should_merge=False, failure_summary="memory over budget")
@@ -387,7 +388,7 @@ class _Job:
         self,
         agent: AgentRecord,
         provider: Provider,
-        worktree: Path,
+        worktree: Worktree,
         payload: PayloadFile,
         budget: MemoryBudget,
     ) -> SubagentRun:
@@ -399,7 +400,7 @@ class _Job:
                 payload=payload,
                 parent_agent_id=agent.id,
                 job_id=self.reflection_id,
-                parent_snapshot=parent_snapshot(worktree),
+                parent_snapshot=parent_snapshot(worktree.path),
                 instruction=self.request.instruction,
                 conversation_dir=self.reflections_dir / "subagents",
                 now=now,

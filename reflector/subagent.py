@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from reflector.prompt import MemoryBudget, system_prompt, task_prompt
 from reflector.tools import reflection_context, reflection_tools
 from reflector.verdict import Reason, judge
+from reflector.worktree import Worktree
 from shared.agent.loop import Turn, run_turn
 from shared.clock import Clock, utc_now
 from shared.ids import REFLECTION_SUFFIX, validate_agent_id, validate_id
@@ -55,7 +56,7 @@ class SubagentRun(BaseModel):
 async def run_reflection_subagent(
     *,
     provider: Provider,
-    worktree: Path,
+    worktree: Worktree,
     payload: PayloadFile,
     parent_agent_id: str,
     job_id: str,
@@ -69,7 +70,7 @@ async def run_reflection_subagent(
     memory_budget: MemoryBudget | None = None,
     clock: Clock = utc_now,
 ) -> SubagentRun:
-    """Run the sub-agent on ``payload`` against the memory checkout ``worktree``."""
+    """Run the sub-agent on ``payload`` in the job's private clone ``worktree``."""
     child_id = validate_agent_id(
         f"{validate_agent_id(parent_agent_id)}{REFLECTION_SUFFIX}", allow_reflection=True
     )
@@ -95,9 +96,9 @@ async def run_reflection_subagent(
     turn = Turn(
         conversation=conversation,
         provider=provider,
-        tools=reflection_tools(payload),
+        tools=reflection_tools(payload, worktree.parent_objects),
         tool_context=reflection_context(
-            worktree=worktree,
+            worktree=worktree.path,
             payload_path=payload.path,
             parent_agent_id=parent_agent_id,
             output_chars=output_chars,

@@ -6,22 +6,21 @@ else, and ``memory_edit`` is a no-op because the sub-agent commits by itself (an
 is not committed does not count). The environment names the payload and the ids the
 commit trailers need, and like the main agent's it never carries provider keys.
 
-``bash`` cannot be fenced by a path guard, so when bubblewrap works on this host every
-command runs in a sandbox: the root file system read-only, only the checkout and the
-repo's git dir writable (committing from a linked checkout writes objects and refs into
-the main repo's git dir), the payload readable, a fresh ``/tmp``, no network. Without
-bubblewrap the sub-agent runs with the path guard and the scrubbed environment only;
-:func:`sandbox_reason` says why, for ``agentd doctor`` and the logs.
+``bash`` cannot be fenced by a path guard, so every command runs in bubblewrap
+(:mod:`shared.sandbox`): the job's private clone is the only writable place, the payload's
+files and the parent repo's object store (which the clone borrows objects from) are
+readable, and nothing else of the host is there: no ``$AGENTD_HOME``, no other agent, no
+parent ``.git`` with its hooks, config and refs, no network. Without bubblewrap the
+sub-agent gets no bash unless ``AGENTD_UNSANDBOXED_BASH=1`` says to run it anyway (with a
+scrubbed environment and the path guard of ``edit_file`` only); the job then fails with a
+reason that says how to fix it.
 """
 
 from __future__ import annotations
 
-import functools
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
+from shared import sandbox
 from shared.agent.tools.base import Tool, ToolContext, no_memory_edit
 from shared.agent.tools.bash import Bash
 from shared.agent.tools.files import EditFile
@@ -30,8 +29,6 @@ from shared.providers.base import ToolSchema
 from shared.reflection.payload import PayloadFile
 from shared.settings import DEFAULT_BASH_OUTPUT_CHARS
 
-PROBE_TIMEOUT_S = 10.0
-GIT_TIMEOUT_S = 10.0
 AUTHOR_NAME = "Reflection Subagent"
 
 
@@ -47,18 +44,13 @@ class ReflectionBash(Bash):
         parameters=Bash.schema.parameters,
     )
 
-    def __init__(self, readable: list[Path]) -> None:
-        self.readable = readable
-        """The payload's files: the only things outside the checkout the sandbox shows."""
+    def __init__(self, readable: list[Path], parent_objects: Path) -> None:
+        self.readable = [*readable, parent_objects]
+        """The payload's files and the parent's objects: all the sandbox shows of the host
+        besides the checkout."""
 
-    def command_prefix(self, ctx: ToolContext) -> list[str]:
-        if not sandbox_available():
-            return []
-        return bwrap_prefix(
-            writable=[ctx.workspace, *_git_common_dir(ctx.workspace)],
-            readable=self.readable,
-            cwd=ctx.workspace,
-        )
+    def walls(self, ctx: ToolContext) -> sandbox.Walls:
+        return sandbox.Walls(cwd=ctx.workspace, writable=[ctx.workspace], readable=self.readable)
 
 
 class ReflectionEditFile(EditFile):
@@ -72,9 +64,10 @@ class ReflectionEditFile(EditFile):
     )
 
 
-def reflection_tools(payload: PayloadFile) -> list[Tool]:
-    """The sub-agent's only tools; its bash may read ``payload``'s files."""
-    return [ReflectionBash(payload.files), ReflectionEditFile()]
+def reflection_tools(payload: PayloadFile, parent_objects: Path) -> list[Tool]:
+    """The sub-agent's only tools; its bash may read ``payload``'s files and the objects of
+    the parent repo its clone borrows from."""
+    return [ReflectionBash(payload.files, parent_objects), ReflectionEditFile()]
 
 
 def reflection_context(
@@ -83,8 +76,12 @@ def reflection_context(
     payload_path: Path,
     parent_agent_id: str,
     output_chars: int = DEFAULT_BASH_OUTPUT_CHARS,
+    unsandboxed_bash: bool = False,
 ) -> ToolContext:
-    """The context the sub-agent's tools run in: everything points at ``worktree``."""
+    """The context the sub-agent's tools run in: everything points at ``worktree``.
+
+    ``unsandboxed_bash`` lets bash run bare where bubblewrap does not work (the host's
+    ``AGENTD_UNSANDBOXED_BASH=1``); the sub-agent never gets network."""
     child_id = f"{parent_agent_id}{REFLECTION_SUFFIX}"
     worktree = worktree.absolute()
     return ToolContext(
@@ -94,6 +91,7 @@ def reflection_context(
         home=worktree,
         bash_output_chars=output_chars,
         memory_edit=no_memory_edit,
+        bash_unsandboxed=unsandboxed_bash,
         extra_env={
             "TRANSCRIPT_PATH": str(payload_path.absolute()),
             "PARENT_AGENT_ID": parent_agent_id,
@@ -102,91 +100,3 @@ def reflection_context(
             "GIT_AUTHOR_EMAIL": f"{child_id}@agentd.local",
         },
     )
-
-
-def sandbox_available() -> bool:
-    """Whether the sub-agent's bash runs inside bubblewrap on this host."""
-    return _probe()[0]
-
-
-def sandbox_reason() -> str:
-    """One line on the sandbox: what it confines, or why it is off."""
-    return _probe()[1]
-
-
-def bwrap_prefix(*, writable: list[Path], readable: list[Path], cwd: Path) -> list[str]:
-    """The bubblewrap argv for a command that may write only ``writable``.
-
-    ``--tmpfs /tmp`` comes before the binds: mounted later it would hide any of them
-    that live under ``/tmp``. ``--unshare-pid`` makes the sandbox one process tree, so
-    killing bubblewrap (timeout, cancelled turn) takes background children with it.
-    """
-    args = ["bwrap", "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
-    for path in writable:
-        args += ["--bind", str(path), str(path)]
-    for path in readable:
-        if path.exists():
-            args += ["--ro-bind", str(path), str(path)]
-    args += [
-        "--unshare-net",
-        "--unshare-pid",
-        "--die-with-parent",
-        "--new-session",
-        "--setenv",
-        "TMPDIR",
-        "/tmp",
-        "--chdir",
-        str(cwd),
-        "--",
-    ]
-    return args
-
-
-@functools.cache
-def _probe() -> tuple[bool, str]:
-    """Try bubblewrap once per process: installed is not enough when user namespaces or
-    mounts are forbidden (many containers), and then it fails on every command."""
-    path = shutil.which("bwrap")
-    if path is None:
-        return False, (
-            "sandbox off: bubblewrap (bwrap) is not on PATH; the reflection sub-agent's bash "
-            "runs with a scrubbed environment only, and only edit_file is path-guarded"
-        )
-    with tempfile.TemporaryDirectory(prefix="agentd-bwrap-probe-") as scratch:
-        probe_dir = Path(scratch)
-        argv = bwrap_prefix(writable=[probe_dir], readable=[], cwd=probe_dir)
-        try:
-            probe = subprocess.run(
-                [*argv, "touch", "written"],
-                capture_output=True,
-                text=True,
-                timeout=PROBE_TIMEOUT_S,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return False, f"sandbox off: {path} could not be run: {exc}"
-        written = (probe_dir / "written").exists()
-    if probe.returncode != 0 or not written:
-        detail = probe.stderr.strip() or f"exit code {probe.returncode}, nothing written"
-        return False, f"sandbox off: {path} fails on this host ({detail})"
-    return True, (
-        f"sandbox on: {path} (read-only root, writable memory checkout and git dir, "
-        "private /tmp, no network)"
-    )
-
-
-def _git_common_dir(worktree: Path) -> list[Path]:
-    """The repo's common git dir when it lies outside ``worktree``: a linked checkout
-    commits into the main repo's ``.git``. Empty when there is none to add."""
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(worktree), "rev-parse", "--path-format=absolute", "--git-common-dir"],
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT_S,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    common = Path(out.stdout.strip())
-    if out.returncode != 0 or not common.is_dir() or common.is_relative_to(worktree):
-        return []
-    return [common]

@@ -1,26 +1,31 @@
-"""A reflection job's git worktree: create it, merge it back into memory, clean up after it.
+"""A reflection job's checkout: a private clone, its commits fetched back, merged, removed.
 
-The sub-agent edits memory in its own worktree (``reflections/worktrees/<job_id>``, outside
+The sub-agent edits memory in its own checkout (``reflections/worktrees/<job_id>``, outside
 the repo dir, on branch ``reflection/<job_id>``) so it never shares an index with the
-daemon, which commits to ``main`` every turn. Only :func:`finalize` touches the parent
-checkout, following the safe merge-back protocol of stack.md §5: a ``merge-tree`` dry run
-first, then, under the memory lock and only with a clean parent and no git lock in the
-way, a fast-forward or a ``--no-ff`` merge that is aborted at once if it fails. Leaving a
-conflicted merge behind is the one thing we must never do: the daemon's next commit would
-seal the conflict markers into memory. The parent checkout is never reset or cleaned:
-``merge --abort`` is the only undo, so an edit the user makes in it meanwhile survives.
+daemon, which commits to ``main`` every turn. The checkout is a ``git clone --shared``,
+not a linked worktree: a linked worktree shares its parent's ``.git`` (hooks, config,
+refs), so a sub-agent able to commit could plant a hook that runs outside its sandbox or
+move the parent's ``main`` (``../shared/spec/sandbox.md``). The clone has a git dir of its
+own and borrows the parent's objects through ``objects/info/alternates``, which the
+sandbox shows read-only. Its commits come back only through :func:`collect`: the harness
+first puts the clone's git metadata back the way it made it (config, no hooks, no
+``commondir``, its alternates), then fetches the clone's ``HEAD`` into the parent's
+``reflection/<job_id>`` branch. Every git command here runs through
+:mod:`shared.memory.git`, inert to hooks and config planted in either repo.
 
-Git runs through a small subprocess helper rather than GitPython: it gives the return code
-and stderr directly, and each call gets a timeout (stack.md §5 measured both and
-recommends this). A git lock file in the way is removed and the command run again when
-the git that left it is dead, and is :class:`MemoryBusy` when a live git holds it
-(:mod:`shared.memory.git_locks`), never a merge conflict. Jobs may run twice, so every
-step here is safe to repeat.
+Only :func:`finalize` touches the parent checkout, following the safe merge-back protocol
+of stack.md §5: a ``merge-tree`` dry run first, then, under the memory lock and only with
+a clean parent and no git lock in the way, a fast-forward or a ``--no-ff`` merge that is
+aborted at once if it fails. Leaving a conflicted merge behind is the one thing we must
+never do: the daemon's next commit would seal the conflict markers into memory. The parent
+checkout is never reset or cleaned: ``merge --abort`` is the only undo, so an edit the user
+makes in it meanwhile survives. A git lock in the way is removed when a dead git left it
+and is :class:`MemoryBusy` when a live git holds it (:mod:`shared.memory.git_locks`),
+never a merge conflict. Jobs may run twice, so every step here is safe to repeat.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -33,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared.errors import MemoryRepoError
 from shared.ids import validate_id
-from shared.memory import git_locks
+from shared.memory import git, git_locks
 from shared.memory.repo import MemoryRepo
 from shared.store.locks import DEFAULT_LOCK_TIMEOUT_S, file_lock
 
@@ -41,7 +46,20 @@ log = structlog.get_logger(__name__)
 
 BRANCH_PREFIX = "reflection/"
 SUBAGENT_NAME = "Reflection Subagent"
-GIT_TIMEOUT_S = 30.0
+CLONE_CONFIG = """[core]
+\trepositoryformatversion = 0
+\tfilemode = true
+\tbare = false
+\tlogallrefupdates = true
+[gc]
+\tauto = 0
+[user]
+\tname = {name}
+\temail = {email}
+"""
+"""The clone's whole config, written by the harness at creation and again before it reads
+the clone: whatever the sub-agent wrote there (a filter driver, an fsmonitor, an include)
+is gone before any harness git runs in it."""
 
 MERGED_MESSAGE = "Merged {count} reflection commit(s)."
 INTEGRATED_MESSAGE = "The primary agent integrated {count} reflection commit(s)."
@@ -49,7 +67,6 @@ NO_CHANGES_MESSAGE = "No memory changes were needed."
 
 _CONVENTIONAL_PREFIX = re.compile(r"^\w+(?:\([^)]*\))?!?:\s*")
 _FALLBACK_SUMMARY = "reflection memory updates"
-_SCRUBBED_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR")
 
 FinalizeStatus = Literal[
     "merged", "no_changes", "failed", "parent_dirty", "merge_conflict", "dirty_uncommitted"
@@ -66,14 +83,22 @@ _CLEANUP_OUTCOME: dict[FinalizeStatus, str] = {
 
 @dataclass(frozen=True, slots=True)
 class Worktree:
-    """What :func:`finalize` needs to know about a job's worktree."""
+    """What :func:`finalize` needs to know about a job's checkout (a private clone)."""
 
     job_id: str
     path: Path
     branch: str
+    """``reflection/<job_id>``: the clone's branch, and the parent's once :func:`collect`
+    fetched it."""
     base_head: str
-    """The parent HEAD the worktree started from: commits after it are the job's work."""
+    """The parent HEAD the clone started from: commits after it are the job's work."""
     parent_dir: Path
+    author_email: str
+
+    @property
+    def parent_objects(self) -> Path:
+        """The parent's object store the clone borrows from; the sandbox shows it read-only."""
+        return self.parent_dir / ".git" / "objects"
 
 
 class FinalizeResult(BaseModel):
@@ -105,13 +130,12 @@ def create_worktree(
     author_email: str,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> Worktree:
-    """Check out the parent's HEAD at ``worktrees_dir/<job_id>`` on ``reflection/<job_id>``.
+    """Clone the parent's HEAD to ``worktrees_dir/<job_id>`` on branch ``reflection/<job_id>``.
 
-    A worktree or branch left by an earlier run of the same job (a redelivery) is removed
-    first, so the job starts again from the current parent HEAD. Commits in the worktree
-    are authored by the sub-agent (``author_email``); the identity lives in the worktree's
-    own config, because a plain ``git config`` there would rewrite the parent's.
-    Holds the memory lock: worktree bookkeeping shares the parent's ``.git``.
+    A checkout or branch left by an earlier run of the same job (a redelivery) is removed
+    first, so the job starts again from the current parent HEAD. The clone has no remote
+    (nothing to push to) and no hooks; its commits are authored by the sub-agent
+    (``author_email``). Holds the memory lock while it reads HEAD and removes leftovers.
     """
     validate_id(job_id, "reflection job id")
     worktrees_dir = worktrees_dir.absolute()
@@ -124,14 +148,27 @@ def create_worktree(
     branch = BRANCH_PREFIX + job_id
     with MemoryRepo(parent_dir) as parent, file_lock(parent.lock_path, lock_timeout_s):
         base_head = parent.head()
-        if _force_remove(parent.path, path, branch, purge_dir=True):
+        if _force_remove(parent.path, path, branch):
             log.warning("reflection_worktree_recreated", job_id=job_id)
-        worktrees_dir.mkdir(parents=True, exist_ok=True)
-        _git(parent.path, "worktree", "add", "--quiet", "-b", branch, str(path), base_head)
-        _configure_identity(parent.path, path, author_email)
-        worktree = Worktree(job_id, path, branch, base_head, parent.path)
+    worktree = Worktree(job_id, path, branch, base_head, parent.path, author_email)
+    worktrees_dir.mkdir(parents=True, exist_ok=True)
+    clone = ["clone", "--quiet", "--shared", "--no-checkout", "--template="]
+    git.run(worktrees_dir, *clone, str(parent.path), str(path))
+    _restore_metadata(worktree)
+    git.run(path, "checkout", "--quiet", "-b", branch, base_head)
     log.info("reflection_worktree_created", job_id=job_id, base_head=base_head)
     return worktree
+
+
+def collect(worktree: Worktree, *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> bool:
+    """Fetch the clone's ``HEAD`` into the parent as ``reflection/<job_id>``; False if the
+    clone cannot be trusted (its git dir was replaced) or is gone.
+
+    Safe to repeat: the branch is force-updated to whatever the clone holds now. Under the
+    memory lock, since it writes the parent's objects and refs.
+    """
+    with MemoryRepo(worktree.parent_dir) as parent, file_lock(parent.lock_path, lock_timeout_s):
+        return _collect(parent, worktree) is None
 
 
 def finalize(
@@ -142,14 +179,17 @@ def finalize(
     failure_summary: str | None = None,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> FinalizeResult:
-    """Decide the job's outcome, merge if it earned it, and remove the worktree and branch.
+    """Decide the job's outcome, merge if it earned it, and remove the checkout and branch.
 
     The first matching row of spec §4 wins (rows 0 ``knownNoChanges`` and 5 "refresh from
     origin" do not exist here: callers always know the worktree, and memory has no origin):
 
-    1. uncommitted changes in the worktree → ``dirty_uncommitted`` (checked before
+    0'. the clone's ``.git`` is no longer the directory we made → ``failed``/reflection,
+       nothing read from it;
+    1. uncommitted changes in the checkout → ``dirty_uncommitted`` (checked before
        ``should_merge``, so a failed sub-agent that left edits ends here too);
     2. ``should_merge`` false (the sub-agent failed) → ``failed``/reflection;
+    2'. its ``HEAD`` cannot be fetched into ``reflection/<job_id>`` → ``failed``/reflection;
     3. no commits since ``base_head`` → ``no_changes``;
     4. parent checkout dirty → ``parent_dirty`` (its files are left alone);
     6. ``require_already_merged`` and the branch is not in the parent's history →
@@ -160,14 +200,14 @@ def finalize(
     8. otherwise fast-forward (parent unmoved) or merge commit → ``merged``.
 
     Repeating is safe. A branch already in the parent's history (a run that merged, then
-    died before cleanup) is reported ``merged`` without merging again. A missing worktree
-    dir whose branch survives is judged like ``require_already_merged``: nothing can be
+    died before cleanup) is reported ``merged`` without merging again. A missing checkout
+    whose branch survives is judged like ``require_already_merged``: nothing can be
     checked there, so nothing unverified is merged. If both are gone (a second finalize)
     the result is ``failed``/integration "already finalized": not consumed, because the
     first outcome is unknown and consuming is irreversible, while a retry is harmless.
 
-    Consumed outcomes clean up gently (``worktree remove``, ``branch -d``), the others by
-    force. Everything happens under the memory lock; :class:`LockTimeout` or a git error
+    Consumed outcomes clean up gently (``branch -d``), the others by force; the checkout is
+    always deleted. Everything happens under the memory lock; :class:`LockTimeout` or a git error
     propagates with nothing reported, and :func:`sweep_orphans` clears what is left.
     """
     with MemoryRepo(worktree.parent_dir) as parent, file_lock(parent.lock_path, lock_timeout_s):
@@ -193,24 +233,18 @@ def sweep_orphans(
     """Undo what killed jobs left behind; returns what was done, for the log.
 
     Aborts a merge left in the parent (MERGE_HEAD) and removes git lock files no live git
-    holds (:meth:`MemoryRepo.recover`), prunes worktrees whose dir vanished, then force-removes
-    every reflection worktree, worktree dir and ``reflection/*`` branch whose job id is not
-    in ``live_job_ids``. Orphans are never merged: their job's transcript was not consumed
-    and will be reflected again.
+    holds (:meth:`MemoryRepo.recover`), then removes every reflection checkout and
+    ``reflection/*`` branch whose job id is not in ``live_job_ids``. Orphans are never
+    merged: their job's transcript was not consumed and will be reflected again.
     """
     worktrees_dir = worktrees_dir.absolute()
     with MemoryRepo(parent_dir) as parent, file_lock(parent.lock_path, lock_timeout_s):
         done = parent.recover()
-        _git(parent.path, "worktree", "prune")
-        for path, branch in _registered_worktrees(parent.path):
-            job_id = _job_id_of(path, branch, worktrees_dir)
-            if job_id is not None and job_id not in live_job_ids:
-                _git(parent.path, "worktree", "remove", "--force", "--force", str(path))
-                done.append(f"removed worktree {path.name}")
         for entry in _dir_entries(worktrees_dir):
             if entry.name not in live_job_ids:
                 _purge(entry)
-                done.append(f"removed leftover directory {entry.name}")
+                done.append(f"removed leftover checkout {entry.name}")
+        # Linked worktrees of agentd before private clones: their dirs are gone now.
         _git(parent.path, "worktree", "prune")
         for branch in _reflection_branches(parent.path):
             if branch.removeprefix(BRANCH_PREFIX) not in live_job_ids:
@@ -235,18 +269,23 @@ def _decide(
     """The outcome row of spec §4 that applies; merges on the last row."""
     missing = not worktree.path.exists()
     if missing:
-        _git(parent.path, "worktree", "prune")
         if not _branch_exists(parent.path, worktree.branch):
             return _failed(
                 "integration",
-                f"nothing to finalize: job {worktree.job_id} has no worktree or branch left "
+                f"nothing to finalize: job {worktree.job_id} has no checkout or branch left "
                 "(already finalized?)",
             )
+    elif (untrusted := _untrusted(worktree)) is not None:
+        return _failed("reflection", untrusted)
     elif _has_uncommitted_changes(worktree.path):
         return FinalizeResult(
             status="dirty_uncommitted",
             message="the reflection's memory changes were not committed cleanly",
         )
+    if not should_merge:
+        return _failed("reflection", failure_summary or "the reflection did not complete cleanly")
+    if not missing and (problem := _collect(parent, worktree)) is not None:
+        return _failed("reflection", problem)
     if not should_merge:
         return _failed("reflection", failure_summary or "the reflection did not complete cleanly")
     count = _commit_count(parent.path, worktree)
@@ -263,7 +302,7 @@ def _decide(
         return _merged(parent, count, template)
     if require_already_merged or missing:
         default = (
-            "the reflection worktree disappeared and its branch did not merge"
+            "the reflection checkout disappeared and its branch did not merge"
             if missing
             else "the primary agent did not merge the reflection branch"
         )
@@ -286,7 +325,7 @@ def _merge(parent: MemoryRepo, worktree: Worktree, count: int) -> FinalizeResult
         message = f"merge(reflection): {_merge_summary(parent.path, worktree.branch)}"
         args = ["merge", "--no-ff", "--no-edit", "-m", message, worktree.branch]
     try:
-        proc = _run_git(parent.path, *args)
+        proc = git.run_once(parent.path, *args)
     except MemoryRepoError:
         _abort_merge(parent)
         raise
@@ -297,7 +336,7 @@ def _merge(parent: MemoryRepo, worktree: Worktree, count: int) -> FinalizeResult
     lock = git_locks.blocking_lock(proc.stderr)
     if lock is not None:
         raise git_locks.busy(lock)
-    return _conflict(count, files, _first_line(proc.stderr or proc.stdout))
+    return _conflict(count, files, git.first_line(proc.stderr or proc.stdout))
 
 
 def _predicted_conflicts(parent_dir: Path, branch: str) -> list[str]:
@@ -308,7 +347,9 @@ def _predicted_conflicts(parent_dir: Path, branch: str) -> list[str]:
     if proc.returncode == 0:
         return []
     if proc.returncode != 1:
-        raise MemoryRepoError(f"git merge-tree failed in {parent_dir}: {_first_line(proc.stderr)}")
+        raise MemoryRepoError(
+            f"git merge-tree failed in {parent_dir}: {git.first_line(proc.stderr)}"
+        )
     names = proc.stdout.split("\n\n", 1)[0].splitlines()[1:]
     return list(dict.fromkeys(name for name in names if name))
 
@@ -357,47 +398,81 @@ def _conflict(count: int, files: list[str], detail: str) -> FinalizeResult:
 
 
 def _cleanup(parent_dir: Path, worktree: Worktree, *, gently: bool) -> None:
-    """Remove the job's worktree and branch; "gently" refuses to drop unmerged work.
+    """Remove the job's checkout and branch; "gently" refuses to drop unmerged work.
 
     A refusal after a consumed outcome means the work is already in the parent (or there
     was none), so it is logged and the removal forced: leftovers would only block a rerun.
     """
-    if gently and _remove_gently(parent_dir, worktree):
+    _purge(worktree.path)
+    if not _branch_exists(parent_dir, worktree.branch):
+        return
+    if gently and _git(parent_dir, "branch", "-d", worktree.branch, check=False).returncode == 0:
         return
     if gently:
         log.warning("reflection_cleanup_forced", job_id=worktree.job_id)
-    _force_remove(parent_dir, worktree.path, worktree.branch, purge_dir=False)
+    _git(parent_dir, "branch", "-D", worktree.branch)
 
 
-def _remove_gently(parent_dir: Path, worktree: Worktree) -> bool:
-    if worktree.path.exists():
-        removed = _git(parent_dir, "worktree", "remove", str(worktree.path), check=False)
-        if removed.returncode != 0:
-            return False
-    _git(parent_dir, "worktree", "prune")
-    if not _branch_exists(parent_dir, worktree.branch):
-        return True
-    return _git(parent_dir, "branch", "-d", worktree.branch, check=False).returncode == 0
-
-
-def _force_remove(parent_dir: Path, path: Path, branch: str, *, purge_dir: bool) -> bool:
-    """Remove worktree ``path`` and ``branch`` whatever their state; True if any existed.
-
-    ``purge_dir`` also deletes a dir git does not know as a worktree; only for paths we
-    computed inside our own worktrees dir.
-    """
-    existed = path.exists()
-    if existed:
-        _git(parent_dir, "worktree", "remove", "--force", "--force", str(path), check=False)
-    if purge_dir and path.exists():
-        _purge(path)
-    if path.exists():
-        log.warning("reflection_worktree_left", path=str(path), hint="sweep_orphans removes it")
-    _git(parent_dir, "worktree", "prune")
+def _force_remove(parent_dir: Path, path: Path, branch: str) -> bool:
+    """Remove checkout ``path`` and ``branch`` whatever their state; True if any existed."""
+    existed = path.exists() or path.is_symlink()
+    _purge(path)
     if _branch_exists(parent_dir, branch):
         _git(parent_dir, "branch", "-D", branch)
         existed = True
     return existed
+
+
+# --- the clone's git dir -----------------------------------------------------------------
+
+
+def _collect(parent: MemoryRepo, worktree: Worktree) -> str | None:
+    """Fetch the clone's ``HEAD`` into ``reflection/<job_id>``; why not, or None if done."""
+    untrusted = _untrusted(worktree)
+    if untrusted is not None:
+        return untrusted
+    _restore_metadata(worktree)
+    target = f"+HEAD:refs/heads/{worktree.branch}"
+    fetched = _git(
+        parent.path,
+        "fetch",
+        "--quiet",
+        "--no-tags",
+        "--no-write-fetch-head",
+        "--no-recurse-submodules",
+        str(worktree.path),
+        target,
+        check=False,
+    )
+    if fetched.returncode != 0:
+        return f"the reflection's commits could not be fetched: {git.first_line(fetched.stderr)}"
+    return None
+
+
+def _untrusted(worktree: Worktree) -> str | None:
+    """Why the clone's git dir cannot be read safely, or None. The sub-agent may replace
+    ``.git`` by a link or a ``gitdir:`` file pointing at another repo (the parent's, another
+    agent's): git would follow it outside the sandbox."""
+    git_dir = worktree.path / ".git"
+    if worktree.path.is_symlink() or git_dir.is_symlink() or not git_dir.is_dir():
+        return "the reflection replaced its checkout's .git; nothing was taken from it"
+    return None
+
+
+def _restore_metadata(worktree: Worktree) -> None:
+    """Put the clone's git dir back as the harness made it, before any harness git runs in
+    it or fetches from it: our config, no hooks, no ``commondir``, no ``info/`` rules, and
+    alternates naming only the parent's objects."""
+    git_dir = worktree.path / ".git"
+    for name in ("hooks", "info", "commondir", "config.worktree", "worktrees", "shallow"):
+        _purge(git_dir / name)
+    (git_dir / "config").unlink(missing_ok=True)
+    config = CLONE_CONFIG.format(name=SUBAGENT_NAME, email=worktree.author_email)
+    (git_dir / "config").write_text(config, encoding="utf-8")
+    alternates = git_dir / "objects" / "info" / "alternates"
+    alternates.parent.mkdir(parents=True, exist_ok=True)
+    alternates.unlink(missing_ok=True)
+    alternates.write_text(f"{worktree.parent_objects}\n", encoding="utf-8")
 
 
 def _log_outcome(worktree: Worktree, result: FinalizeResult) -> None:
@@ -411,53 +486,7 @@ def _log_outcome(worktree: Worktree, result: FinalizeResult) -> None:
 
 
 def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run ``git -C cwd args`` past a stale git lock (removed, then run again).
-
-    A lock a live git holds raises :class:`MemoryBusy` even with ``check=False``, so no
-    caller mistakes it for the command's own answer (a merge conflict, a missing branch).
-    """
-    removed: set[Path] = set()
-    while True:
-        proc = _run_git(cwd, *args)
-        lock = git_locks.blocking_lock(proc.stderr) if proc.returncode != 0 else None
-        if lock is None:
-            break
-        git_locks.settle(lock, removed)
-    if check and proc.returncode != 0:
-        detail = _first_line(proc.stderr) or f"exit code {proc.returncode}"
-        raise MemoryRepoError(f"git {args[0]} failed in {cwd}: {detail}")
-    return proc
-
-
-def _run_git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``git -C cwd args`` once: never prompts, never signs, gives up after 30 s."""
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    command = ["git", "-c", "commit.gpgsign=false", "-c", "core.quotePath=false", "-C", str(cwd)]
-    try:
-        proc = subprocess.run(
-            [*command, *args],
-            capture_output=True,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            env=env,
-            timeout=GIT_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise MemoryRepoError(
-            f"git {args[0]} timed out after {GIT_TIMEOUT_S:.0f} s in {cwd}"
-        ) from exc
-    return proc
-
-
-def _configure_identity(parent_dir: Path, path: Path, author_email: str) -> None:
-    """Give the worktree its own author; worktree-scoped config needs the extension on."""
-    _git(parent_dir, "config", "extensions.worktreeConfig", "true")
-    settings = {"user.name": SUBAGENT_NAME, "user.email": author_email, "commit.gpgsign": "false"}
-    for key, value in settings.items():
-        _git(path, "config", "--worktree", key, value)
+    return git.run(cwd, *args, check=check)
 
 
 def _has_uncommitted_changes(path: Path) -> bool:
@@ -472,7 +501,9 @@ def _commit_count(parent_dir: Path, worktree: Worktree) -> int:
 def _is_ancestor(parent_dir: Path, ancestor: str, descendant: str) -> bool:
     proc = _git(parent_dir, "merge-base", "--is-ancestor", ancestor, descendant, check=False)
     if proc.returncode not in (0, 1):
-        raise MemoryRepoError(f"git merge-base failed in {parent_dir}: {_first_line(proc.stderr)}")
+        raise MemoryRepoError(
+            f"git merge-base failed in {parent_dir}: {git.first_line(proc.stderr)}"
+        )
     return proc.returncode == 0
 
 
@@ -484,26 +515,6 @@ def _branch_exists(parent_dir: Path, branch: str) -> bool:
 def _reflection_branches(parent_dir: Path) -> list[str]:
     refs = _git(parent_dir, "for-each-ref", "--format=%(refname)", "refs/heads/reflection/")
     return [ref.removeprefix("refs/heads/") for ref in refs.stdout.split()]
-
-
-def _registered_worktrees(parent_dir: Path) -> list[tuple[Path, str | None]]:
-    """(path, branch) of every linked worktree; the main checkout is listed first."""
-    listing = _git(parent_dir, "worktree", "list", "--porcelain").stdout
-    found: list[tuple[Path, str | None]] = []
-    for block in listing.strip().split("\n\n")[1:]:
-        fields = dict(line.partition(" ")[::2] for line in block.splitlines())
-        branch = fields.get("branch", "").removeprefix("refs/heads/") or None
-        found.append((Path(fields["worktree"]), branch))
-    return found
-
-
-def _job_id_of(path: Path, branch: str | None, worktrees_dir: Path) -> str | None:
-    """The reflection job a worktree belongs to, by its branch or its place; else None."""
-    if branch is not None and branch.startswith(BRANCH_PREFIX):
-        return branch.removeprefix(BRANCH_PREFIX)
-    if path.resolve().parent == worktrees_dir.resolve():
-        return path.name
-    return None
 
 
 def _unmerged_files(parent_dir: Path) -> list[str]:
@@ -520,7 +531,3 @@ def _purge(path: Path) -> None:
         shutil.rmtree(path)
     else:
         path.unlink(missing_ok=True)
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")

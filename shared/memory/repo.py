@@ -1,9 +1,9 @@
 """One agent's memory repo: every memory edit is a git commit on ``main``.
 
-All writes shell out to ``git`` through GitPython's command interface (``repo.git.<cmd>``):
-its pure-Python index commit is slower, skips hooks and writes the index on its own (see
-stack.md §5). Reads that run on every turn avoid git altogether (:meth:`MemoryRepo.head`
-reads ``.git`` files) or use one batched call (:meth:`MemoryRepo.read_tree`).
+Git runs through :mod:`shared.memory.git`, the one hardened helper: a hook or
+``core.fsmonitor`` a model planted in the repo never runs. Reads that run on every turn
+avoid git altogether (:meth:`MemoryRepo.head` reads ``.git`` files) or use one batched call
+(:meth:`MemoryRepo.read_tree`).
 
 Writers serialise on a ``flock`` beside the repo (:attr:`MemoryRepo.lock_path`); two writers
 in one checkout otherwise collide on ``index.lock``. A commit is refused while a merge is
@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import tempfile
+import subprocess
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Self, TypeVar
+from typing import Self, TypeVar
 
 import structlog
-from git import GitCommandError, Repo
-
 from shared.errors import MemoryPathError, MemoryRepoError
-from shared.memory import frontmatter, git_locks
+from shared.memory import frontmatter, git, git_locks
 from shared.store.locks import async_file_lock
 
 log = structlog.get_logger(__name__)
@@ -79,18 +77,17 @@ def validate_memory_path(path: str) -> str:
 
 
 class MemoryRepo:
-    """A memory repo's main checkout. Close it (or use ``with``) to stop git helpers."""
+    """A memory repo's main checkout. ``with`` is kept for callers' scoping; nothing
+    stays open between git commands."""
 
     def __init__(self, path: Path) -> None:
         self.path = path.absolute()
         self._git_dir = self.path / ".git"
-        if not self._git_dir.is_dir():
+        if not self._git_dir.is_dir() or not (self._git_dir / "HEAD").is_file():
             raise MemoryRepoError(
-                f"{self.path} is not a memory repository (no .git directory); "
+                f"{self.path} is not a memory repository (no .git directory with a HEAD); "
                 "it is created with the agent"
             )
-        self._repo = Repo(self.path)
-        self._repo.git.update_environment(GIT_TERMINAL_PROMPT="0")
 
     @classmethod
     def create(
@@ -102,10 +99,7 @@ class MemoryRepo:
                 f"{path} already holds a git repository; refusing to re-initialise memory"
             )
         path.mkdir(parents=True, exist_ok=True)
-        try:
-            Repo.init(path, initial_branch=_BRANCH).close()
-        except GitCommandError as exc:
-            raise MemoryRepoError(f"git init failed in {path}: {_stderr(exc)}") from exc
+        git.run(path, "init", "--quiet", "--template=", f"--initial-branch={_BRANCH}")
         repo = cls(path)
         try:
             email = f"{agent_id}@agentd.local"
@@ -120,7 +114,7 @@ class MemoryRepo:
         return repo
 
     def close(self) -> None:
-        self._repo.close()
+        """Nothing to release: every git command is its own process."""
 
     def __enter__(self) -> Self:
         return self
@@ -193,7 +187,7 @@ class MemoryRepo:
 
     def uncommitted(self) -> list[str]:
         """Paths that differ from HEAD in the checkout, untracked files included."""
-        output = self._git("status", "--porcelain", "-z", "--untracked-files=all")
+        output = self._git("status", "--porcelain", "-z", "--untracked-files=all", "--no-renames")
         return sorted({entry[3:] for entry in output.split("\0") if len(entry) > 3})
 
     def log(self, limit: int = 20) -> list[CommitInfo]:
@@ -218,7 +212,7 @@ class MemoryRepo:
     def read_tree(self, rev: str = "HEAD") -> dict[str, str]:
         """Every committed ``*.md`` file at ``rev`` by path; the checkout is never read."""
         _check_rev(rev)
-        listing: bytes = self._git("ls-tree", "-r", "-z", rev, stdout_as_string=False)
+        listing = self._git_bytes("ls-tree", "-r", "-z", rev).stdout
         blobs: dict[str, bytes] = {}
         for entry in listing.split(b"\0"):
             if not entry:
@@ -234,17 +228,9 @@ class MemoryRepo:
         """The committed text of memory file ``path`` at ``rev``."""
         path = validate_memory_path(path)
         _check_rev(rev)
-        status, out, _ = self._git(
-            "cat-file",
-            "blob",
-            f"{rev}:{path}",
-            with_extended_output=True,
-            with_exceptions=False,
-            stdout_as_string=False,
-            strip_newline_in_stdout=False,
-        )
-        if status == 0:
-            return out.decode("utf-8", "replace")
+        shown = self._git_bytes("cat-file", "blob", f"{rev}:{path}", check=False)
+        if shown.returncode == 0:
+            return shown.stdout.decode("utf-8", "replace")
         if self._git_status("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}") != 0:
             raise MemoryRepoError(f"{self.path}: unknown revision {rev!r}")
         raise MemoryPathError(f"no memory file {path!r} at {rev} (list files with read_tree)")
@@ -314,16 +300,7 @@ class MemoryRepo:
         """Contents of blobs ``shas`` from a single ``git cat-file --batch``."""
         if not shas:
             return {}
-        with tempfile.TemporaryFile() as request:
-            request.write(b"\n".join(shas) + b"\n")
-            request.seek(0)
-            output: bytes = self._git(
-                "cat-file",
-                "--batch",
-                istream=request,
-                stdout_as_string=False,
-                strip_newline_in_stdout=False,
-            )
+        output = self._git_bytes("cat-file", "--batch", stdin=b"\n".join(shas) + b"\n").stdout
         contents: dict[bytes, str] = {}
         pos = 0
         while pos < len(output):
@@ -334,35 +311,23 @@ class MemoryRepo:
             pos = start + int(size) + 1
         return contents
 
-    def _git(self, cmd: str, *args: str, **options: Any) -> Any:
-        """Run ``git cmd args``; past a stale git lock (removed, then run again), not a live one."""
-        removed: set[Path] = set()
-        while True:
-            try:
-                return getattr(self._repo.git, cmd.replace("-", "_"))(*args, **options)
-            except GitCommandError as exc:
-                lock = git_locks.blocking_lock(str(exc.stderr))
-                if lock is None:
-                    raise MemoryRepoError(
-                        f"git {cmd} failed in {self.path}: {_stderr(exc)}"
-                    ) from exc
-                git_locks.settle(lock, removed)
+    def _git(self, *args: str) -> str:
+        """Run ``git args`` here and return its output; a failure is MemoryRepoError."""
+        return git.run(self.path, *args).stdout
 
-    def _git_status(self, cmd: str, *args: str) -> int:
+    def _git_bytes(
+        self, *args: str, check: bool = True, stdin: bytes | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
+        return git.run(self.path, *args, check=check, stdin=stdin, binary=True)
+
+    def _git_status(self, *args: str) -> int:
         """Run a git command whose exit code is the answer (``diff --quiet``, ``cat-file -e``)."""
-        status, _, _ = self._git(cmd, *args, with_extended_output=True, with_exceptions=False)
-        return int(status)
+        return git.run(self.path, *args, check=False).returncode
 
 
 def _check_rev(rev: str) -> None:
     if not rev or rev.startswith("-"):
         raise MemoryRepoError(f"invalid revision {rev!r}")
-
-
-def _stderr(exc: GitCommandError) -> str:
-    """Git's own message: GitPython wraps it as ``"\\n  stderr: '<text>'"``."""
-    text = str(exc.stderr).strip().removeprefix("stderr: '").removesuffix("'").strip()
-    return text or f"exit code {exc.status}"
 
 
 async def _run_to_completion(awaitable: Awaitable[T]) -> T:

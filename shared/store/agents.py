@@ -13,15 +13,16 @@ the user to review and move into place, besides restoring the original from a ba
 
 from __future__ import annotations
 
+import configparser
 import contextlib
 import shlex
 import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
+from git.config import GitConfigParser
 
 from shared.agent.prompts import BASE_SYSTEM_PROMPT
 from shared.clock import utc_now
@@ -206,17 +207,16 @@ def _rebuilt_record(directory: Path, conversations: list[Path]) -> AgentRecord |
 
 
 def _name_in_memory_config(memory: Path) -> str | None:
-    """The agent name its memory repo was created with (``user.name`` of the repo)."""
+    """The agent name its memory repo was created with (``user.name`` of the repo).
+
+    Read by GitPython's config parser, in Python: no git process runs in a repo whose
+    config a model may have written."""
     config = memory / ".git" / "config"
     if not config.is_file():
         return None
     try:
-        found = subprocess.run(
-            ["git", "config", "--file", str(config), "--get", "user.name"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
+        with GitConfigParser(str(config), read_only=True) as parser:
+            name = parser.get_value("user", "name", "")
+    except (OSError, ValueError, configparser.Error):
         return None
-    return found.stdout.strip() or None
+    return str(name).strip() or None

@@ -14,7 +14,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from structlog.testing import capture_logs
 
-from reflector.worktree import create_worktree
+from reflector.worktree import collect, create_worktree
 from shared.coordination import jobs, keys
 from shared.models.reflection import ReflectionOutcome
 from shared.providers.base import ModelRequest, ModelResponse, Provider
@@ -163,6 +163,7 @@ def test_a_worktree_whose_job_is_alive_is_never_swept(
     worktrees = world.reflections / "worktrees"
     alive = create_worktree(world.memory, worktrees, "alive-job", author_email="a@b")
     dead = create_worktree(world.memory, worktrees, "dead-job", author_email="a@b")
+    assert collect(alive) and collect(dead)
     client.set(keys.live_reflection(world.agent.id, "alive-job"), "rq-other", ex=30)
 
     outcome = world.reflect(MockReflector(), redis_client=client)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from reflector import tools
 from reflector.subagent import SubagentRun, run_reflection_subagent
+from reflector.worktree import Worktree, create_worktree
+from shared import sandbox
 from shared.memory.repo import MemoryRepo
 from shared.providers.mock_reflector import READ_PAYLOAD, MockReflector
 from shared.reflection.payload import Limits, PayloadFile, write_payload
@@ -33,18 +34,21 @@ def git(repo: Path, *args: str) -> str:
     ).stdout
 
 
-def make_worktree(tmp_path: Path, human: str) -> Path:
-    """A parent memory repo and a linked checkout of its HEAD on a reflection branch."""
+def make_worktree(tmp_path: Path, human: str) -> Worktree:
+    """A parent memory repo and the job's private clone of its HEAD on a reflection branch."""
     MemoryRepo.create(
         tmp_path / "memory", agent_id=PARENT, agent_name="Ada", persona="I help.", human=human
     ).close()
-    worktree = tmp_path / "memory-worktrees" / "reflection-1"
-    git(tmp_path / "memory", "worktree", "add", "-q", "-b", "reflection/1", str(worktree))
-    return worktree
+    worktrees = tmp_path / "memory-worktrees"
+    return create_worktree(tmp_path / "memory", worktrees, "reflection-1", author_email="a@b")
 
 
 def reflect(
-    tmp_path: Path, worktree: Path, payload: PayloadFile, *, provider: MockReflector | None = None
+    tmp_path: Path,
+    worktree: Worktree,
+    payload: PayloadFile,
+    *,
+    provider: MockReflector | None = None,
 ) -> SubagentRun:
     return asyncio.run(
         run_reflection_subagent(
@@ -62,12 +66,12 @@ def reflect(
     )
 
 
-def human_lines(worktree: Path) -> list[str]:
-    return git(worktree, "show", "HEAD:system/human.md").splitlines()
+def human_lines(worktree: Worktree) -> list[str]:
+    return git(worktree.path, "show", "HEAD:system/human.md").splitlines()
 
 
-def commit_count(worktree: Path) -> int:
-    return int(git(worktree, "rev-list", "--count", "main..HEAD"))
+def commit_count(worktree: Worktree) -> int:
+    return int(git(worktree.path, "rev-list", "--count", f"{worktree.base_head}..HEAD"))
 
 
 SESSION = (
@@ -93,12 +97,12 @@ def test_keeps_durable_preferences_and_commits_them(tmp_path: Path) -> None:
     ]
     assert not any("报错" in line for line in lines)
     assert commit_count(worktree) == 1
-    assert git(worktree, "status", "--porcelain") == ""
+    assert git(worktree.path, "status", "--porcelain") == ""
     assert git(tmp_path / "memory", "rev-parse", "main") == main_before
-    assert git(worktree, "log", "-1", "--format=%an <%ae>").strip() == (
+    assert git(worktree.path, "log", "-1", "--format=%an <%ae>").strip() == (
         "Reflection Subagent <a1~reflection@agentd.local>"
     )
-    message = git(worktree, "log", "-1", "--format=%B").strip().split("\n")
+    message = git(worktree.path, "log", "-1", "--format=%B").strip().split("\n")
     assert SUBJECT.match(message[0]), message[0]
     assert message[1:5] == ["", f"Reviewed transcript: {payload.path}", "", "Updates:"]
     assert any("我更喜欢用 tabs 缩进" in line for line in message if line.startswith("- "))
@@ -114,7 +118,7 @@ def test_keeps_durable_preferences_and_commits_them(tmp_path: Path) -> None:
 def test_without_the_sandbox_the_run_commits_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(tools, "_probe", lambda: (False, "sandbox off: test"))
+    monkeypatch.setattr(sandbox, "_probe", lambda: (False, "sandbox off: test"))
     worktree = make_worktree(tmp_path, "- 住在上海")
     run = reflect(tmp_path, worktree, payload_of(tmp_path, *SESSION))
     assert run.success and commit_count(worktree) == 1
@@ -143,7 +147,7 @@ def test_a_second_run_on_the_same_payload_changes_nothing(tmp_path: Path) -> Non
     assert (run.success, run.reason) == (True, "ok")
     assert commit_count(worktree) == 1
     assert human_lines(worktree) == before
-    assert git(worktree, "status", "--porcelain") == ""
+    assert git(worktree.path, "status", "--porcelain") == ""
     assert "already in memory" in run.report and "Commit: none" in run.report
 
 
@@ -159,7 +163,7 @@ def test_nothing_worth_keeping_means_no_edit_and_no_commit(tmp_path: Path) -> No
     run = reflect(tmp_path, worktree, payload)
     assert (run.success, run.reason) == (True, "ok")
     assert commit_count(worktree) == 0
-    assert git(worktree, "status", "--porcelain") == ""
+    assert git(worktree.path, "status", "--porcelain") == ""
     assert "a one-off request" in run.report and "a question" in run.report
     assert "looks like a secret" in run.report
 
@@ -174,15 +178,15 @@ def test_a_correction_edits_the_line_in_place(tmp_path: Path) -> None:
     lines = human_lines(worktree)
     assert lines[-2:] == ["- 称呼：陆工", "- 住在上海"]
     assert not any("小陆" in line for line in lines)
-    assert git(worktree, "log", "-1", "--format=%s").startswith("fix(reflection): ")
+    assert git(worktree.path, "log", "-1", "--format=%s").startswith("fix(reflection): ")
     again = reflect(tmp_path, worktree, payload)
     assert again.success and commit_count(worktree) == 1
 
 
 def test_a_missing_human_file_is_created_from_bash(tmp_path: Path) -> None:
     worktree = make_worktree(tmp_path, "- 住在上海")
-    git(worktree, "rm", "-q", "system/human.md")
-    git(worktree, "commit", "-qm", "chore: drop human.md")
+    git(worktree.path, "rm", "-q", "system/human.md")
+    git(worktree.path, "commit", "-qm", "chore: drop human.md")
     run = reflect(tmp_path, worktree, payload_of(tmp_path, SESSION[1]))
     assert run.success
     assert human_lines(worktree) == [

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from reflector import tools
 from reflector.prompt import system_prompt, task_prompt
 from reflector.subagent import SubagentRun, run_reflection_subagent
 from reflector.tools import ReflectionBash, ReflectionEditFile, reflection_context
+from reflector.worktree import Worktree, create_worktree
+from shared import sandbox
 from shared.agent.tools.base import ToolContext
 from shared.errors import ProviderHTTPError, ToolError
 from shared.memory.repo import MemoryRepo
@@ -38,7 +39,7 @@ SAID = (
 )
 ABSOLUTE_PATH = re.compile(r"(?:^|[\s\"'`(=:])/[A-Za-z0-9._-]")
 needs_sandbox = pytest.mark.skipif(
-    not tools.sandbox_available(), reason=f"bubblewrap unusable here: {tools.sandbox_reason()}"
+    not sandbox.available(), reason=f"bubblewrap unusable here: {sandbox.reason()}"
 )
 
 
@@ -49,13 +50,18 @@ def git(repo: Path, *args: str) -> str:
 
 
 @pytest.fixture
-def worktree(tmp_path: Path) -> Path:
+def job(tmp_path: Path) -> Worktree:
+    """A parent memory repo and the job's private clone of it."""
     MemoryRepo.create(
         tmp_path / "memory", agent_id=PARENT, agent_name="Ada", persona="I help.", human="- x"
     ).close()
-    path = tmp_path / "memory-worktrees" / "reflection-1"
-    git(tmp_path / "memory", "worktree", "add", "-q", "-b", "reflection/1", str(path))
-    return path
+    worktrees = tmp_path / "memory-worktrees"
+    return create_worktree(tmp_path / "memory", worktrees, "reflection-1", author_email="a@b")
+
+
+@pytest.fixture
+def worktree(job: Worktree) -> Path:
+    return job.path
 
 
 @pytest.fixture
@@ -69,10 +75,13 @@ def ctx(worktree: Path, payload: PayloadFile) -> ToolContext:
 
 
 def reflect(tmp_path: Path, worktree: Path, payload: PayloadFile, provider: Provider, **kw: Any):
+    job = Worktree(
+        "reflection-1", worktree, "reflection/reflection-1", "", tmp_path / "memory", "a@b"
+    )
     return asyncio.run(
         run_reflection_subagent(
             provider=provider,
-            worktree=worktree,
+            worktree=job,
             payload=payload,
             parent_agent_id=PARENT,
             job_id="job-1",
@@ -87,9 +96,9 @@ def reflect(tmp_path: Path, worktree: Path, payload: PayloadFile, provider: Prov
 
 
 @pytest.fixture
-def sandboxed(payload: PayloadFile) -> ReflectionBash:
-    """The sub-agent's bash, which may read the payload's files."""
-    return ReflectionBash(payload.files)
+def sandboxed(payload: PayloadFile, job: Worktree) -> ReflectionBash:
+    """The sub-agent's bash, which may read the payload's files and the parent's objects."""
+    return ReflectionBash(payload.files, job.parent_objects)
 
 
 def bash(tool: ReflectionBash, ctx: ToolContext, command: str) -> str:
@@ -369,29 +378,25 @@ def test_a_timeout_kills_the_whole_sandbox(
     assert not (worktree / "late").exists()
 
 
-def test_without_bubblewrap_bash_runs_guarded_by_env_only(
-    ctx: ToolContext, monkeypatch: pytest.MonkeyPatch, sandboxed: ReflectionBash
+def test_without_bubblewrap_bash_is_refused_unless_the_host_allows_it_bare(
+    ctx: ToolContext,
+    worktree: Path,
+    payload: PayloadFile,
+    monkeypatch: pytest.MonkeyPatch,
+    sandboxed: ReflectionBash,
 ) -> None:
-    monkeypatch.setattr(tools, "_probe", lambda: (False, "sandbox off: test"))
-    assert not tools.sandbox_available()
-    assert tools.sandbox_reason() == "sandbox off: test"
-    assert sandboxed.command_prefix(ctx) == []
-    assert bash(sandboxed, ctx, 'test -r "$TRANSCRIPT_PATH" && echo ok') == "ok"
+    monkeypatch.setattr(sandbox, "_probe", lambda: (False, "sandbox off: test"))
+    with pytest.raises(ToolError, match="AGENTD_UNSANDBOXED_BASH=1"):
+        bash(sandboxed, ctx, "touch ran")
+    assert not (worktree / "ran").exists()
+
+    bare = reflection_context(
+        worktree=worktree, payload_path=payload.path, parent_agent_id=PARENT, unsandboxed_bash=True
+    )
+    assert bash(sandboxed, bare, 'test -r "$TRANSCRIPT_PATH" && echo ok') == "ok"
 
 
 def test_the_probe_explains_a_missing_bwrap(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tools.shutil, "which", lambda _name: None)
-    ok, reason = tools._probe.__wrapped__()
+    monkeypatch.setattr(sandbox.shutil, "which", lambda _name: None)
+    ok, reason = sandbox._probe.__wrapped__()
     assert not ok and "not on PATH" in reason
-
-
-def test_the_sandbox_binds_the_git_dir_of_a_linked_checkout(
-    worktree: Path, tmp_path: Path, payload: PayloadFile
-) -> None:
-    prefix = tools.bwrap_prefix(
-        writable=[worktree, *tools._git_common_dir(worktree)], readable=[payload.path], cwd=worktree
-    )
-    binds = [prefix[i + 1] for i, arg in enumerate(prefix) if arg == "--bind"]
-    assert binds == [str(worktree), str(tmp_path / "memory" / ".git")]
-    assert prefix.index("--tmpfs") < prefix.index("--bind")
-    assert {"--unshare-net", "--die-with-parent", "--new-session"} <= set(prefix)

@@ -1,4 +1,5 @@
-"""Reflection worktrees against real git repos under tmp_path (spec §4, §5, §7 items 22-28)."""
+"""Reflection checkouts (private clones) against real git repos under tmp_path (spec §4, §5,
+§7 items 22-28)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from reflector.worktree import (
     NO_CHANGES_MESSAGE,
     SUBAGENT_NAME,
     Worktree,
+    collect,
     create_worktree,
     finalize,
     sweep_orphans,
@@ -240,20 +242,26 @@ def test_a_merge_that_fails_despite_the_dry_run_is_aborted_at_once(
 
 
 def test_a_failed_merge_is_only_aborted_and_an_edit_made_meanwhile_survives_byte_for_byte(
-    parent: MemoryRepo, wt: Worktree, tmp_path: Path
+    parent: MemoryRepo, wt: Worktree, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The hook stands in for the user saving a file while the merge runs, then fails it.
+    """The user saves a file just as the merge starts; the merge then conflicts.
 
     The checkout was clean when finalize looked; the edit came after. The old clean-up
     ran ``reset --hard`` and destroyed it."""
     commit_in(wt, HUMAN, human_with("- likes green tea"))
-    commit_in_parent(parent, "notes/daemon.md", "written by the daemon\n")
-    head, human = parent.head(), (parent.path / HUMAN).read_bytes()
     saved = tmp_path / "saved-by-the-user"
     saved.write_bytes("# my persona\r\n\tno trailing newline, ü —".encode())
-    hook = parent.path / ".git/hooks/pre-merge-commit"
-    hook.write_text(f"#!/bin/sh\ncat '{saved}' > system/persona.md\nexit 1\n")
-    hook.chmod(0o755)
+    real_run_once = worktree_module.git.run_once
+
+    def user_saves_then_merge(cwd: Path, *args: str, **kwargs: object) -> object:
+        if args[0] == "merge":
+            (parent.path / "system/persona.md").write_bytes(saved.read_bytes())
+        return real_run_once(cwd, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(worktree_module, "_predicted_conflicts", lambda *_args: [])
+    monkeypatch.setattr(worktree_module.git, "run_once", user_saves_then_merge)
+    commit_in_parent(parent, HUMAN, human_with("- likes coffee now"))
+    head, human = parent.head(), (parent.path / HUMAN).read_bytes()
 
     result = finalize(wt, should_merge=True)
 
@@ -394,6 +402,7 @@ def test_require_already_merged_accepts_a_branch_the_primary_agent_merged(
 ) -> None:
     commit_in(wt, "notes.md", "x\n")
     commit_in_parent(parent, "other.md", "y\n")
+    assert collect(wt)
     git(parent.path, "merge", "-q", "--no-ff", "-m", "merge(reflection): by hand", wt.branch)
     head = parent.head()
 
@@ -429,6 +438,7 @@ def test_finalize_after_a_crash_between_merge_and_cleanup_does_not_merge_twice(
 ) -> None:
     commit_in(wt, "notes.md", "x\n")
     commit_in_parent(parent, "other.md", "y\n")
+    assert collect(wt)
     git(parent.path, "merge", "-q", "--no-ff", "-m", "merge(reflection): first run", wt.branch)
     head = parent.head()
 
@@ -443,6 +453,7 @@ def test_a_vanished_worktree_whose_branch_was_merged_counts_as_merged(
     parent: MemoryRepo, wt: Worktree
 ) -> None:
     commit_in(wt, "notes.md", "x\n")
+    assert collect(wt)
     git(parent.path, "merge", "-q", "--ff-only", wt.branch)
     shutil.rmtree(wt.path)
 
@@ -456,6 +467,7 @@ def test_a_vanished_worktree_whose_branch_was_not_merged_is_not_merged_blindly(
     parent: MemoryRepo, wt: Worktree
 ) -> None:
     commit_in(wt, "notes.md", "x\n")
+    assert collect(wt)
     shutil.rmtree(wt.path)
     head = parent.head()
 
@@ -491,19 +503,21 @@ def test_sweep_removes_dead_jobs_and_keeps_live_ones(
     dead = create_worktree(parent.path, worktrees_dir, "dead", author_email=EMAIL)
     live = create_worktree(parent.path, worktrees_dir, "live", author_email=EMAIL)
     commit_in(dead, "notes.md", "x\n")
+    assert collect(dead)
     write(dead.path, "half-written.md", "killed mid-run\n")
     gone = create_worktree(parent.path, worktrees_dir, "gone", author_email=EMAIL)
+    assert collect(gone)
     shutil.rmtree(gone.path)
     write(worktrees_dir, "stray/file.md", "not a worktree\n")
     head = parent.head()
 
     done = sweep_orphans(parent.path, worktrees_dir, {"live"})
 
-    assert "removed worktree dead" in done
-    assert "removed leftover directory stray" in done
+    assert {"removed leftover checkout dead", "removed leftover checkout stray"} <= set(done)
     assert {"deleted branch reflection/dead", "deleted branch reflection/gone"} <= set(done)
     assert sorted(p.name for p in worktrees_dir.iterdir()) == ["live"]
-    assert reflection_branches(parent) == "reflection/live"
+    assert reflection_branches(parent) == ""
+    assert git(live.path, "branch", "--show-current") == "reflection/live"
     assert git(live.path, "status", "--porcelain") == ""
     assert parent.head() == head
     assert sweep_orphans(parent.path, worktrees_dir, {"live"}) == []
@@ -513,6 +527,7 @@ def test_sweep_aborts_a_merge_left_in_the_parent(parent: MemoryRepo, worktrees_d
     wt = create_worktree(parent.path, worktrees_dir, "dead", author_email=EMAIL)
     commit_in(wt, HUMAN, human_with("- likes green tea"))
     commit_in_parent(parent, HUMAN, human_with("- likes coffee now"))
+    assert collect(wt)
     git(parent.path, "merge", wt.branch, check=False)
     assert (parent.path / ".git/MERGE_HEAD").exists()
 
