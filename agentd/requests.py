@@ -20,6 +20,7 @@ from pydantic import (
 
 from shared.errors import MalformedRequest
 from shared.ids import validate_id
+from shared.models.agents import MAX_CONTEXT_WINDOW
 from shared.protocol import MergeMode, ReflectionTrigger
 
 
@@ -32,6 +33,16 @@ AgentRef = Annotated[str, _id("agent")]
 ConversationId = Annotated[str, _id("conversation id")]
 MessageId = Annotated[str, _id("message id")]
 AgentName = Annotated[str, _id("agent name")]
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain a NUL character")
+    return value
+
+
+ArgvText = Annotated[str, AfterValidator(_no_nul)]
+"""Text that ends up in a command line (a git commit message), where NUL cannot go."""
 
 
 class Envelope(BaseModel):
@@ -61,14 +72,14 @@ class AgentCreate(Params):
     system_prompt: str | None = Field(default=None, min_length=1, max_length=50_000)
     persona: str | None = Field(default=None, max_length=20_000)
     human: str | None = Field(default=None, max_length=20_000)
-    context_window: int | None = Field(default=None, gt=0)
+    context_window: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_WINDOW)
 
 
 class AgentUpdate(AgentTarget):
     name: AgentName | None = None
     model: str | None = Field(default=None, min_length=1, max_length=200)
     system_prompt: str | None = Field(default=None, min_length=1, max_length=50_000)
-    context_window: int | None = Field(default=None, gt=0)
+    context_window: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_WINDOW)
 
 
 class Chat(AgentTarget):
@@ -154,7 +165,7 @@ class MemoryShow(AgentTarget):
 
 
 class MemoryCommit(AgentTarget):
-    message: str = Field(default=HAND_EDIT_MESSAGE, min_length=1, max_length=2000)
+    message: ArgvText = Field(default=HAND_EDIT_MESSAGE, min_length=1, max_length=2000)
 
 
 PARAMS: dict[str, type[Params]] = {

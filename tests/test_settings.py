@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from shared.settings import Settings
+from tests.support.bounds import bounds, is_numeric
 
 
 def test_defaults_run_offline_on_the_mock_model(agentd_home: Path) -> None:
@@ -29,6 +30,15 @@ def test_a_bad_value_is_refused_naming_the_setting(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("AGENTD_CONTEXT_WINDOW", "-5")
     with pytest.raises(ValidationError, match="context_window"):
         Settings()
+
+
+def test_every_numeric_setting_has_bounds() -> None:
+    unbounded = [
+        name
+        for name, info in Settings.model_fields.items()
+        if is_numeric(info) and not ({"ge", "gt"} & bounds(info) and {"le", "lt"} & bounds(info))
+    ]
+    assert unbounded == []
 
 
 def test_every_setting_is_documented_in_the_readme() -> None:

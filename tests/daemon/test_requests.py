@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from agentd.requests import PARAMS
 from agentd.server import SocketPathTooLong
 from shared.protocol import MAX_REQUEST_BYTES, socket_path
+from tests.support.bounds import bounds, is_numeric
 from tests.support.daemon import DaemonRunner
 
 
@@ -18,6 +20,7 @@ class RawConnection:
     def __init__(self) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(str(socket_path()))
+        self.sock.settimeout(30)  # a request that is never answered fails, not hangs
         self.reader = self.sock.makefile("rb")
 
     def send_line(self, data: bytes) -> dict[str, Any]:
@@ -58,6 +61,25 @@ def raw(daemon: DaemonRunner) -> RawConnection:
             b'{"id": "r1", "op": "memory.show", "params": {"path": "../../agent.json"}}',
             "memory_path",
         ),
+        pytest.param(
+            b'{"id": "r1", "op": "hello", "params": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            "malformed_request",
+            id="nested-deeper-than-the-parser-recurses",
+        ),
+        pytest.param(
+            b'{"id": "r1", "op": "agent.update", "params": {"context_window": 9'
+            + b"9" * 5_000
+            + b"}}",
+            "malformed_request",
+            id="an-integer-of-5000-digits",
+        ),
+        pytest.param(
+            b'{"id": "r1", "op": "agent.update", "params": {"context_window": 1'
+            + b"0" * 400
+            + b"}}",
+            "malformed_request",
+            id="a-context-window-no-float-holds",
+        ),
     ],
 )
 def test_bad_requests_get_a_typed_error_and_the_connection_keeps_working(
@@ -68,6 +90,16 @@ def test_bad_requests_get_a_typed_error_and_the_connection_keeps_working(
     assert reply["error"]["code"] == code, reply
     assert reply["error"]["message"]
     assert raw.send_line(b'{"id": "r2", "op": "hello"}')["result"]["service"] == "agentd"
+
+
+def test_every_numeric_parameter_of_every_op_has_bounds() -> None:
+    unbounded = [
+        f"{op}: {name}"
+        for op, model in PARAMS.items()
+        for name, info in model.model_fields.items()
+        if is_numeric(info) and not ({"ge", "gt"} & bounds(info) and {"le", "lt"} & bounds(info))
+    ]
+    assert unbounded == []
 
 
 def test_an_oversized_line_is_discarded_whole_and_the_next_request_is_served(

@@ -35,11 +35,20 @@ class DaemonRunner:
         self.error: BaseException | None = None
 
     def start(
-        self, provider: Provider | None = None, *, clock: Clock = utc_now, **settings: Any
+        self,
+        provider: Provider | None = None,
+        *,
+        clock: Clock = utc_now,
+        providers: type[ProviderFactory] | None = None,
+        **settings: Any,
     ) -> Daemon:
+        """Serve with ``settings``; every agent gets ``provider`` if one is given, else the
+        models ``providers`` (default: the daemon's own factory) makes."""
         config = Settings(home=self.home, **settings)
-        providers = FixedProviders(config, provider) if provider else None
-        self.daemon = Daemon(config, providers=providers, clock=clock)
+        factory = FixedProviders(config, provider) if provider else None
+        if providers is not None:
+            factory = providers(config)
+        self.daemon = Daemon(config, providers=factory, clock=clock)
         ready = threading.Event()
 
         def run() -> None:
