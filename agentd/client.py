@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import json
 import os
+import select
 import socket
 import sys
 from collections.abc import Iterator
@@ -32,6 +33,10 @@ class ClientError(Exception):
 
 class Connection:
     def __init__(self) -> None:
+        self._open()
+        self._next_id = 0
+
+    def _open(self) -> None:
         path = protocol.socket_path()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -44,13 +49,16 @@ class Connection:
                 "(from a checkout: `make up`), then try again.",
             ) from None
         self.reader = self.sock.makefile("rb")
-        self._next_id = 0
 
     def call(self, op: str, params: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
         """Send one request; yield its event lines, then its final line."""
+        if self._closed_by_daemon():
+            self.close()
+            self._open()
         self._next_id += 1
         request_id = f"c{os.getpid()}-{self._next_id}"
-        self.sock.sendall(protocol.request(request_id, op, _drop_none(params or {})))
+        with contextlib.suppress(BrokenPipeError):  # a daemon that refused us said why
+            self.sock.sendall(protocol.request(request_id, op, _drop_none(params or {})))
         for raw in self.reader:
             message = json.loads(raw)
             if message.get("id") not in (request_id, None):
@@ -65,6 +73,13 @@ class Connection:
             if "ok" in message:
                 return _unwrap(message)
         raise AssertionError("call() always ends with a final line")
+
+    def _closed_by_daemon(self) -> bool:
+        """Between requests nothing is due, so a readable socket has reached its end: the
+        daemon closes a connection idle for ``AGENTD_IDLE_TIMEOUT_S``, and the interactive
+        chat is idle while its user types."""
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        return bool(readable)
 
     def close(self) -> None:
         """Close quietly: the answer is in, and a daemon that is stopping may have reset

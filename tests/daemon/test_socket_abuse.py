@@ -24,6 +24,7 @@ from shared.providers.scripted import ScriptedProvider, text_reply
 from tests.daemon.test_chat import SlowProvider, _last_logged
 from tests.support.daemon import DaemonRunner
 from tests.support.memory_lock import wait_for
+from tests.support.processes import run_agentctl
 
 
 def _raw(timeout_s: float = 30.0) -> socket.socket:
@@ -157,6 +158,29 @@ def test_connections_over_the_cap_are_told_busy_and_the_rest_are_served(
 
     assert outcomes == {"ok": 1_000, "busy": 100}
     assert daemon.result("hello")["service"] == "agentd"
+
+
+def test_a_client_connection_the_daemon_closed_while_idle_is_reopened_for_the_next_request(
+    daemon: DaemonRunner,
+) -> None:
+    daemon.start(idle_timeout_s=0.2)
+    connection = daemon.connect()  # what the interactive `agentctl chat` holds between turns
+    assert connection.result("hello")["service"] == "agentd"
+    wait_for(lambda: daemon.result("status")["connections"] == 1, "the idle connection to close")
+
+    assert connection.result("hello")["service"] == "agentd"
+    connection.close()
+
+
+def test_agentctl_over_the_cap_says_the_daemon_is_busy(daemon: DaemonRunner) -> None:
+    daemon.start(max_connections=1)
+    held = _raw()
+
+    refused = run_agentctl("status")
+
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("busy: agentd is serving its limit of 1 connections")
+    held.close()
 
 
 def test_a_daemon_with_few_file_descriptors_refuses_connections_instead_of_hanging(
