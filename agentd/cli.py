@@ -26,12 +26,29 @@ def _settings() -> Settings | None:
 
 
 def _serve() -> int:
-    from shared.logging import configure
-    from shared.store.permissions import secure_home
+    """The daemon, holding the home's ``serve`` lock for its run: of two started at once,
+    one serves and the other says so and exits 1."""
+    from agentd import instance
 
     settings = _settings()
     if settings is None:
         return 2
+    lock = instance.hold(settings.layout.serve_lock)  # before anything else starts
+    if lock is None:
+        print(
+            f"agentd serve is already running for {settings.home}; stop it first "
+            "(`agentctl shutdown`)",
+            file=sys.stderr,
+        )
+        return 1
+    with lock:
+        return _run_daemon(settings)
+
+
+def _run_daemon(settings: Settings) -> int:
+    from shared.logging import configure
+    from shared.store.permissions import secure_home
+
     configure(
         "agentd",
         level=settings.log_level,

@@ -5,18 +5,27 @@ chat daemon and ``AGENTD_WORKERS`` reflection workers as child processes, prefix
 their output with their names. Ctrl-C or SIGTERM stops the children (workers finish the
 job in hand), then Redis. A child that dies, Valkey included, is reported and restarted;
 the others keep running (while Valkey is down the daemon keeps reflection requests on
-disk and the workers reconnect). Only a crash loop stops the stack: a child that dies
-within :data:`EARLY_DEATH_S` of its start :data:`MAX_RESTARTS` times in a minute (a bad
-setting, a missing binary). One that ran for a while and was killed — an OOM kill, a
-stray ``kill -9`` — is always restarted, however often it happens. A second
-``agentd up`` on the same home refuses to start: ``run/up.lock`` is held for the run,
-which also tells ``agentctl status`` that a stack is alive. ``agentctl shutdown`` (the
-daemon exiting cleanly) stops the whole stack.
+disk and the workers reconnect). Only a crash loop stops the stack, and ``agentd up``
+then exits 1: a child that dies within :data:`EARLY_DEATH_S` of its start
+:data:`MAX_RESTARTS` times in a minute (a bad setting, a missing binary). One that ran
+for a while and was killed — an OOM kill, a stray ``kill -9`` — is always restarted,
+however often it happens. A second ``agentd up`` on the same home refuses to start:
+``run/up.lock`` is held for the run, which also tells ``agentctl status`` that a stack
+is alive. ``agentctl shutdown`` (the daemon exiting cleanly) stops the whole stack.
+
+The children die with ``agentd up`` even when it cannot stop them (``kill -9``, an OOM
+kill): each is started with a parent-death signal (Linux ``PR_SET_PDEATHSIG``), so none
+lives on in its own session holding the Valkey socket or the daemon's. The daemon and
+Valkey get SIGTERM (the daemon stops its turns in order, Valkey syncs its append-only
+file); a worker gets SIGKILL, as in any crash of a worker: its job is redelivered and its
+worktree swept, where a SIGTERM would have it finish a job nobody supervises. The kernel
+sends the signal when the *thread* that started the child exits, so every child is
+started from the main thread.
 """
 
 from __future__ import annotations
 
-import fcntl
+import ctypes
 import os
 import signal
 import subprocess
@@ -28,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
+from agentd import instance
 from shared.coordination.broker import locate
 from shared.coordination.embedded import EmbeddedRedis, RedisUnavailable
 from shared.settings import Settings
@@ -38,9 +48,7 @@ RESTART_WINDOW_S = 60.0
 EARLY_DEATH_S = 10.0
 """A child that dies sooner than this after starting counts toward the crash-loop limit."""
 STOP_GRACE_S = 20.0
-LOCK_GRACE_S = 1.0
-"""How long a starting ``agentd up`` retries the lock: a status probe holds it for
-microseconds, a running stack for good."""
+_PR_SET_PDEATHSIG = 1
 _COLORS = ("36", "33", "35", "32", "34", "31")
 _VALKEY_COLOR = "37"
 
@@ -65,32 +73,23 @@ class Child:
 
 def up_is_running(layout: Layout) -> bool:
     """True while an ``agentd up`` holds the home's lock: alive, whatever its children do."""
-    try:
-        probe = open(layout.up_lock)  # noqa: SIM115 - closed below
-    except FileNotFoundError:
-        return False
-    with probe:
-        try:
-            fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(probe, fcntl.LOCK_UN)
-        return False
+    return instance.held(layout.up_lock)
 
 
-def _take_up_lock(layout: Layout) -> IO[str] | None:
-    """The home's ``up.lock``, held until closed; None when another ``agentd up`` has it."""
-    lock = open(layout.up_lock, "w")  # noqa: SIM115 - held for the run
-    deadline = time.monotonic() + LOCK_GRACE_S
-    while True:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return lock
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                lock.close()
-                return None
-            time.sleep(0.05)
+def dies_with_this_process(signum: signal.Signals) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel send ``signum`` to the child when this process
+    dies; None where there is no ``prctl`` (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the fork
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signum), 0, 0, 0)
+        if os.getppid() != parent:  # died between the fork and the prctl: no signal comes
+            os._exit(1)
+
+    return arm
 
 
 def worker_command(name: str, log_level: str = "INFO") -> list[str]:
@@ -131,8 +130,10 @@ class Stack:
         self._tty = sys.stdout.isatty()
 
     def run(self) -> int:
-        self.settings.layout.run_dir.mkdir(parents=True, exist_ok=True)
-        lock = _take_up_lock(self.settings.layout)
+        """Run the stack until it is stopped: 0 when asked to stop, 1 when it could not
+        start or gave up on a child."""
+        layout = self.settings.layout
+        lock = instance.hold(layout.up_lock)
         if lock is None:
             print(
                 f"agentd up is already running for {self.settings.home}; stop it first "
@@ -140,19 +141,30 @@ class Stack:
                 file=sys.stderr,
             )
             return 1
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: self._stopping.set())
+        if instance.held(layout.serve_lock):
+            lock.close()
+            print(
+                f"agentd serve is already running for {self.settings.home}; stop it first "
+                "(`agentctl shutdown`), then start the whole stack with agentd up",
+                file=sys.stderr,
+            )
+            return 1
+        previous = {
+            signum: signal.signal(signum, lambda *_: self._stopping.set())
+            for signum in (signal.SIGINT, signal.SIGTERM)
+        }
         try:
             self._start_redis()
             self._spawn_all()
-            self._watch()
+            return 0 if self._watch() else 1
         except RedisUnavailable as exc:
             print(f"agentd up: {exc.message}", file=sys.stderr)
             return 1
         finally:
             self._stop_all()
             lock.close()
-        return 0
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     def _start_redis(self) -> None:
         location = locate(self.settings)
@@ -166,6 +178,7 @@ class Stack:
             location.socket_path,
             data_dir=layout.valkey_dir,
             log_path=layout.logs_dir / "valkey.log",
+            preexec_fn=dies_with_this_process(signal.SIGTERM),
         )
         self.redis.start()  # a failure here stops `agentd up` before anything else starts
         self.valkey = Child(
@@ -193,19 +206,21 @@ class Stack:
 
     def _spawn_all(self) -> None:
         python = sys.executable
-        self._add("agentd", [python, "-m", "agentd.cli", "serve"], _COLORS[0])
+        daemon = [python, "-m", "agentd.cli", "serve"]
+        self._add("agentd", daemon, _COLORS[0], signal.SIGTERM)
         for number in range(1, self.settings.workers + 1):
             name = f"reflector{number}"
-            self._add(
-                name, worker_command(name, self.settings.log_level), _COLORS[number % len(_COLORS)]
-            )
+            worker = worker_command(name, self.settings.log_level)
+            self._add(name, worker, _COLORS[number % len(_COLORS)], signal.SIGKILL)
 
-    def _add(self, name: str, argv: list[str], color: str) -> None:
-        child = Child(name, color, lambda: self._spawn(name, argv, color))
+    def _add(self, name: str, argv: list[str], color: str, on_our_death: signal.Signals) -> None:
+        child = Child(name, color, lambda: self._spawn(name, argv, color, on_our_death))
         child.start()
         self.children.append(child)
 
-    def _spawn(self, name: str, argv: list[str], color: str) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, argv: list[str], color: str, on_our_death: signal.Signals
+    ) -> subprocess.Popen[bytes]:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         process = subprocess.Popen(
             argv,
@@ -213,7 +228,8 @@ class Stack:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
-            start_new_session=True,
+            start_new_session=True,  # Ctrl-C reaches us alone: we stop the children in order
+            preexec_fn=dies_with_this_process(on_our_death),
         )
         threading.Thread(target=self._pump, args=(name, color, process.stdout), daemon=True).start()
         return process
@@ -230,14 +246,14 @@ class Stack:
         with self._print_lock:
             print(f"{prefix} {text}", flush=True)
 
-    def _watch(self) -> None:
+    def _watch(self) -> bool:
         """Reap and restart every child that exited (polling also reaps: no zombies).
-        Valkey comes first, since the others need it."""
+        Valkey comes first, since the others need it. False when it gave up on a child."""
         supervised = ([self.valkey] if self.valkey else []) + self.children
         while not self._stopping.wait(0.5):
             for child in supervised:
                 if self._stopping.is_set():
-                    return
+                    return True
                 assert child.process is not None
                 status = child.process.poll()
                 if status is None:
@@ -245,7 +261,7 @@ class Stack:
                 if child.name == "agentd" and status == 0:
                     self._say(child.name, "stopped on request; stopping the stack", child.color)
                     self._stopping.set()
-                    return
+                    return True
                 now = time.monotonic()
                 while child.restarts and now - child.restarts[0] > RESTART_WINDOW_S:
                     child.restarts.popleft()
@@ -259,10 +275,11 @@ class Stack:
                             child.color,
                         )
                         self._stopping.set()
-                        return
+                        return False
                     child.restarts.append(now)
                 self._say(child.name, f"exited with status {status}; restarting", child.color)
                 child.start()
+        return True
 
     def _stop_all(self) -> None:
         running = [c for c in self.children if c.process and c.process.poll() is None]

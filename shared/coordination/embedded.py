@@ -22,6 +22,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -86,10 +87,19 @@ class EmbeddedRedis:
     ``data_dir``. ``start`` may be called again after the process died: the new server
     loads what the old one wrote."""
 
-    def __init__(self, socket_path: Path, *, data_dir: Path, log_path: Path | None = None) -> None:
+    def __init__(
+        self,
+        socket_path: Path,
+        *,
+        data_dir: Path,
+        log_path: Path | None = None,
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> None:
         self.socket_path = socket_path
         self.data_dir = data_dir
         self.log_path = log_path
+        self.preexec_fn = preexec_fn
+        """Run in the child before ``exec`` (``agentd up`` ties the server's life to its own)."""
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -113,6 +123,7 @@ class EmbeddedRedis:
             # Not in the terminal's process group: Ctrl-C must not stop Redis before the
             # workers have finished the job in hand; the supervisor stops it last.
             start_new_session=True,
+            preexec_fn=self.preexec_fn,
         )
         if output is not subprocess.DEVNULL:
             output.close()

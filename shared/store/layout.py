@@ -31,6 +31,11 @@ class Layout:
         return self.run_dir / "up.lock"
 
     @property
+    def serve_lock(self) -> Path:
+        """Held (flock) by the running ``agentd serve`` for this home."""
+        return self.run_dir / "agentd.lock"
+
+    @property
     def valkey_dir(self) -> Path:
         """The embedded Valkey's append-only file: data, so not under ``run/``."""
         return self.home / "valkey"

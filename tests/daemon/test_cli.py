@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from shared.store.layout import Layout
 from tests.support.processes import AgentdProcess, run_agentctl, socket_exists
 
 pytestmark = pytest.mark.slow
@@ -170,3 +173,52 @@ def test_search_prints_score_conversation_role_text_best_first(agentd: AgentdPro
     )
     assert [line.split()[2] for line in around.stdout.splitlines()] == ["user", "assistant"]
     assert "◀" in around.stdout.splitlines()[0]
+
+
+def test_of_two_daemons_started_at_once_one_serves_and_the_other_says_it_is_running(
+    agentd_home: Path,
+) -> None:
+    outputs = [agentd_home / f"serve-{n}.err" for n in (1, 2)]
+    racers = []
+    for output in outputs:
+        with open(output, "w") as stderr:
+            racers.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "agentd.cli", "serve"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=stderr,
+                )
+            )
+    try:
+        deadline = time.monotonic() + 30
+        while all(racer.poll() is None for racer in racers):
+            assert time.monotonic() < deadline, "both daemons are running"
+            time.sleep(0.05)
+        (loser,) = [n for n, racer in enumerate(racers) if racer.poll() is not None]
+        assert racers[loser].returncode == 1
+        assert "agentd serve is already running" in outputs[loser].read_text()
+        assert run_agentctl("status").returncode == 0
+        assert racers[1 - loser].poll() is None
+    finally:
+        for racer in racers:
+            if racer.poll() is None:
+                racer.terminate()
+                racer.wait(20)
+
+
+def test_a_daemon_still_starting_already_keeps_a_second_one_out(agentd_home: Path) -> None:
+    """The home's serve lock is taken before anything else: held here as a daemon that has
+    not bound its socket yet would hold it."""
+    lock = Layout(agentd_home).serve_lock
+    lock.parent.mkdir(parents=True)
+    with open(lock, "w") as starting:
+        fcntl.flock(starting, fcntl.LOCK_EX)
+        second = subprocess.run(
+            [sys.executable, "-m", "agentd.cli", "serve"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert second.returncode == 1
+    assert f"agentd serve is already running for {agentd_home}" in second.stderr
+    assert not socket_exists()

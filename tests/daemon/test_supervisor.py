@@ -51,17 +51,20 @@ def test_a_child_killed_after_running_a_while_is_always_restarted(
             child.process.wait()
 
 
-def test_a_child_that_dies_at_every_start_stops_the_stack(
-    agentd_home: Path, capsys: pytest.CaptureFixture[str]
+def test_a_child_that_dies_at_every_start_stops_the_stack_and_up_exits_1(
+    agentd_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    stack = Stack(Settings(home=agentd_home))
+    external_redis = "redis://127.0.0.1:9/0"  # nothing to start before the children
+    stack = Stack(Settings(home=agentd_home, redis_url=external_redis))
     failing = [sys.executable, "-c", "raise SystemExit(3)"]
     child = Child("broken", "37", lambda: subprocess.Popen(failing))
-    child.start()
-    stack.children = [child]
 
-    _watching(stack).join(30)
+    def spawn_the_broken_child() -> None:
+        child.start()
+        stack.children.append(child)
 
-    assert stack._stopping.is_set()
+    monkeypatch.setattr(stack, "_spawn_all", spawn_the_broken_child)
+
+    assert stack.run() == 1
     assert len(child.restarts) == supervisor.MAX_RESTARTS
     assert "giving up after 5 restarts in a minute" in capsys.readouterr().out

@@ -21,10 +21,10 @@ pytestmark = pytest.mark.slow
 
 
 class Up:
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, output: str = "up.out") -> None:
         self.home = home
         self.env = {**os.environ, "AGENTD_WORKERS": "1", "AGENTD_REFLECTION_WAIT_S": "30"}
-        self.output = home / "up.out"
+        self.output = home / output
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Up:
@@ -59,6 +59,25 @@ def up(agentd_home: Path) -> Iterator[Up]:
 def _children_of(pid: int) -> list[int]:
     found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
     return [int(p) for p in found.split()]
+
+
+def _stack_of(pid: int) -> list[int]:
+    """Every descendant of ``pid``: Valkey, the daemon, the workers and their pool processes."""
+    children = _children_of(pid)
+    return children + [below for child in children for below in _stack_of(child)]
+
+
+def _living(pids: list[int]) -> list[int]:
+    """Those of ``pids`` that still run (a zombie waiting to be reaped has stopped)."""
+    alive = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] != "Z":
+            alive.append(pid)
+    return alive
 
 
 def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
@@ -118,6 +137,31 @@ def test_a_second_up_on_the_same_home_says_it_is_running(up: Up) -> None:
     )
     assert second.returncode == 1
     assert "already running" in second.stderr
+
+
+def test_a_kill_9_of_up_takes_every_child_with_it_and_a_new_up_starts(
+    up: Up, agentd_home: Path
+) -> None:
+    assert up.proc is not None
+    stack = _stack_of(up.proc.pid)
+    assert len(stack) >= 4  # Valkey, the daemon, a worker and its pool process
+
+    up.proc.kill()
+    up.proc.wait(10)
+
+    _wait_for(lambda: not _living(stack), "the children of the killed agentd up to die")
+    again = Up(agentd_home, output="up-again.out").start()
+    assert again.stop() == 0
+
+
+def test_agentctl_shutdown_stops_every_process_of_the_stack(up: Up) -> None:
+    assert up.proc is not None
+    stack = _stack_of(up.proc.pid)
+
+    assert run_agentctl("shutdown").returncode == 0
+
+    assert up.proc.wait(60) == 0
+    assert not _living(stack)
 
 
 def test_a_killed_worker_is_reported_and_restarted(up: Up) -> None:
