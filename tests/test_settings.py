@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,51 @@ def test_every_setting_is_documented_in_the_readme() -> None:
         if f"`AGENTD_{name.upper()}`" not in readme
     ]
     assert undocumented == []
+
+
+def _environment_reads(tree: ast.Module) -> list[str]:
+    """The ``AGENTD_*`` names a module reads from ``os.environ`` (``.get``, ``[...]``,
+    ``in``) or ``os.getenv``, spelled out or through a module-level constant."""
+    constants = {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+    def name(key: ast.expr) -> str | None:
+        value = constants.get(key.id) if isinstance(key, ast.Name) else getattr(key, "value", None)
+        return value if isinstance(value, str) and value.startswith("AGENTD_") else None
+
+    def is_environ(node: ast.expr) -> bool:
+        return ast.unparse(node) in ("os.environ", "environ")
+
+    keys: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args:
+            called = ast.unparse(node.func)
+            if called in ("os.getenv", "getenv") or (
+                isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("get", "pop", "setdefault")
+                and is_environ(node.func.value)
+            ):
+                keys.append(node.args[0])
+        elif isinstance(node, ast.Subscript) and is_environ(node.value):
+            keys.append(node.slice)
+        elif isinstance(node, ast.Compare) and any(is_environ(c) for c in node.comparators):
+            keys.append(node.left)
+    return [found for key in keys if (found := name(key))]
+
+
+def test_no_module_reads_an_agentd_setting_from_the_environment_but_settings() -> None:
+    """Every setting comes from ``Settings`` (environment, ``agentd.toml``, defaults, in
+    that order); only ``AGENTD_HOME``, which says where the config file is, is read raw."""
+    root = Path(__file__).parent.parent
+    reads = {
+        f"{path.relative_to(root)}: {name}"
+        for package in ("agentd", "shared", "reflector")
+        for path in sorted((root / package).rglob("*.py"))
+        for name in _environment_reads(ast.parse(path.read_text()))
+    }
+    assert reads == {"shared/protocol.py: AGENTD_HOME"}

@@ -1,0 +1,78 @@
+"""A worker's life: its app is built from Settings, and ``agentctl status`` lists it only
+while it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentd.status import redis_status
+from reflector.app import create_app
+from shared.coordination import keys
+from shared.coordination.broker import locate
+from shared.settings import Settings
+from shared.store.layout import Layout
+from tests.support.workers import RedisForTests, WorkerProcess
+
+
+def test_the_app_follows_the_settings_it_is_given(agentd_home: Path) -> None:
+    settings = Settings(home=agentd_home, redis_url="redis://127.0.0.1:6390/3")
+
+    app = create_app(settings)
+
+    assert app.conf.broker_url == "redis://127.0.0.1:6390/3"
+    assert keys.REFLECT_TASK in app.tasks
+
+
+def test_importing_the_worker_code_reads_no_settings(agentd_home: Path) -> None:
+    """Only the entry point (``reflector.worker``) reads them: a bad setting breaks the
+    worker that starts with it, not every import of the app or the task."""
+    imported = subprocess.run(
+        [sys.executable, "-c", "import reflector.app, reflector.tasks"],
+        env={**os.environ, "AGENTD_WORKERS": "-1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert imported.returncode == 0, imported.stderr
+
+
+@pytest.fixture
+def redis(agentd_home: Path) -> Iterator[RedisForTests]:
+    server = RedisForTests(agentd_home).start()
+    yield server
+    server.stop()
+
+
+def _listed(home: Path) -> list[str]:
+    report = asyncio.run(redis_status(locate(Settings(home=home)), Layout(home)))
+    return [worker["name"] for worker in report["workers"]]
+
+
+def test_a_worker_is_listed_while_it_runs_and_leaves_status_when_it_dies(
+    agentd_home: Path, redis: RedisForTests
+) -> None:
+    killed, stopped = WorkerProcess(agentd_home, "killed"), WorkerProcess(agentd_home, "stopped")
+    try:
+        for worker in (killed, stopped):
+            worker.start()
+        deadline = time.monotonic() + 30
+        while len(_listed(agentd_home)) < 2:
+            assert time.monotonic() < deadline, "the workers never announced themselves"
+            time.sleep(0.1)
+        (announcement,) = redis.client.keys(keys.worker("killed@*"))
+
+        killed.kill_hard()
+        assert 0 < redis.client.ttl(announcement) <= 10  # gone 10 s after a kill -9 at most
+        stopped.stop()
+        assert [name.split("@")[0] for name in _listed(agentd_home)] == ["killed"]
+    finally:
+        killed.stop()
+        stopped.stop()
