@@ -275,13 +275,16 @@ def _decide(
                 f"nothing to finalize: job {worktree.job_id} has no checkout or branch left "
                 "(already finalized?)",
             )
-    elif (untrusted := _untrusted(worktree)) is not None:
-        return _failed("reflection", untrusted)
-    elif _has_uncommitted_changes(worktree.path):
-        return FinalizeResult(
-            status="dirty_uncommitted",
-            message="the reflection's memory changes were not committed cleanly",
-        )
+    else:
+        untrusted = _untrusted(worktree)
+        if untrusted is not None:
+            return _failed("reflection", untrusted)
+        _restore_metadata(worktree)
+        if _has_uncommitted_changes(worktree.path):
+            return FinalizeResult(
+                status="dirty_uncommitted",
+                message="the reflection's memory changes were not committed cleanly",
+            )
     if not should_merge:
         return _failed("reflection", failure_summary or "the reflection did not complete cleanly")
     if not missing and (problem := _collect(parent, worktree)) is not None:
