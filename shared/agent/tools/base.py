@@ -54,6 +54,11 @@ class ToolContext:
     """``AGENTD_HOME``: reads inside it are limited to this agent's own directories."""
     bash_timeout_s: float = 60.0
     bash_output_chars: int = 30_000
+    bash_network: bool = False
+    """Whether sandboxed bash shares the host's network (``AGENTD_TOOL_NETWORK``)."""
+    bash_unsandboxed: bool = False
+    """Whether bash may run without bubblewrap on a host that lacks it
+    (``AGENTD_UNSANDBOXED_BASH``): then it sees everything this user can."""
     memory_edit: MemoryEdit = no_memory_edit
     extra_env: dict[str, str] = field(default_factory=dict)
     """Variables added to bash's scrubbed environment (e.g. ``MEMORY_DIR``)."""

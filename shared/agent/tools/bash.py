@@ -1,10 +1,22 @@
-"""The bash tool: the model's general-purpose hands, fenced in time, output and environment.
+"""The bash tool: the model's general-purpose hands, fenced in space, time, output and env.
 
-A command gets its own session (process group) so a timeout, a cancelled turn, or the end
-of the command can stop everything it started, background children included; nothing it
-spawns outlives the call. Its environment is built from an allowlist, never inherited,
-because the daemon's environment holds provider API keys the model must not see. Output
-is capped (head and tail kept) so one noisy command cannot flood the context.
+Space: where bubblewrap works, every command runs inside it (:mod:`shared.sandbox`) and
+sees the agent's workspace and memory checkout (writable; the checkout's ``.git``
+read-only, so no hook, config or ref can be planted for the harness's git), a minimal
+read-only system, a ``/proc`` of its own PID namespace and a private ``/tmp``; no network
+unless ``AGENTD_TOOL_NETWORK=1``. ``$AGENTD_HOME``, other agents, the daemon's processes
+and ``/etc/shadow`` are simply not there. Without bubblewrap a command runs only where the
+host opted in (``ctx.bash_unsandboxed``); otherwise the daemon does not offer bash at all
+(:func:`shared.agent.tools.registry.agent_shell`).
+
+Time: a command gets its own session (process group) so a timeout, a cancelled turn, or
+the end of the command can stop everything it started, background children included. It
+is spawned inside that guard: a cancel landing while the process starts lets the start
+finish and then kills the group, so nothing is orphaned.
+
+Environment: built from an allowlist, never inherited, so no provider key or secret
+reaches the command even unsandboxed. Output is capped (head and tail kept) so one noisy
+command cannot flood the context.
 
 Bash may change memory files, so the command runs holding the agent's memory lock and
 whatever it changed there is committed when it ends, under the same lock: the checkout
@@ -25,9 +37,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from shared import sandbox
 from shared.agent.tools.base import Tool, ToolContext
 from shared.errors import LockTimeout, MemoryRepoError, ToolError
 from shared.providers.base import ToolSchema
+from shared.sandbox import Walls
 
 MAX_TIMEOUT_S = 600.0
 TIMEOUT_FACTOR = 10
@@ -52,6 +66,8 @@ ENV_ALLOWLIST = (
 )
 SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 SECRET_NAME_PREFIXES = ("AWS_", "AGENTD_", "OPENAI", "ANTHROPIC")
+SANDBOX_OWN = ("PATH", "TMPDIR")
+"""Set by the sandbox itself; the host's values name paths that are not there inside."""
 PROC = Path("/proc")
 
 
@@ -78,12 +94,12 @@ class Bash(Tool):
             ctx.workspace.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ToolError(f"cannot create workspace {ctx.workspace}: {e.strerror}") from None
-        argv = [*self.command_prefix(ctx), "bash", "-c", command]
+        argv, env = self._launch(command, ctx)
         ran: tuple[_Output, int, bool] | None = None
         not_committed = ""
         try:
             async with ctx.memory_edit(f"bash: {' '.join(command.split())[:60]}"):
-                ran = await _run(argv, ctx, timeout)
+                ran = await _run(argv, env, ctx, timeout)
         except (LockTimeout, MemoryRepoError) as exc:
             if ran is None:
                 raise ToolError(f"the command did not run: {exc.message}") from None
@@ -92,11 +108,40 @@ class Bash(Tool):
         output, returncode, timed_out = ran
         return _report(output.render(), returncode, timed_out, timeout) + not_committed
 
-    def command_prefix(self, ctx: ToolContext) -> list[str]:
-        """Argv put before ``bash -c <command>``; a subclass returns a sandbox wrapper here
-        (e.g. bubblewrap for the reflection sub-agent), so the timeout, output cap and
-        process-group cleanup stay one implementation."""
-        return []
+    def walls(self, ctx: ToolContext) -> Walls:
+        """What a sandboxed command may see besides the minimal system.
+
+        The workspace and the memory checkout are writable; the checkout's ``.git`` stays
+        read-only, since the harness commits after the command and must find no planted
+        hook, config or moved ref. A subclass with other walls (the reflection
+        sub-agent's bash) overrides this; the timeout, output cap and process-group
+        cleanup stay one implementation.
+        """
+        writable = [ctx.workspace]
+        if ctx.memory_dir != ctx.workspace and ctx.memory_dir.is_dir():
+            writable.append(ctx.memory_dir)
+        return Walls(
+            cwd=ctx.workspace,
+            writable=writable,
+            read_only_inside=[ctx.memory_dir / ".git"],
+            network=ctx.bash_network,
+        )
+
+    def _launch(self, command: str, ctx: ToolContext) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment to start the command with: bubblewrap around bash when
+        it works here, bare bash only where the host allowed it, else a refusal."""
+        env = scrubbed_env(ctx)
+        if sandbox.available():
+            inside = {name: value for name, value in env.items() if name not in SANDBOX_OWN}
+            inside["HOME"] = str(ctx.workspace)
+            argv = sandbox.bwrap_argv(self.walls(ctx), inside)
+            return [*argv, "bash", "-c", command], sandbox.launch_env(inside)
+        if not ctx.bash_unsandboxed:
+            raise ToolError(
+                f"bash is off: it runs only sandboxed, and {sandbox.reason()}; ask the user "
+                "to install bubblewrap (or to set AGENTD_UNSANDBOXED_BASH=1)"
+            )
+        return ["bash", "-c", command], env
 
 
 def scrubbed_env(ctx: ToolContext) -> dict[str, str]:
@@ -173,22 +218,17 @@ class _Protocol(asyncio.SubprocessProtocol):
         self.closed.set_result(None)
 
 
-async def _run(argv: list[str], ctx: ToolContext, timeout: float) -> tuple[_Output, int, bool]:
+async def _run(
+    argv: list[str], env: dict[str, str], ctx: ToolContext, timeout: float
+) -> tuple[_Output, int, bool]:
     """Run ``argv``; return its output, exit status, and whether it timed out."""
     output = _Output(ctx.bash_output_chars)
+    spawning = asyncio.ensure_future(_spawn(argv, env, ctx.workspace, output))
     try:
-        transport, protocol = await asyncio.get_running_loop().subprocess_exec(
-            lambda: _Protocol(output),
-            *argv,
-            cwd=ctx.workspace,
-            env=scrubbed_env(ctx),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    except OSError as e:
-        raise ToolError(f"cannot start bash: {e.strerror or e}") from None
+        transport, protocol = await asyncio.shield(spawning)
+    except asyncio.CancelledError:
+        await _kill_once_spawned(spawning)
+        raise
     pgid = transport.get_pid()
     try:
         try:
@@ -201,10 +241,7 @@ async def _run(argv: list[str], ctx: ToolContext, timeout: float) -> tuple[_Outp
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(protocol.closed), DRAIN_GRACE_S)
     except asyncio.CancelledError:
-        _signal_group(pgid, signal.SIGKILL)
-        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-            # Reap bash (dying of SIGKILL) now, so no zombie is left behind.
-            await asyncio.wait_for(asyncio.shield(protocol.exited), KILL_GRACE_S)
+        await _kill_group(pgid, protocol)
         raise
     finally:
         transport.close()
@@ -212,6 +249,50 @@ async def _run(argv: list[str], ctx: ToolContext, timeout: float) -> tuple[_Outp
     returncode = transport.get_returncode()
     assert returncode is not None
     return output, returncode, timed_out
+
+
+_Spawned = tuple[asyncio.SubprocessTransport, _Protocol]
+
+
+async def _spawn(argv: list[str], env: dict[str, str], cwd: Path, output: _Output) -> _Spawned:
+    try:
+        return await asyncio.get_running_loop().subprocess_exec(
+            lambda: _Protocol(output),
+            *argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as e:
+        raise ToolError(f"cannot start bash: {e.strerror or e}") from None
+
+
+async def _kill_once_spawned(spawning: asyncio.Future[_Spawned]) -> None:
+    """A cancel landed while the process was starting: the child may already run (and
+    have started others), but its pid is known only once the start completes. Let it
+    complete (milliseconds; cancelled, asyncio would kill bash alone and orphan its
+    children), then kill the whole group."""
+    while not spawning.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait([spawning])
+    if spawning.cancelled() or spawning.exception() is not None:
+        return
+    transport, protocol = spawning.result()
+    try:
+        await _kill_group(transport.get_pid(), protocol)
+    finally:
+        transport.close()
+
+
+async def _kill_group(pgid: int, protocol: _Protocol) -> None:
+    """SIGKILL the group at once (the turn is being cancelled) and reap its leader, so no
+    zombie is left behind."""
+    _signal_group(pgid, signal.SIGKILL)
+    with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+        await asyncio.wait_for(asyncio.shield(protocol.exited), KILL_GRACE_S)
 
 
 async def _stop_group(pgid: int) -> None:

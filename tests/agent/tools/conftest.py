@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from shared import sandbox
 from shared.agent.tools.base import ToolContext
 from shared.errors import LockTimeout, MemoryBusy
 
@@ -104,3 +105,25 @@ def make_ctx(ctx: ToolContext) -> Callable[..., ToolContext]:
         return replace(ctx, **changes)
 
     return make
+
+
+NO_BUBBLEWRAP = "sandbox off: bubblewrap (bwrap) is not on PATH; install it"
+
+
+def fake_no_bubblewrap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make this process believe bubblewrap does not work on the host."""
+    monkeypatch.setattr(sandbox, "_probe", lambda: (False, NO_BUBBLEWRAP))
+
+
+@pytest.fixture(params=["sandboxed", "unsandboxed"])
+def shell_ctx(
+    request: pytest.FixtureRequest, ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> ToolContext:
+    """``ctx`` once in bubblewrap and once on a host without it that allowed bare bash:
+    what bash promises about time and processes holds in both."""
+    if request.param == "unsandboxed":
+        fake_no_bubblewrap(monkeypatch)
+        return replace(ctx, bash_unsandboxed=True)
+    if not sandbox.available():
+        pytest.skip(f"bubblewrap does not work here: {sandbox.reason()}")
+    return ctx

@@ -1,10 +1,18 @@
-"""bash: runs in the workspace with a scrubbed environment, bounded in time and output."""
+"""bash: runs in the workspace with a scrubbed environment, bounded in time and output.
+
+Whatever a command starts is gone when the call ends (normally, on a timeout, on a
+cancel, even one landing while the process is being spawned): the tests find survivors
+on the host by a marker in their command line, which works inside the sandbox's PID
+namespace too (``$!`` there is not a host pid).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,24 +22,53 @@ from shared.agent.tools import bash
 from shared.agent.tools.base import ToolContext
 from shared.agent.tools.bash import Bash
 from shared.errors import ToolError
-from tests.agent.tools.conftest import commit_refused, memory_lock_never_free
+from tests.agent.tools.conftest import commit_refused, fake_no_bubblewrap, memory_lock_never_free
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from tests.agent.tools.conftest import RecordingMemoryEdit
 
+WAIT_S = 10.0
+"""Bound on waiting for a process to die or a file to appear (not a timing assertion)."""
+
 
 def run(ctx: ToolContext, **args: Any) -> str:
     return asyncio.run(Bash().run(args, ctx))
 
 
-def gone(pid: int) -> bool:
-    """True once ``pid`` is dead (a zombie waiting for its reaper counts as dead)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
+def sleeper() -> str:
+    """A ``sleep`` duration unique to one test, so its processes can be found on the host."""
+    return f"30.{secrets.randbelow(10**8):08d}"
+
+
+def survivors(marker: str) -> list[int]:
+    """Host pids of live (not zombie) processes whose command line holds ``marker``."""
+    alive = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker.encode() not in (proc / "cmdline").read_bytes():
+                continue
+            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                alive.append(int(proc.name))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return alive
+
+
+def survivors_after_a_while(marker: str) -> list[int]:
+    """``survivors(marker)`` once they are gone, or whatever still lives after ``WAIT_S``."""
+    deadline = time.monotonic() + WAIT_S
+    while (alive := survivors(marker)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return alive
+
+
+def wait_for_file(path: Path) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.01)
 
 
 def test_bash_runs_in_the_workspace(ctx: ToolContext) -> None:
@@ -60,14 +97,14 @@ def test_bash_says_when_there_is_no_output(ctx: ToolContext) -> None:
 
 
 def test_bash_env_is_scrubbed_of_secrets(
-    make_ctx: Callable[..., ToolContext], monkeypatch: pytest.MonkeyPatch
+    shell_ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-leak")
     monkeypatch.setenv("MY_SECRET_TOKEN", "leak")
     monkeypatch.setenv("AGENTD_HOME", "/leak")
     monkeypatch.setenv("UNLISTED", "leak")
     monkeypatch.setenv("LANG", "C.UTF-8")
-    ctx = make_ctx(extra_env={"PROJECT": "demo", "GITHUB_TOKEN": "leak"})
+    ctx = replace(shell_ctx, extra_env={"PROJECT": "demo", "GITHUB_TOKEN": "leak"})
     env = dict(line.split("=", 1) for line in run(ctx, command="env").splitlines())
     assert "leak" not in "".join(env.values())
     assert not {"OPENAI_API_KEY", "MY_SECRET_TOKEN", "AGENTD_HOME", "GITHUB_TOKEN"} & set(env)
@@ -78,30 +115,23 @@ def test_bash_env_is_scrubbed_of_secrets(
     assert env["LANG"] == "C.UTF-8"
 
 
-def test_bash_timeout_kills_the_whole_group_and_says_so(
-    make_ctx: Callable[..., ToolContext],
-) -> None:
-    ctx = make_ctx(bash_timeout_s=0.5)
-    started = time.monotonic()
-    out = run(ctx, command="sleep 30 & echo $!; echo partial; sleep 30; echo never")
-    assert time.monotonic() - started < 5
-    background_pid, rest = out.split("\n", 1)
-    assert rest.startswith("partial\n[timed out after 0.5 s")
-    assert "never" not in out
-    assert gone(int(background_pid))
+def test_bash_timeout_kills_the_whole_group_and_says_so(shell_ctx: ToolContext) -> None:
+    ctx = replace(shell_ctx, bash_timeout_s=1.0)
+    marker = sleeper()
+    out = run(ctx, command=f"sleep {marker} & echo partial; sleep {marker}; echo never")
+    assert out == "partial\n[timed out after 1 s; the command and its children were killed]"
+    assert survivors_after_a_while(marker) == []
 
 
 def test_bash_timeout_escalates_to_sigkill(
-    make_ctx: Callable[..., ToolContext], monkeypatch: pytest.MonkeyPatch
+    shell_ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(bash, "KILL_GRACE_S", 0.3)
-    ctx = make_ctx(bash_timeout_s=0.2)
-    started = time.monotonic()
-    out = run(ctx, command="trap '' TERM; sleep 30 & echo $!; wait; echo never")
-    assert time.monotonic() - started < 3
-    background_pid, rest = out.split("\n", 1)
-    assert rest.startswith("[timed out after 0.2 s")
-    assert gone(int(background_pid))
+    ctx = replace(shell_ctx, bash_timeout_s=0.5)
+    marker = sleeper()
+    out = run(ctx, command=f"trap '' TERM; sleep {marker} & wait; echo never")
+    assert out == "[timed out after 0.5 s; the command and its children were killed]"
+    assert survivors_after_a_while(marker) == []
 
 
 def test_the_model_may_shorten_the_timeout_but_not_exceed_ten_times_it(
@@ -118,11 +148,10 @@ def test_bash_rejects_a_bad_timeout(ctx: ToolContext) -> None:
         run(ctx, command="true", timeout_s=-1)
 
 
-def test_background_children_do_not_outlive_the_command(ctx: ToolContext) -> None:
-    started = time.monotonic()
-    out = run(ctx, command="sleep 30 & echo $!")
-    assert time.monotonic() - started < 5
-    assert gone(int(out))
+def test_background_children_do_not_outlive_the_command(shell_ctx: ToolContext) -> None:
+    marker = sleeper()
+    assert run(shell_ctx, command=f"sleep {marker} & echo started") == "started"
+    assert survivors_after_a_while(marker) == []
 
 
 def test_bash_output_cap_keeps_head_and_tail(make_ctx: Callable[..., ToolContext]) -> None:
@@ -184,34 +213,63 @@ def test_bash_output_survives_a_refused_commit_which_it_reports(
     )
 
 
-def test_cancelling_bash_kills_the_process_group(ctx: ToolContext, tmp_path: Path) -> None:
-    pid_file = tmp_path / "pid"
+def test_cancelling_bash_kills_the_process_group(shell_ctx: ToolContext) -> None:
+    marker, ready = sleeper(), shell_ctx.workspace / "ready"
 
     async def cancel_midway() -> None:
-        task = asyncio.create_task(
-            Bash().run({"command": f"sleep 30 & echo $! > {pid_file}; wait"}, ctx)
-        )
-        while not pid_file.exists() or not pid_file.read_text().strip():
+        command = f"sleep {marker} & echo up > {ready}; wait"
+        task = asyncio.create_task(Bash().run({"command": command}, shell_ctx))
+        while not ready.exists():
             await asyncio.sleep(0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(cancel_midway())
-    pid = int(pid_file.read_text())
-    deadline = time.monotonic() + 2
-    while not gone(pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert gone(pid)
+    assert survivors_after_a_while(marker) == []
+
+
+def test_a_cancel_landing_while_bash_is_spawned_leaves_no_process(
+    shell_ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child runs, and has started a child of its own, before ``subprocess_exec``
+    returns its pid: a cancel then must still kill the whole group (asyncio alone kills
+    bash and orphans the ``sleep``)."""
+    marker, ready = sleeper(), shell_ctx.workspace / "ready"
+
+    async def cancel_during_spawn() -> None:
+        command = f"sleep {marker} & echo up > {ready}; wait"
+        task = asyncio.create_task(Bash().run({"command": command}, shell_ctx))
+
+        def cancel_before_the_spawn_returns(_self: object, _transport: object) -> None:
+            wait_for_file(ready)
+            task.cancel()
+
+        monkeypatch.setattr(bash._Protocol, "connection_made", cancel_before_the_spawn_returns)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_during_spawn())
+    assert survivors_after_a_while(marker) == []
+
+
+def test_without_bubblewrap_bash_refuses_to_run_unless_the_host_allowed_it(
+    ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_no_bubblewrap(monkeypatch)
+    with pytest.raises(ToolError, match=r"bash is off: it runs only sandboxed, and sandbox off"):
+        run(ctx, command='touch "$WORKSPACE/ran"')
+    assert not (ctx.workspace / "ran").exists()
 
 
 def test_bash_that_cannot_start_is_a_tool_error(
     ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    fake_no_bubblewrap(monkeypatch)
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.setattr(os, "defpath", "/nonexistent")
     with pytest.raises(ToolError, match="cannot start bash"):
-        run(ctx, command="true")
+        run(replace(ctx, bash_unsandboxed=True), command="true")
 
 
 def test_bash_requires_a_command(ctx: ToolContext) -> None:
