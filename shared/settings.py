@@ -89,6 +89,11 @@ class Settings(BaseSettings):
     max_message_chars: int = Field(default=DEFAULT_MAX_MESSAGE_CHARS, ge=1, le=MAX_REQUEST_BYTES)
     bash_timeout_s: float = Field(default=DEFAULT_BASH_TIMEOUT_S, gt=0, le=86_400)
     bash_output_chars: int = Field(default=DEFAULT_BASH_OUTPUT_CHARS, ge=100, le=10_000_000)
+    tool_network: bool = False
+    """Whether the agent's sandboxed bash may use the host's network (off: no network)."""
+    unsandboxed_bash: bool = False
+    """Offer bash where bubblewrap does not work, running bare with only a scrubbed
+    environment: it can then read and write whatever this user can. Off: no bash there."""
     provider_timeout_s: float = Field(default=DEFAULT_PROVIDER_TIMEOUT_S, gt=0, le=3_600)
     provider_attempts: int = Field(default=DEFAULT_PROVIDER_ATTEMPTS, ge=1, le=10)
     shutdown_grace_s: float = Field(default=DEFAULT_SHUTDOWN_GRACE_S, ge=0, le=3_600)
