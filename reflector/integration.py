@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from reflector.checkout import Worktree, collect
 from reflector.subagent import JobLayout, final_report
-from reflector.worktree import Worktree, collect
 from shared import sandbox
 from shared.agent.loop import Turn, run_turn
 from shared.agent.prompts import INTEGRATION_MARKER

@@ -34,19 +34,13 @@ import redis
 import structlog
 from celery.exceptions import SoftTimeLimitExceeded
 
+from reflector.checkout import Worktree, collect, create_worktree, sweep_orphans
+from reflector.finalize import FinalizeResult, finalize
 from reflector.integration import has_proposal, run_integration
 from reflector.memory_budget import MemoryBudget, budget_for, floor_at, over_budget
 from reflector.outcomes import append_outcome, publish_outcome
 from reflector.snapshot import parent_snapshot
 from reflector.subagent import SubagentRun, run_reflection_subagent
-from reflector.worktree import (
-    FinalizeResult,
-    Worktree,
-    collect,
-    create_worktree,
-    finalize,
-    sweep_orphans,
-)
 from shared.clock import Clock, utc_now
 from shared.coordination import jobs, keys
 from shared.coordination.lease import ReflectionLease, live_reflection_ids

@@ -24,7 +24,7 @@ import uuid
 import redis
 import structlog
 
-from reflector.worktree import sweep_orphans
+from reflector.checkout import sweep_orphans
 from shared.coordination import keys
 from shared.coordination.broker import RedisLocation, locate
 from shared.coordination.lease import ReflectionLease, live_reflection_ids

@@ -15,10 +15,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from reflector.checkout import Worktree
 from reflector.prompt import MemoryBudget, system_prompt, task_prompt
 from reflector.tools import reflection_context, reflection_tools
 from reflector.verdict import Reason, judge
-from reflector.worktree import Worktree
 from shared.agent.loop import Turn, run_turn
 from shared.clock import Clock, utc_now
 from shared.ids import REFLECTION_SUFFIX, validate_agent_id, validate_id

@@ -14,7 +14,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from structlog.testing import capture_logs
 
-from reflector.worktree import collect, create_worktree
+from reflector.checkout import collect, create_worktree
 from shared.coordination import jobs, keys
 from shared.models.reflection import ReflectionOutcome
 from shared.providers.base import ModelRequest, ModelResponse, Provider

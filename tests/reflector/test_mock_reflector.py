@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from reflector.checkout import Worktree, create_worktree
 from reflector.subagent import SubagentRun, run_reflection_subagent
-from reflector.worktree import Worktree, create_worktree
 from shared import sandbox
 from shared.memory.repo import MemoryRepo
 from shared.providers.mock_reflector import READ_PAYLOAD, MockReflector

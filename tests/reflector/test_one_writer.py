@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from reflector.worktree import Worktree, create_worktree, finalize
+from reflector.checkout import Worktree, create_worktree
+from reflector.finalize import finalize
 from shared.agent.tools.base import MemoryEdit, ToolContext
 from shared.agent.tools.bash import Bash
 from shared.memory.repo import MemoryRepo

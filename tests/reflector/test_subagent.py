@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from reflector.checkout import Worktree, create_worktree
 from reflector.prompt import system_prompt, task_prompt
 from reflector.subagent import SubagentRun, run_reflection_subagent
 from reflector.tools import ReflectionBash, ReflectionEditFile, reflection_context
-from reflector.worktree import Worktree, create_worktree
 from shared import sandbox
 from shared.agent.tools.base import ToolContext
 from shared.errors import ProviderHTTPError, ToolError

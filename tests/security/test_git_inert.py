@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from reflector.worktree import collect, create_worktree, finalize, sweep_orphans
+from reflector.checkout import collect, create_worktree, sweep_orphans
+from reflector.finalize import finalize
 from shared.memory import git
 from shared.memory.repo import MemoryRepo
 from tests.security.walls import CANARY_KEY, tripped, tripwire_script

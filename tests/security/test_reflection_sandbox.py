@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from reflector.checkout import Worktree, create_worktree
+from reflector.finalize import finalize
 from reflector.tools import ReflectionBash, reflection_context
-from reflector.worktree import Worktree, create_worktree, finalize
 from shared import sandbox
 from shared.memory import git
 from shared.memory.repo import MemoryRepo

@@ -11,17 +11,10 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from reflector import worktree as worktree_module
+from reflector import finalize as finalize_module
+from reflector.checkout import SUBAGENT_NAME, Worktree, collect, create_worktree, sweep_orphans
+from reflector.finalize import NO_CHANGES_MESSAGE, finalize
 from reflector.snapshot import parent_snapshot
-from reflector.worktree import (
-    NO_CHANGES_MESSAGE,
-    SUBAGENT_NAME,
-    Worktree,
-    collect,
-    create_worktree,
-    finalize,
-    sweep_orphans,
-)
 from shared.errors import InvalidId, MemoryBusy, MemoryRepoError
 from shared.memory import frontmatter
 from shared.memory.repo import MemoryRepo
@@ -226,7 +219,7 @@ def test_a_merge_that_fails_despite_the_dry_run_is_aborted_at_once(
     parent: MemoryRepo, wt: Worktree, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Simulates main moving between the dry run and the merge."""
-    monkeypatch.setattr(worktree_module, "_predicted_conflicts", lambda *_args: [])
+    monkeypatch.setattr(finalize_module, "_predicted_conflicts", lambda *_args: [])
     commit_in(wt, HUMAN, human_with("- likes green tea"))
     commit_in_parent(parent, HUMAN, human_with("- likes coffee now"))
     head = parent.head()
@@ -251,15 +244,15 @@ def test_a_failed_merge_is_only_aborted_and_an_edit_made_meanwhile_survives_byte
     commit_in(wt, HUMAN, human_with("- likes green tea"))
     saved = tmp_path / "saved-by-the-user"
     saved.write_bytes("# my persona\r\n\tno trailing newline, ü —".encode())
-    real_run_once = worktree_module.git.run_once
+    real_run_once = finalize_module.git.run_once
 
     def user_saves_then_merge(cwd: Path, *args: str, **kwargs: object) -> object:
         if args[0] == "merge":
             (parent.path / "system/persona.md").write_bytes(saved.read_bytes())
         return real_run_once(cwd, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(worktree_module, "_predicted_conflicts", lambda *_args: [])
-    monkeypatch.setattr(worktree_module.git, "run_once", user_saves_then_merge)
+    monkeypatch.setattr(finalize_module, "_predicted_conflicts", lambda *_args: [])
+    monkeypatch.setattr(finalize_module.git, "run_once", user_saves_then_merge)
     commit_in_parent(parent, HUMAN, human_with("- likes coffee now"))
     head, human = parent.head(), (parent.path / HUMAN).read_bytes()
 
