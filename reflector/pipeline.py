@@ -41,6 +41,7 @@ from reflector.memory_budget import MemoryBudget, budget_for, floor_at, over_bud
 from reflector.outcomes import append_outcome, publish_outcome
 from reflector.snapshot import parent_snapshot
 from reflector.subagent import SubagentRun, run_reflection_subagent
+from shared import sandbox
 from shared.clock import Clock, utc_now
 from shared.coordination import jobs, keys
 from shared.coordination.lease import ReflectionLease, live_reflection_ids
@@ -199,6 +200,15 @@ class _Job:
         if not (memory_dir / ".git").is_dir():
             return self.skipped("memfs_disabled", "The agent has no memory repo.")
         agent = AgentStore(self.layout).get(self.request.agent_id)
+        if not (sandbox.available() or self.ctx.settings.unsandboxed_bash):
+            return self.outcome(
+                "failed",
+                "sandbox_unavailable",
+                f"The reflection's shell runs only in bubblewrap, and {sandbox.reason()}. "
+                "Install bubblewrap (`apt-get install bubblewrap`), or set "
+                "AGENTD_UNSANDBOXED_BASH=1 to let it run unconfined; the transcript can be "
+                "retried.",
+            )
         if not self.manual:
             state = backoff.load_backoff(self.reflections_dir)
             if backoff.deferred(state, self.ctx.clock()):
@@ -344,6 +354,7 @@ class _Job:
                 instructions=mode.merge_instructions,
                 conversation_dir=self.reflections_dir / "integrations",
                 clock=self.ctx.clock,
+                unsandboxed_bash=self.ctx.settings.unsandboxed_bash,
             )
         )
         log.info("reflection_integration_finished", stop_reason=integration.stop_reason)
@@ -401,6 +412,7 @@ class _Job:
                 timezone_name=self.ctx.timezone_name,
                 max_steps=SUBAGENT_MAX_STEPS,
                 output_chars=self.ctx.settings.bash_output_chars,
+                unsandboxed_bash=self.ctx.settings.unsandboxed_bash,
                 memory_budget=budget,
                 clock=self.ctx.clock,
             )

@@ -67,6 +67,7 @@ async def run_reflection_subagent(
     timezone_name: str,
     max_steps: int = MAX_STEPS,
     output_chars: int = DEFAULT_BASH_OUTPUT_CHARS,
+    unsandboxed_bash: bool = False,
     memory_budget: MemoryBudget | None = None,
     clock: Clock = utc_now,
 ) -> SubagentRun:
@@ -102,6 +103,7 @@ async def run_reflection_subagent(
             payload_path=payload.path,
             parent_agent_id=parent_agent_id,
             output_chars=output_chars,
+            unsandboxed_bash=unsandboxed_bash,
         ),
         system_prompt=fixed_system_prompt,
         max_steps=max_steps,

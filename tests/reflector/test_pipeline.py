@@ -12,6 +12,7 @@ import pytest
 
 from agentd.agents import Agents
 from reflector.pipeline import run_job
+from shared import sandbox
 from shared.clock import user_zone
 from shared.coordination import keys
 from shared.coordination.lease import ReflectionLease
@@ -311,3 +312,32 @@ def test_a_job_that_lost_its_lease_does_not_merge(
     assert "tabs" not in world.human()
     assert world.git("branch", "--list", "reflection/*") == ""
     assert watermark(world) is None
+
+
+def test_without_bubblewrap_a_job_fails_saying_how_to_fix_it_and_prepares_nothing(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sandbox, "_probe", lambda: (False, "sandbox off: bwrap is missing"))
+    head = world.git("rev-parse", "HEAD")
+
+    outcome = world.reflect(MockReflector())
+
+    assert (outcome.status, outcome.reason) == ("failed", "sandbox_unavailable")
+    assert "apt-get install bubblewrap" in outcome.message
+    assert "AGENTD_UNSANDBOXED_BASH=1" in outcome.message
+    assert world.git("rev-parse", "HEAD") == head
+    assert watermark(world) is None
+    assert not (world.reflections / "payloads").exists()
+    assert not (world.reflections / "worktrees").exists()
+
+
+def test_without_bubblewrap_a_host_that_allows_bare_bash_still_reflects(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sandbox, "_probe", lambda: (False, "sandbox off: bwrap is missing"))
+    monkeypatch.setenv("AGENTD_UNSANDBOXED_BASH", "1")
+
+    outcome = world.reflect(MockReflector())
+
+    assert outcome.status == "merged"
+    assert "pnpm" in world.human()
