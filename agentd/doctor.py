@@ -180,6 +180,15 @@ def check_sandbox(_settings: Settings) -> Finding:
     )
 
 
+def check_agent_bash(settings: Settings) -> Finding:
+    from shared.agent.tools.registry import agent_shell
+
+    shell = agent_shell(
+        unsandboxed_allowed=settings.unsandboxed_bash, network=settings.tool_network
+    )
+    return Finding(shell.sandboxed, "agent bash", shell.detail, shell.fix)
+
+
 def check_model(settings: Settings) -> Finding:
     model = settings.model
     if model == MOCK_MODEL:
@@ -218,6 +227,7 @@ CHECKS: list[Callable[[Settings], Finding]] = [
     check_redis,
     check_daemon,
     check_sandbox,
+    check_agent_bash,
     check_model,
 ]
 

@@ -21,7 +21,7 @@ from agentd.recall import RecallService
 from shared.agent.loop import Emit, Turn, run_turn
 from shared.agent.request import shape_messages
 from shared.agent.tools.base import MemoryEdit, ToolContext
-from shared.agent.tools.registry import main_agent_tools
+from shared.agent.tools.registry import agent_shell, main_agent_tools
 from shared.context.budget import Budget, measure
 from shared.ids import new_id
 from shared.memory.changes import memory_update_reminder
@@ -76,6 +76,11 @@ class Turns:
         self.layout = layout
         self.providers = providers
         self.recall = recall
+        self.shell = agent_shell(
+            unsandboxed_allowed=settings.unsandboxed_bash, network=settings.tool_network
+        )
+        self.shell.log()
+        self.tools = main_agent_tools(with_bash=self.shell.offered)
         self.prompts = PromptCache()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self.active = 0
@@ -132,7 +137,7 @@ class Turns:
         turn = Turn(
             conversation=conversation,
             provider=provider,
-            tools=main_agent_tools(),
+            tools=self.tools,
             tool_context=ToolContext(
                 agent_id=agent.id,
                 workspace=self.layout.workspace_dir(agent.id),
@@ -140,6 +145,8 @@ class Turns:
                 home=self.layout.home,
                 bash_timeout_s=self.settings.bash_timeout_s,
                 bash_output_chars=self.settings.bash_output_chars,
+                bash_network=self.settings.tool_network,
+                bash_unsandboxed=self.settings.unsandboxed_bash,
                 memory_edit=_memory_edit(agent, repo, seen_head),
                 conversation_id=conversation.id,
                 recall=self.recall.bind(agent.id),
@@ -174,7 +181,7 @@ class Turns:
         request = ModelRequest(
             system=await self.prompts.get(agent, repo),
             messages=shape_messages(conversation.context),
-            tools=[tool.schema for tool in main_agent_tools()],
+            tools=[tool.schema for tool in self.tools],
         )
         return measure(request, provider.context_window)
 
