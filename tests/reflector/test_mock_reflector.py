@@ -49,6 +49,7 @@ def reflect(
     payload: PayloadFile,
     *,
     provider: MockReflector | None = None,
+    unsandboxed_bash: bool = False,
 ) -> SubagentRun:
     return asyncio.run(
         run_reflection_subagent(
@@ -62,6 +63,7 @@ def reflect(
             conversation_dir=tmp_path / "subagents",
             now=NOW,
             timezone_name=SHANGHAI,
+            unsandboxed_bash=unsandboxed_bash,
         )
     )
 
@@ -115,12 +117,12 @@ def test_keeps_durable_preferences_and_commits_them(tmp_path: Path) -> None:
     assert "Commit:" in run.report and "tabs" in run.report
 
 
-def test_without_the_sandbox_the_run_commits_the_same(
+def test_without_the_sandbox_a_run_the_host_allows_bare_commits_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sandbox, "_probe", lambda: (False, "sandbox off: test"))
     worktree = make_worktree(tmp_path, "- 住在上海")
-    run = reflect(tmp_path, worktree, payload_of(tmp_path, *SESSION))
+    run = reflect(tmp_path, worktree, payload_of(tmp_path, *SESSION), unsandboxed_bash=True)
     assert run.success and commit_count(worktree) == 1
     assert human_lines(worktree)[-1] == "- 2026-11-30 我们决定以后一律用 pnpm"
 
