@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from shared.agent.tools.base import Tool, ToolContext
-from shared.agent.tools.paths import memory_relative, resolve_for_read, resolve_for_write
+from shared.agent.tools.paths import (
+    memory_relative,
+    open_parent,
+    read_checked,
+    resolve_for_read,
+    resolve_for_write,
+)
 from shared.errors import LockTimeout, MemoryRepoError, ToolError
 from shared.providers.base import ToolSchema
 
@@ -24,6 +30,7 @@ MAX_READ_BYTES = 10 * 1024 * 1024
 DEFAULT_READ_LINES = 2000
 MAX_LINE_CHARS = 2000
 """Longer lines (minified code, data dumps) are cut so one line cannot flood the context."""
+_NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class ReadFile(Tool):
@@ -45,7 +52,7 @@ class ReadFile(Tool):
         path = resolve_for_read(_str_arg(args, "path"), ctx)
         offset = _int_arg(args, "offset", 1)
         limit = _int_arg(args, "limit", DEFAULT_READ_LINES)
-        return _numbered(path, _read_text(path), offset, limit)
+        return _numbered(path, _read_text(path, ctx), offset, limit)
 
 
 class WriteFile(Tool):
@@ -62,11 +69,9 @@ class WriteFile(Tool):
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
         path = resolve_for_write(_str_arg(args, "path"), ctx)
         content = _str_arg(args, "content", allow_empty=True)
-        if path.is_dir():
-            raise ToolError(f"{path} is a directory")
         verb = "update" if path.exists() else "create"
         async with _memory_scope(path, ctx, f"write_file: {verb}"):
-            _atomic_write(path, content)
+            _atomic_write(path, content, ctx)
         return f"wrote {len(content)} chars to {path}"
 
 
@@ -94,9 +99,9 @@ class EditFile(Tool):
         if old == new:
             raise ToolError("old_string and new_string are the same; nothing to change")
         async with _memory_scope(path, ctx, "edit_file: update"):
-            text = _read_text(path)
+            text = _read_text(path, ctx)
             count = _count_matches(path, text, old, replace_all)
-            _atomic_write(path, text.replace(old, new, -1 if replace_all else 1))
+            _atomic_write(path, text.replace(old, new, -1 if replace_all else 1), ctx)
         return f"edited {path}: {count} replacement{'s' if count > 1 else ''}"
 
 
@@ -137,21 +142,8 @@ async def _memory_scope(path: Path, ctx: ToolContext, action: str) -> AsyncItera
         raise ToolError(f"{path} was changed but not committed: {exc.message}") from None
 
 
-def _read_text(path: Path) -> str:
-    try:
-        if path.is_dir():
-            raise ToolError(f"{path} is a directory, not a file; list it with bash `ls`")
-        size = path.stat().st_size
-        if size > MAX_READ_BYTES:
-            raise ToolError(
-                f"{path} is {size} bytes, over the 10 MiB limit; "
-                "use bash (head, sed -n, grep) to look at parts of it"
-            )
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ToolError(f"file not found: {path}") from None
-    except OSError as e:
-        raise ToolError(f"cannot read {path}: {e.strerror or e}") from None
+def _read_text(path: Path, ctx: ToolContext) -> str:
+    data = read_checked(path, ctx, max_bytes=MAX_READ_BYTES)
     if b"\0" in data:
         raise ToolError(f"{path} looks binary (contains NUL bytes); inspect it with bash")
     try:
@@ -182,27 +174,42 @@ def _cut(line: str) -> str:
     return f"{line[:MAX_LINE_CHARS]}... [line cut, {len(line) - MAX_LINE_CHARS} more chars]"
 
 
-def _atomic_write(path: Path, content: str) -> None:
-    """Write via a temp file in the same directory and ``os.replace``: all or nothing."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else None
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+def _atomic_write(path: Path, content: str, ctx: ToolContext) -> None:
+    """Write via a temp file in the same directory and ``os.replace``: all or nothing.
+
+    The directory is reached without following symlinks (:func:`open_parent`), so a link
+    swapped in after the path was checked cannot send the write elsewhere; a symlink at
+    ``path`` itself is replaced, not written through.
+    """
+    with open_parent(path, ctx, create=True) as parent:
+        try:
+            info: os.stat_result | None = os.stat(path.name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            info = None
+        except OSError as e:
+            raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
+        if info is not None and stat.S_ISDIR(info.st_mode):
+            raise ToolError(f"{path} is a directory")
+        keep_mode = info is not None and stat.S_ISREG(info.st_mode)
+        tmp = f".{path.name}.{secrets.token_hex(4)}.tmp"
         try:
             # 0o666 lets the umask pick a new file's mode, as a plain open() would.
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-                f.write(content)
-                f.flush()
-                os.fsync(f.fileno())
-            if mode is not None:
-                os.chmod(tmp, mode)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-    except OSError as e:
-        raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
+            fd = os.open(tmp, _NEW_FILE_FLAGS, 0o666, dir_fd=parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                    f.write(content)
+                    f.flush()
+                    if keep_mode:
+                        assert info is not None
+                        os.fchmod(f.fileno(), stat.S_IMODE(info.st_mode))
+                    os.fsync(f.fileno())
+                os.replace(tmp, path.name, src_dir_fd=parent, dst_dir_fd=parent)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp, dir_fd=parent)
+                raise
+        except OSError as e:
+            raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def _str_arg(args: dict[str, Any], name: str, *, allow_empty: bool = False) -> str:

@@ -1,28 +1,45 @@
-"""The path guard every file tool goes through.
+"""The path guard every file tool goes through, and the only way they open files.
 
 The model names paths freely (relative, ``~``, ``..``, symlinks), so each path is resolved
 to its real location *before* it is checked: a check on the spelled path could be walked
-around with ``../`` or a symlink. Writes stay inside the agent's own workspace and memory
-(never the memory repo's ``.git``, which only git may change); reads may go anywhere except
-other parts of agentd's home, where other agents and the daemon's state live.
+around with ``../`` or a symlink. Reads and writes alike stay inside the agent's own
+workspace and memory checkout (outside them are other agents, the daemon's config with
+its keys, the host's secrets), and writes never go into the memory repo's ``.git``, which
+only the harness's git may change.
+
+A check on a path and the open that follows are two moments, and bash (running at the
+same time, or earlier) can use the gap: swap a checked directory or file for a symlink to
+elsewhere, or hard-link a file from elsewhere into the workspace, where its real path
+looks innocent. So files are opened by walking down from the workspace or memory
+directory one component at a time with ``O_NOFOLLOW`` (a symlink put in on the way is
+refused, never followed), and a file with more than one hard link is not read.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from shared.agent.tools.base import ToolContext
 from shared.errors import ToolError
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+"""``O_NONBLOCK``: opening a FIFO bash left behind must not wait for a writer forever."""
+_LINK_ERRNOS = (errno.ELOOP, errno.ENOTDIR)
+"""What ``O_NOFOLLOW``/``O_DIRECTORY`` say when a component became a symlink or a file."""
+
 
 def resolve_for_read(path: str, ctx: ToolContext) -> Path:
-    """The real path to read, or ``ToolError`` if it is another agent's or the daemon's."""
+    """The real path to read, or ``ToolError`` unless it is in the workspace or memory."""
     real = _resolve(path, ctx)
-    home = _real(ctx.home)
-    if real.is_relative_to(home) and not _in_own_dirs(real, ctx):
+    if _root_of(real, ctx) is None:
         raise ToolError(
-            f"read refused: {real} is inside agentd's home {home}; there you may read only "
+            f"read refused: {real} is outside your directories; the file tools reach only "
             f"your workspace {_real(ctx.workspace)} and memory {_real(ctx.memory_dir)}"
         )
     return real
@@ -37,7 +54,7 @@ def resolve_for_write(path: str, ctx: ToolContext) -> Path:
     )
     if real.is_relative_to(_real(ctx.memory_dir) / ".git"):
         raise ToolError(f"write refused: {real} is inside the memory repo's .git; {allowed}")
-    if not _in_own_dirs(real, ctx):
+    if _root_of(real, ctx) is None:
         raise ToolError(f"write refused: {real} is outside your directories; {allowed}")
     return real
 
@@ -48,6 +65,84 @@ def memory_relative(path: Path, ctx: ToolContext) -> str | None:
     if not real.is_relative_to(memory):
         return None
     return real.relative_to(memory).as_posix()
+
+
+def read_checked(real: Path, ctx: ToolContext, *, max_bytes: int) -> bytes:
+    """The bytes of ``real`` (from :func:`resolve_for_read`), opened without following any
+    symlink; refused if it is not a regular file, has another hard link, or is larger
+    than ``max_bytes``."""
+    with open_parent(real, ctx, create=False) as parent:
+        try:
+            fd = os.open(real.name, _READ_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            raise ToolError(f"file not found: {real}") from None
+        except OSError as e:
+            raise _open_error(real, e) from None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if stat.S_ISDIR(info.st_mode):
+            raise ToolError(f"{real} is a directory, not a file; list it with bash `ls`")
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolError(f"{real} is not a regular file (a FIFO, socket or device)")
+        if info.st_nlink > 1:
+            raise ToolError(
+                f"read refused: {real} has {info.st_nlink} hard links, so its content may "
+                "belong to a file outside your directories; copy it with bash to read it"
+            )
+        if info.st_size > max_bytes:
+            raise ToolError(
+                f"{real} is {info.st_size} bytes, over the {max_bytes // (1024 * 1024)} MiB "
+                "limit; use bash (head, sed -n, grep) to look at parts of it"
+            )
+        try:
+            return file.read(max_bytes)
+        except OSError as e:
+            raise ToolError(f"cannot read {real}: {e.strerror or e}") from None
+
+
+@contextlib.contextmanager
+def open_parent(real: Path, ctx: ToolContext, *, create: bool) -> Iterator[int]:
+    """A descriptor of ``real``'s directory, reached from the workspace or memory root one
+    component at a time without following symlinks; ``create`` makes missing ones."""
+    root = _root_of(real, ctx)
+    assert root is not None, "resolve the path with resolve_for_read or resolve_for_write"
+    if real == root:
+        raise ToolError(f"{real} is a directory, not a file; list it with bash `ls`")
+    fd = _open_dir(root, None, real, create=False)
+    try:
+        for name in real.parent.relative_to(root).parts:
+            inner = _open_dir(Path(name), fd, real, create=create)
+            os.close(fd)
+            fd = inner
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _open_dir(name: Path, dir_fd: int | None, target: Path, *, create: bool) -> int:
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        if not create:
+            raise ToolError(f"file not found: {target}") from None
+    except OSError as e:
+        raise _open_error(target, e) from None
+    try:
+        os.mkdir(name, dir_fd=dir_fd)
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except FileExistsError:
+        return _open_dir(name, dir_fd, target, create=False)
+    except OSError as e:
+        raise ToolError(f"cannot create {target.parent}: {e.strerror or e}") from None
+
+
+def _open_error(target: Path, e: OSError) -> ToolError:
+    if e.errno in _LINK_ERRNOS:
+        return ToolError(
+            f"refused: a part of {target} is (now) a symlink or not a directory; the file "
+            "tools do not follow links that were swapped in after the path was checked"
+        )
+    return ToolError(f"cannot open {target}: {e.strerror or e}")
 
 
 def _resolve(path: str, ctx: ToolContext) -> Path:
@@ -63,5 +158,8 @@ def _real(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
-def _in_own_dirs(real: Path, ctx: ToolContext) -> bool:
-    return real.is_relative_to(_real(ctx.workspace)) or real.is_relative_to(_real(ctx.memory_dir))
+def _root_of(real: Path, ctx: ToolContext) -> Path | None:
+    """The real workspace or memory dir ``real`` lies in (the deeper one if both)."""
+    roots = (_real(ctx.workspace), _real(ctx.memory_dir))
+    inside = [root for root in roots if real.is_relative_to(root)]
+    return max(inside, key=lambda root: len(root.parts), default=None)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from shared.agent.tools import files
 from shared.agent.tools.base import Tool, ToolContext
 from shared.agent.tools.files import EditFile, ReadFile, WriteFile
 from shared.errors import ToolError
@@ -99,6 +100,108 @@ def test_read_of_another_agents_file_is_refused(ctx: ToolContext, home: Path) ->
         run(ReadFile(), ctx, path=str(home / "agents" / "a2" / "memory" / "secret.md"))
 
 
+def test_read_of_a_host_file_is_refused(ctx: ToolContext, tmp_path: Path) -> None:
+    (tmp_path / "host.txt").write_text("host secret\n")
+    for outside in ("/etc/shadow", str(tmp_path / "host.txt")):
+        with pytest.raises(ToolError, match="read refused"):
+            run(ReadFile(), ctx, path=outside)
+
+
+def test_read_through_a_hard_link_to_the_daemons_config_is_refused(
+    ctx: ToolContext, home: Path
+) -> None:
+    os.link(home / "agentd.toml", ctx.workspace / "innocent.txt")
+    with pytest.raises(ToolError, match="has 2 hard links") as err:
+        run(ReadFile(), ctx, path="innocent.txt")
+    assert "api_key" not in str(err.value)
+
+
+def test_edit_through_a_hard_link_is_refused_and_changes_nothing(
+    ctx: ToolContext, home: Path
+) -> None:
+    os.link(home / "agentd.toml", ctx.workspace / "innocent.txt")
+    with pytest.raises(ToolError, match="hard links"):
+        run(EditFile(), ctx, path="innocent.txt", old_string="'x'", new_string="'y'")
+    assert (home / "agentd.toml").read_text() == "api_key = 'x'\n"
+
+
+def test_read_through_a_symlink_to_the_daemons_config_is_refused(
+    ctx: ToolContext, home: Path
+) -> None:
+    (ctx.workspace / "link.txt").symlink_to(home / "agentd.toml")
+    with pytest.raises(ToolError, match="read refused"):
+        run(ReadFile(), ctx, path="link.txt")
+
+
+def swap_after_the_check(
+    monkeypatch: pytest.MonkeyPatch, name: str, swap: Callable[[], None]
+) -> None:
+    """Make bash's move for it: right after the path guard passed, before the open."""
+    guard = getattr(files, name)
+
+    def checked_then_swapped(path: str, ctx: ToolContext) -> Path:
+        real = guard(path, ctx)
+        swap()
+        return real
+
+    monkeypatch.setattr(files, name, checked_then_swapped)
+
+
+def test_a_directory_swapped_for_a_symlink_after_the_check_is_not_followed_by_reads(
+    ctx: ToolContext, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sub = ctx.workspace / "sub"
+    sub.mkdir()
+    (sub / "agentd.toml").write_text("harmless\n")
+
+    def swap() -> None:
+        sub.rename(ctx.workspace / "sub.old")
+        sub.symlink_to(home)
+
+    swap_after_the_check(monkeypatch, "resolve_for_read", swap)
+    with pytest.raises(ToolError, match="symlink") as err:
+        run(ReadFile(), ctx, path="sub/agentd.toml")
+    assert "api_key" not in str(err.value)
+
+
+def test_a_file_swapped_for_a_symlink_after_the_check_is_not_followed(
+    ctx: ToolContext, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = ctx.workspace / "a.txt"
+    target.write_text("harmless\n")
+
+    def swap() -> None:
+        target.unlink()
+        target.symlink_to(home / "agentd.toml")
+
+    swap_after_the_check(monkeypatch, "resolve_for_read", swap)
+    with pytest.raises(ToolError, match="symlink"):
+        run(ReadFile(), ctx, path="a.txt")
+
+
+def test_a_directory_swapped_for_a_symlink_after_the_check_is_not_followed_by_writes(
+    ctx: ToolContext, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sub = ctx.workspace / "sub"
+    sub.mkdir()
+    before = sorted(os.listdir(home))
+
+    def swap() -> None:
+        sub.rename(ctx.workspace / "sub.old")
+        sub.symlink_to(home)
+
+    swap_after_the_check(monkeypatch, "resolve_for_write", swap)
+    with pytest.raises(ToolError, match="symlink"):
+        run(WriteFile(), ctx, path="sub/planted.txt", content="x")
+    assert sorted(os.listdir(home)) == before
+
+
+def test_read_of_a_fifo_is_refused_instead_of_waiting_for_a_writer(ctx: ToolContext) -> None:
+    os.mkfifo(ctx.workspace / "pipe")
+    with pytest.raises(ToolError, match="not a regular file"):
+        run(ReadFile(), ctx, path="pipe")
+
+
 def test_read_with_a_bad_limit_is_an_error(ctx: ToolContext) -> None:
     (ctx.workspace / "a.txt").write_text("x\n")
     with pytest.raises(ToolError, match="limit"):
@@ -121,19 +224,20 @@ def test_write_replaces_atomically_and_leaves_no_temp_file(
     target = ctx.workspace / "a.txt"
     target.write_text("old")
     target.chmod(0o640)
-    replaced: list[tuple[str, str]] = []
+    replaced: list[tuple[str, str, dict[str, int]]] = []
     real_replace = os.replace
 
-    def spy(src: Any, dst: Any) -> None:
-        replaced.append((str(src), str(dst)))
-        real_replace(src, dst)
+    def spy(src: str, dst: str, **dir_fds: int) -> None:
+        replaced.append((src, dst, dir_fds))
+        real_replace(src, dst, **dir_fds)
 
     monkeypatch.setattr(os, "replace", spy)
     run(WriteFile(), ctx, path="a.txt", content="new")
     assert target.read_text() == "new"
     assert target.stat().st_mode & 0o777 == 0o640
-    [(src, dst)] = replaced
-    assert Path(src).parent == target.parent and dst == str(target)
+    [(src, dst, dir_fds)] = replaced
+    assert src.startswith(".a.txt.") and dst == "a.txt"
+    assert dir_fds["src_dir_fd"] == dir_fds["dst_dir_fd"]
     assert os.listdir(ctx.workspace) == ["a.txt"]
 
 
@@ -143,7 +247,7 @@ def test_a_failed_write_keeps_the_old_file_and_cleans_up(
     target = ctx.workspace / "a.txt"
     target.write_text("old")
 
-    def boom(src: Any, dst: Any) -> None:
+    def boom(src: str, dst: str, **dir_fds: int) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", boom)

@@ -1,4 +1,5 @@
-"""The path guard: real locations are checked, so ``..`` and symlinks cannot get around it."""
+"""The path guard: real locations are checked, so ``..`` and symlinks cannot get around it,
+and only the workspace and memory are reachable, for reads as for writes."""
 
 from __future__ import annotations
 
@@ -97,8 +98,12 @@ def test_reading_the_daemons_own_files_in_home_is_refused(ctx: ToolContext, home
         resolve_for_read(str(home / "agentd.toml"), ctx)
 
 
-def test_reading_outside_home_is_allowed(ctx: ToolContext, tmp_path: Path) -> None:
-    assert resolve_for_read(str(tmp_path / "x.txt"), ctx) == tmp_path / "x.txt"
+def test_reading_anything_outside_the_workspace_and_memory_is_refused(
+    ctx: ToolContext, tmp_path: Path
+) -> None:
+    for outside in ("/etc/shadow", "/etc/passwd", str(tmp_path / "x.txt"), "~/.bashrc"):
+        with pytest.raises(ToolError, match=r"read refused: .* is outside your directories"):
+            resolve_for_read(outside, ctx)
 
 
 def test_an_empty_path_is_an_error(ctx: ToolContext) -> None:
