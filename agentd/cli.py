@@ -57,8 +57,12 @@ def _run_daemon(settings: Settings) -> int:
     )
     secure_home(settings.home)
     from agentd.server import Daemon
+    from shared.providers.factory import ProviderFactory
+    from shared.providers.keys import take_provider_keys
 
-    return Daemon(settings).run()
+    # Out of the environment before any tool can start a child (shared/providers/keys.py).
+    providers = ProviderFactory(settings, take_provider_keys())
+    return Daemon(settings, providers=providers).run()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,14 +9,18 @@ imported here lazily, the first time a non-mock model is asked for: it costs ~5 
 from __future__ import annotations
 
 from shared.providers.base import Provider
+from shared.providers.keys import ProviderKeys
 from shared.providers.latency import WithLatency
 from shared.providers.mock import DEFAULT_MOCK_CONTEXT_WINDOW, MOCK_MODEL, MockProvider
 from shared.settings import Settings
 
 
 class ProviderFactory:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, keys: ProviderKeys | None = None) -> None:
         self.settings = settings
+        self.keys = keys
+        """Provider keys taken from the environment at start (``take_provider_keys``);
+        without them litellm reads its variables from the environment itself."""
         self._providers: dict[tuple[str, int | None], Provider] = {}
 
     def get(self, model: str | None = None, context_window: int | None = None) -> Provider:
@@ -41,6 +45,7 @@ class ProviderFactory:
             context_window=window,
             api_base=self.settings.api_base,
             api_key=self.settings.api_key,
+            keys=self.keys,
             timeout_s=self.settings.provider_timeout_s,
             attempts=self.settings.provider_attempts,
             block_remote=self.settings.block_remote_models,

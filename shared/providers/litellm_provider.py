@@ -41,6 +41,7 @@ from shared.errors import (
 )
 from shared.models.messages import Message, ToolCall, Usage
 from shared.providers.base import FinishReason, ModelRequest, ModelResponse, Provider
+from shared.providers.keys import ProviderKeys
 
 log = structlog.get_logger(__name__)
 
@@ -84,6 +85,7 @@ class LiteLLMProvider(Provider):
         context_window: int | None = None,
         api_base: str | None = None,
         api_key: str | None = None,
+        keys: ProviderKeys | None = None,
         timeout_s: float = 120.0,
         attempts: int = 4,
         block_remote: bool = False,
@@ -97,7 +99,9 @@ class LiteLLMProvider(Provider):
             if context_window is not None
             else _known_context_window(self._litellm, model)
         )
-        self._api_key = api_key
+        self._credentials = _credentials(self._litellm, model, api_base, api_key, keys)
+        """Passed on every call: litellm must not look for keys in the environment, which
+        the daemon emptied of them (:mod:`shared.providers.keys`)."""
         self._timeout_s = timeout_s
         self._attempts = attempts
         self._block_remote = block_remote
@@ -123,9 +127,9 @@ class LiteLLMProvider(Provider):
             "model": self.model,
             "messages": to_openai_messages(request),
             "api_base": self.api_base,
-            "api_key": self._api_key,
             "timeout": self._timeout_s,
             "max_retries": 0,
+            **self._credentials,
         }
         if request.tools:
             kwargs["tools"] = [tool.to_openai() for tool in request.tools]
@@ -237,6 +241,27 @@ def _finish_reason(reported: str | None, tool_calls: list[ToolCall]) -> FinishRe
     if reported == "length":
         return "length"
     return "tool_calls" if tool_calls else "stop"
+
+
+def _credentials(
+    litellm: ModuleType,
+    model: str,
+    api_base: str | None,
+    api_key: str | None,
+    keys: ProviderKeys | None,
+) -> dict[str, str | None]:
+    """``api_key`` (the configured one wins) and any other credential litellm would read
+    from the variables it names for ``model``, taken from ``keys``."""
+    credentials: dict[str, str | None] = {"api_key": None}
+    if keys is not None and keys.values:
+        try:
+            needed = litellm.validate_environment(model=model, api_base=api_base)["missing_keys"]
+        except Exception:  # an unknown provider prefix: the call will say so
+            needed = []
+        credentials.update(keys.litellm_credentials(needed))
+    if api_key:
+        credentials["api_key"] = api_key
+    return credentials
 
 
 def _known_context_window(litellm: ModuleType, model: str) -> int:
