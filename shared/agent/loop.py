@@ -80,7 +80,7 @@ class _TurnRunner:
         )
 
     async def run(self, inputs: list[Message]) -> TurnResult:
-        self._persist(inputs)
+        await self._persist(inputs)
         try:
             stop = await self._steps()
             await self._leave_room_for_the_next_turn()
@@ -113,7 +113,7 @@ class _TurnRunner:
                 missing = self.turn.rules.uncalled_required(self.called)
                 if missing and not is_last_step:
                     await self._persist_assistant(response, stop=None)
-                    self._persist_note(
+                    await self._persist_note(
                         "[automated] Do not end the turn yet: first call "
                         + ", ".join(missing)
                         + "."
@@ -216,7 +216,7 @@ class _TurnRunner:
                 name=call.name,
                 is_error=is_error,
             )
-            self._persist([message])
+            await self._persist([message])
             await self.turn.emit(
                 EVENT_TOOL_RESULT,
                 {
@@ -256,14 +256,14 @@ class _TurnRunner:
             model=response.model or self.turn.provider.model,
             stop_reason=stop,
         )
-        self._persist([message])
+        await self._persist([message])
         self.result.assistant_messages += 1
         if response.text:
             self.result.text = response.text
             await self.turn.emit(EVENT_ASSISTANT, {"text": response.text})
 
-    def _persist_note(self, text: str) -> None:
-        self._persist([self._message(role="user", kind="note", content=text)])
+    async def _persist_note(self, text: str) -> None:
+        await self._persist([self._message(role="user", kind="note", content=text)])
 
     def _persist_stop(self, stop: StopReason, text: str, code: str) -> StopReason:
         """Record why the turn stopped. If that append fails too (the disk that failed the
@@ -272,10 +272,26 @@ class _TurnRunner:
         message = self._message(
             role="assistant", kind="stop", content=text, stop_reason=stop, metadata={"code": code}
         )
-        self._persist([message])
+        self._persist_now([message])
         return stop
 
-    def _persist(self, messages: list[Message]) -> None:
+    async def _persist(self, messages: list[Message]) -> None:
+        """Append in a thread: the log and ``context.json`` are fsync'd, milliseconds that
+        the event loop, and every other conversation on it, would otherwise wait. A cancel
+        landing meanwhile takes effect once the append is done, so the stop record
+        written next never races it."""
+        appending = asyncio.ensure_future(asyncio.to_thread(self._persist_now, messages))
+        cancelled: asyncio.CancelledError | None = None
+        while not appending.done():
+            try:
+                await asyncio.shield(appending)
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+        if cancelled is not None:
+            raise cancelled
+        appending.result()
+
+    def _persist_now(self, messages: list[Message]) -> None:
         self.conversation.append(messages)
         self.result.message_ids.extend(m.id for m in messages)
 
