@@ -27,6 +27,7 @@ from reflector.tasks import register_reflect
 from shared.coordination import keys
 from shared.coordination.broker import RedisLocation, locate
 from shared.logging import configure
+from shared.providers.keys import ProviderKeys
 from shared.settings import Settings
 from shared.store.permissions import private_umask
 
@@ -34,8 +35,9 @@ TASK_TIME_LIMIT_S = 20 * 60
 VISIBILITY_TIMEOUT_S = 2 * 3600
 
 
-def create_app(settings: Settings) -> Celery:
-    """A worker app whose broker, logging, start-up and task all follow ``settings``."""
+def create_app(settings: Settings, provider_keys: ProviderKeys | None = None) -> Celery:
+    """A worker app whose broker, logging, start-up and task all follow ``settings``;
+    ``provider_keys`` are the keys the worker took out of its environment."""
     location = locate(settings)
     app = Celery("agentd-reflector", broker=location.celery_url, set_as_current=False)
     app.conf.update(
@@ -57,7 +59,7 @@ def create_app(settings: Settings) -> Celery:
             "unacked_restore_throttle": 1,
         },
     )
-    register_reflect(app, settings, location)
+    register_reflect(app, settings, location, provider_keys)
     _connect_lifecycle(app, settings, location)
     return app
 

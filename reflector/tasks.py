@@ -20,6 +20,7 @@ from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionRequest
 from shared.providers.base import Provider
 from shared.providers.factory import ProviderFactory
+from shared.providers.keys import ProviderKeys
 from shared.providers.latency import WithLatency
 from shared.providers.mock import MOCK_MODEL
 from shared.settings import Settings
@@ -34,10 +35,12 @@ class Reflect:
     """One worker's way of running a reflection request: its settings, its Redis, and the
     providers it builds once and reuses across jobs."""
 
-    def __init__(self, settings: Settings, location: RedisLocation) -> None:
+    def __init__(
+        self, settings: Settings, location: RedisLocation, keys: ProviderKeys | None = None
+    ) -> None:
         self.settings = settings
         self.location = location
-        self._providers = ProviderFactory(settings)
+        self._providers = ProviderFactory(settings, keys)
 
     def provider_for(self, agent: AgentRecord) -> Provider:
         model = self.settings.reflection_model or agent.model or self.settings.model
@@ -78,9 +81,11 @@ class Reflect:
             client.close()
 
 
-def register_reflect(app: Celery, settings: Settings, location: RedisLocation) -> None:
+def register_reflect(
+    app: Celery, settings: Settings, location: RedisLocation, provider_keys: ProviderKeys | None
+) -> None:
     """Register :data:`keys.REFLECT_TASK` on ``app``: the name the daemon sends by."""
-    reflect = Reflect(settings, location)
+    reflect = Reflect(settings, location, provider_keys)
 
     @app.task(name=keys.REFLECT_TASK, bind=True)
     def _reflect(self: Any, request: dict[str, Any]) -> dict[str, Any] | None:

@@ -9,6 +9,9 @@ of ``reflector`` is configured only through :func:`reflector.app.create_app`.
 from __future__ import annotations
 
 from reflector.app import create_app
+from shared.providers.keys import take_provider_keys
 from shared.settings import Settings
 
-app = create_app(Settings())
+settings = Settings()
+# Out of the environment before a sub-agent's shell can start (shared/providers/keys.py).
+app = create_app(settings, provider_keys=take_provider_keys())

@@ -19,6 +19,7 @@ from shared.coordination import keys
 from shared.coordination.broker import locate
 from shared.settings import Settings
 from shared.store.layout import Layout
+from tests.security.walls import CANARY_KEY
 from tests.support.workers import RedisForTests, WorkerProcess
 
 
@@ -59,7 +60,8 @@ def _listed(home: Path) -> list[str]:
 def test_a_worker_is_listed_while_it_runs_and_leaves_status_when_it_dies(
     agentd_home: Path, redis: RedisForTests
 ) -> None:
-    killed, stopped = WorkerProcess(agentd_home, "killed"), WorkerProcess(agentd_home, "stopped")
+    killed = WorkerProcess(agentd_home, "killed")
+    stopped = WorkerProcess(agentd_home, "stopped", OPENAI_API_KEY=CANARY_KEY)
     try:
         for worker in (killed, stopped):
             worker.start()
@@ -68,6 +70,9 @@ def test_a_worker_is_listed_while_it_runs_and_leaves_status_when_it_dies(
             assert time.monotonic() < deadline, "the workers never announced themselves"
             time.sleep(0.1)
         (announcement,) = redis.client.keys(keys.worker("killed@*"))
+        assert stopped.proc is not None
+        for pid in _process_tree(stopped.proc.pid):
+            assert CANARY_KEY.encode() not in Path(f"/proc/{pid}/environ").read_bytes()
 
         killed.kill_hard()
         assert 0 < redis.client.ttl(announcement) <= 10  # gone 10 s after a kill -9 at most
@@ -76,3 +81,9 @@ def test_a_worker_is_listed_while_it_runs_and_leaves_status_when_it_dies(
     finally:
         killed.stop()
         stopped.stop()
+
+
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (a worker's pool children), from ``/proc``."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [pid, *(grand for child in children for grand in _process_tree(int(child)))]
