@@ -5,17 +5,25 @@ answers at once and turns are never blocked by it; a search waits until its agen
 index is ready. Appends that happen while an index is being built are queued and applied
 after it (those the build already read are skipped by their byte offset), so no message
 is missed or counted twice.
+
+Searches run in threads of their own: a burst of them (each waiting for its agent's
+index, which one search at a time scans) must not take the threads the daemon's turns
+write their files in. Nothing waits for a build in a thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import ctypes
+import functools
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import structlog
 
@@ -29,6 +37,13 @@ from shared.store.jsonl import MessageLog
 from shared.store.layout import Layout
 
 log = structlog.get_logger(__name__)
+
+SEARCH_THREADS = 2
+"""Recall's own threads: searches are CPU work, so more would only share the same cores."""
+READY_POLL_S = 0.05
+"""How often a search waiting for its agent's index build looks again."""
+
+T = TypeVar("T")
 
 
 class _AgentRecall:
@@ -45,6 +60,7 @@ class RecallService:
         self.layout = layout
         self._agents: dict[str, _AgentRecall] = {}
         self._lock = threading.Lock()
+        self._threads = ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="recall")
 
     def start(self, agent_ids: list[str]) -> threading.Thread:
         """Build every agent's index in one background thread."""
@@ -133,14 +149,19 @@ class RecallService:
             if state is None:
                 state = self._agents[agent_id] = _AgentRecall()
                 state.ready.set()
-        if not state.ready.is_set():
-            await asyncio.to_thread(state.ready.wait)
+        while not state.ready.is_set():
+            await asyncio.sleep(READY_POLL_S)
         return state
+
+    async def _in_thread(self, function: Callable[..., T], *args: object) -> T:
+        """``function(*args)`` in one of recall's threads (with the caller's log context)."""
+        call = functools.partial(contextvars.copy_context().run, function, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
 
     async def search(self, agent_id: str, request: SearchRequest) -> list[Hit]:
         state = await self._ready(agent_id)
-        ranked = await asyncio.to_thread(state.index.search, request)
-        return await asyncio.to_thread(self._hits, agent_id, state.index, ranked)
+        ranked = await self._in_thread(state.index.search, request)
+        return await self._in_thread(self._hits, agent_id, state.index, ranked)
 
     def _hits(self, agent_id: str, index: AgentIndex, ranked: list[tuple[int, float]]) -> list[Hit]:
         hits = []
@@ -165,9 +186,7 @@ class RecallService:
     ) -> list[Message]:
         """The messages around ``message_id`` in its conversation, oldest first."""
         state = await self._ready(agent_id)
-        return await asyncio.to_thread(
-            self._around, agent_id, state.index, message_id, before, after
-        )
+        return await self._in_thread(self._around, agent_id, state.index, message_id, before, after)
 
     def _around(
         self, agent_id: str, index: AgentIndex, message_id: str, before: int, after: int
