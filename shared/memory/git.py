@@ -36,6 +36,7 @@ HARDENED_CONFIG = (
     "commit.gpgsign=false",
     "tag.gpgsign=false",
     "core.quotePath=false",
+    "core.sharedRepository=umask",
     "gc.auto=0",
 )
 """``-c`` options on every command; they override the repo's own config."""

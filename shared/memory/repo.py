@@ -176,10 +176,12 @@ class MemoryRepo:
                 )
             )
             change.after = self.head()
+        # The message may quote a tool's arguments (``bash: <command>``): debug only.
         if sha is None:
-            log.info("memory_edit_unchanged", path=str(self.path), message=message)
+            log.debug("memory_edit_unchanged", path=str(self.path), message=message)
         else:
-            log.info("memory_committed", path=str(self.path), sha=sha, message=message)
+            log.info("memory_committed", path=str(self.path), sha=sha)
+            log.debug("memory_commit_message", sha=sha, message=message)
 
     def is_dirty(self) -> bool:
         """Whether the checkout differs from HEAD, untracked files included."""
