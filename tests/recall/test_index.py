@@ -41,14 +41,14 @@ WORDS = [
 SEPARATORS = [" ", "", ", ", "-", "。", "\n"]
 
 
-@st.composite
-def texts(draw: st.DrawFn) -> str:
-    parts = draw(
-        st.lists(
-            st.tuples(st.sampled_from(WORDS), st.sampled_from(SEPARATORS)), min_size=0, max_size=12
-        )
-    )
-    return "".join(word + sep for word, sep in parts)
+# Strategies are built once here, not inside the composites: building one per draw made
+# Hypothesis spend much of this file's time validating strategies rather than testing.
+TEXTS = st.lists(
+    st.tuples(st.sampled_from(WORDS), st.sampled_from(SEPARATORS)), min_size=0, max_size=12
+).map(lambda parts: "".join(word + sep for word, sep in parts))
+CONVERSATIONS = st.sampled_from(["c1", "c2", "c3"])
+ROLES = st.sampled_from(["user", "assistant", "tool"])
+TIMES = st.integers(0, 20)
 
 
 @st.composite
@@ -59,10 +59,10 @@ def corpora(draw: st.DrawFn) -> list[Document]:
         documents.append(
             Document(
                 message_id=f"msg-{i:04d}",
-                conversation_id=draw(st.sampled_from(["c1", "c2", "c3"])),
-                role=draw(st.sampled_from(["user", "assistant", "tool"])),
-                created_at=float(draw(st.integers(0, 20))),  # ties on purpose
-                text=draw(texts()),
+                conversation_id=draw(CONVERSATIONS),
+                role=draw(ROLES),
+                created_at=float(draw(TIMES)),  # ties on purpose
+                text=draw(TEXTS),
                 echo=draw(st.booleans()),
             )
         )

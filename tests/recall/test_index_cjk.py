@@ -28,12 +28,23 @@ TERMS = TRICKY | st.text(CHARS, min_size=1, max_size=4)
 PADDING = st.sampled_from(["", "ok " * 50, "们" * 45, "𠮷" * 40, "数据库" * 30 + " ", "你 " * 100])
 """Long stretches, so that offsets in a document pass the bigram codes' modulus of 128."""
 
+# Strategies are built once here, not inside the composites: building one per draw made
+# Hypothesis spend most of this file's time validating strategies rather than testing.
+RUNS = st.lists(REPEATS | st.text(CHARS, min_size=1, max_size=7) | PADDING, max_size=6)
+SEPARATOR = st.sampled_from([" ", "。", " ok ", "x"])
+
 
 @st.composite
 def cjk_texts(draw: st.DrawFn) -> str:
-    runs = draw(st.lists(REPEATS | st.text(CHARS, min_size=1, max_size=7) | PADDING, max_size=6))
-    separators = draw(st.lists(st.sampled_from([" ", "。", " ok ", "x"]), min_size=len(runs)))
+    runs = draw(RUNS)
+    separators = draw(st.lists(SEPARATOR, min_size=len(runs)))
     return draw(PADDING) + "".join(run + sep for run, sep in zip(runs, separators, strict=False))
+
+
+CJK_TEXTS = cjk_texts()
+CONVERSATIONS = st.sampled_from(["c1", "c2"])
+ROLES = st.sampled_from(["user", "assistant"])
+TIMES = st.integers(0, 10)
 
 
 @st.composite
@@ -41,10 +52,10 @@ def cjk_corpora(draw: st.DrawFn) -> list[Document]:
     return [
         Document(
             message_id=f"m{i:03d}",
-            conversation_id=draw(st.sampled_from(["c1", "c2"])),
-            role=draw(st.sampled_from(["user", "assistant"])),
-            created_at=float(draw(st.integers(0, 10))),
-            text=draw(cjk_texts()),
+            conversation_id=draw(CONVERSATIONS),
+            role=draw(ROLES),
+            created_at=float(draw(TIMES)),
+            text=draw(CJK_TEXTS),
             echo=draw(st.booleans()),
         )
         for i in range(draw(st.integers(0, 30)))
