@@ -51,7 +51,9 @@ class ToolContext:
     memory_dir: Path
     """The agent's memory repo (its main checkout)."""
     home: Path
-    """``AGENTD_HOME``: reads inside it are limited to this agent's own directories."""
+    """``AGENTD_HOME``. No tool reads it any more (the file tools reach only the workspace
+    and memory, bash sees neither the home nor anything else of it); to be dropped with
+    the callers that still pass it."""
     bash_timeout_s: float = 60.0
     bash_output_chars: int = 30_000
     bash_network: bool = False
