@@ -167,16 +167,17 @@ def check_daemon(settings: Settings) -> Finding:
 
 
 def check_sandbox(_settings: Settings) -> Finding:
-    from reflector.tools import sandbox_available, sandbox_reason
+    from shared import sandbox
 
-    if sandbox_available():
-        return Finding(True, "sandbox", sandbox_reason())
+    if sandbox.available():
+        return Finding(True, "sandbox", sandbox.reason())
     return Finding(
         False,
         "sandbox",
-        sandbox_reason(),
-        "install bubblewrap (`apt-get install bubblewrap`) so the reflection "
-        "sub-agent's shell runs confined; without it only a path guard applies",
+        sandbox.reason(),
+        "install bubblewrap (`apt-get install bubblewrap`): without it reflections fail "
+        "with sandbox_unavailable, unless AGENTD_UNSANDBOXED_BASH=1 lets their shell run "
+        "unconfined",
     )
 
 

@@ -142,7 +142,6 @@ class Turns:
                 agent_id=agent.id,
                 workspace=self.layout.workspace_dir(agent.id),
                 memory_dir=repo.path,
-                home=self.layout.home,
                 bash_timeout_s=self.settings.bash_timeout_s,
                 bash_output_chars=self.settings.bash_output_chars,
                 bash_network=self.settings.tool_network,

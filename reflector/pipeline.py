@@ -348,7 +348,6 @@ class _Job:
                 provider=self.ctx.agent_provider_for(agent),
                 agent=agent,
                 memory_dir=memory_dir,
-                home=self.layout.home,
                 worktree=worktree,
                 reflection_id=self.reflection_id,
                 instructions=mode.merge_instructions,

@@ -88,7 +88,6 @@ def reflection_context(
         agent_id=child_id,
         workspace=worktree,
         memory_dir=worktree,
-        home=worktree,
         bash_output_chars=output_chars,
         memory_edit=no_memory_edit,
         bash_unsandboxed=unsandboxed_bash,

@@ -66,7 +66,7 @@ def run(
     cwd: Path,
     *args: str,
     check: bool = ...,
-    stdin: None | str = ...,
+    stdin: str | None = ...,
     env: Mapping[str, str] | None = ...,
     timeout: float = ...,
     binary: bool = False,

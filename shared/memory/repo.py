@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Self, TypeVar
 
 import structlog
+
 from shared.errors import MemoryPathError, MemoryRepoError
 from shared.memory import frontmatter, git, git_locks
 from shared.store.locks import async_file_lock

@@ -80,7 +80,7 @@ def _run(
         provider=provider,
         tools=[Echo(), Fail(), Finish(), Hang()],
         tool_context=ToolContext(
-            agent_id="agent-1", workspace=Path("/tmp"), memory_dir=Path("/tmp"), home=Path("/tmp")
+            agent_id="agent-1", workspace=Path("/tmp"), memory_dir=Path("/tmp")
         ),
         system_prompt=system_prompt,
         max_steps=max_steps,
@@ -350,7 +350,6 @@ def _cancel_while_a_tool_hangs(conversation: Conversation, *, then: Any = None) 
                 agent_id="agent-1",
                 workspace=Path("/tmp"),
                 memory_dir=Path("/tmp"),
-                home=Path("/tmp"),
             ),
             system_prompt=system_prompt,
         )

@@ -107,9 +107,7 @@ def _turn(conversation: Conversation, provider: Any, **fields: Any) -> Turn:
         conversation=conversation,
         provider=provider,
         tools=fields.pop("tools", []),
-        tool_context=ToolContext(
-            agent_id="a", workspace=Path("/tmp"), memory_dir=Path("/tmp"), home=Path("/tmp")
-        ),
+        tool_context=ToolContext(agent_id="a", workspace=Path("/tmp"), memory_dir=Path("/tmp")),
         system_prompt=system_prompt,
         **fields,
     )

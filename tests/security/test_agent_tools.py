@@ -71,7 +71,6 @@ class Host:
             agent_id="a1",
             workspace=self.workspace,
             memory_dir=self.memory,
-            home=home,
             bash_timeout_s=20,
             extra_env={"AGENTD_HOME": str(home)},
         )

@@ -50,10 +50,6 @@ class ToolContext:
     """The agent's scratch directory: bash's cwd and the base for relative paths."""
     memory_dir: Path
     """The agent's memory repo (its main checkout)."""
-    home: Path
-    """``AGENTD_HOME``. No tool reads it any more (the file tools reach only the workspace
-    and memory, bash sees neither the home nor anything else of it); to be dropped with
-    the callers that still pass it."""
     bash_timeout_s: float = 60.0
     bash_output_chars: int = 30_000
     bash_network: bool = False

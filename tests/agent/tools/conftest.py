@@ -92,7 +92,6 @@ def ctx(home: Path, recorder: RecordingMemoryEdit) -> ToolContext:
         agent_id="a1",
         workspace=own / "workspace",
         memory_dir=own / "memory",
-        home=home,
         memory_edit=recorder,
     )
 
