@@ -11,7 +11,6 @@ from typing import Any
 
 from agentd import __version__
 from agentd.agents import Agents
-from agentd.outbox import read_outcomes
 from agentd.recall import RecallService
 from agentd.reflections import Reflections
 from agentd.requests import (
@@ -40,6 +39,7 @@ from shared.models.messages import Message
 from shared.models.reflection import ReflectionOutcome
 from shared.protocol import EVENT_REFLECTION, PROTOCOL_VERSION
 from shared.recall.ranking import SearchRequest
+from shared.reflection import events
 from shared.reflection.settings import ReflectionOverrides
 from shared.settings import Settings
 
@@ -160,7 +160,7 @@ class Handlers:
 
     async def reflection_list(self, params: ReflectionsList, _emit: Emit) -> dict[str, Any]:
         record = await self.agents.resolve(params.agent)
-        outcomes = read_outcomes(self.agents.layout, record.id, tail=params.limit)
+        outcomes = events.read(self.agents.layout.reflections_dir(record.id), tail=params.limit)
         return {"agent_id": record.id, "reflections": [_outcome_event(o) for o in outcomes]}
 
     async def conversation_create(self, params: AgentTarget, _emit: Emit) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from shared.coordination.broker import RedisLocation
 from shared.errors import CorruptStateFile
 from shared.ids import new_id
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest, TriggerSource
+from shared.reflection import events
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.layout import Layout
 
@@ -237,33 +238,11 @@ class Outbox:
         """The outcome ``log.jsonl`` holds for ``request``, if its job finished."""
         answers = [
             outcome
-            for outcome in read_outcomes(self.layout, request.agent_id, tail=500)
-            if outcome.request_id == request.request_id and answers_request(outcome)
+            for outcome in events.read(self.layout.reflections_dir(request.agent_id), tail=500)
+            if outcome.request_id == request.request_id and events.answers_request(outcome)
         ]
         return answers[-1] if answers else None
 
 
 def outbox_dir(layout: Layout, agent_id: str) -> Path:
     return layout.reflections_dir(agent_id) / "outbox"
-
-
-def outcomes_log(layout: Layout, agent_id: str) -> Path:
-    return layout.reflections_dir(agent_id) / "log.jsonl"
-
-
-def read_outcomes(layout: Layout, agent_id: str, *, tail: int = 100) -> list[ReflectionOutcome]:
-    path = outcomes_log(layout, agent_id)
-    if not path.exists():
-        return []
-    outcomes = []
-    for line in path.read_text(errors="replace").splitlines()[-tail:]:
-        with contextlib.suppress(ValueError):
-            outcomes.append(ReflectionOutcome.model_validate_json(line))
-    return outcomes
-
-
-def answers_request(outcome: ReflectionOutcome) -> bool:
-    """Every outcome settles its request except ``already_active``: that delivery found a
-    copy of the job (or a sweep) holding the agent, whose outcome is still to come; if none
-    comes, the job looks lost once the lease is free, and is sent again."""
-    return outcome.reason != "already_active"

@@ -34,14 +34,14 @@ from collections import defaultdict
 import structlog
 
 from agentd.idle_sweep import IdleSweep
-from agentd.outbox import RESEND_AFTER_S, Outbox, OutboxEntry, answers_request
+from agentd.outbox import RESEND_AFTER_S, Outbox, OutboxEntry
 from shared.clock import Clock, utc_now
-from shared.coordination import keys
 from shared.coordination.broker import RedisLocation
 from shared.errors import AgentdError
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest, TriggerSource
 from shared.models.turns import TurnResult
+from shared.reflection import events
 from shared.reflection.settings import ReflectionSettings, configured_defaults, resolve
 from shared.reflection.state import TranscriptState, peek_state
 from shared.reflection.triggers import DueTrigger, post_turn
@@ -335,11 +335,11 @@ class Reflections:
             client = aioredis.Redis.from_url(self.location.redis_url)
             try:
                 if last_id is None:
-                    newest = await client.xrevrange(keys.OUTCOME_STREAM, count=1)
+                    newest = await client.xrevrange(events.OUTCOME_STREAM, count=1)
                     last_id = newest[0][0] if newest else "0-0"
                 while True:
                     batches = await client.xread(
-                        {keys.OUTCOME_STREAM: last_id}, block=STREAM_BLOCK_MS, count=100
+                        {events.OUTCOME_STREAM: last_id}, block=STREAM_BLOCK_MS, count=100
                     )
                     for _stream, entries in batches or []:
                         for entry_id, fields in entries:
@@ -354,19 +354,13 @@ class Reflections:
                 await client.aclose()
 
     async def _on_stream_entry(self, fields: dict[bytes, bytes]) -> None:
-        raw = fields.get(b"outcome")
-        if raw is None:
-            return
-        try:
-            outcome = ReflectionOutcome.model_validate_json(raw)
-        except ValueError:
-            log.warning("unreadable_outcome_on_stream")
-            return
-        await self._on_outcome(outcome)
+        outcome = events.from_stream(fields)
+        if outcome is not None:
+            await self._on_outcome(outcome)
 
     async def _on_outcome(self, outcome: ReflectionOutcome) -> None:
         """Settle the request the outcome answers, start what waits, tell who waits."""
-        if not answers_request(outcome):
+        if not events.answers_request(outcome):
             return
         if not self.outbox.remove(outcome.request_id, outcome.agent_id):
             return  # already settled (the stream and the logs both told us)

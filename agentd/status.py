@@ -15,11 +15,12 @@ from typing import Any
 import structlog
 
 from agentd.idle_sweep import load_marks
-from agentd.outbox import outbox_dir, read_outcomes
+from agentd.outbox import outbox_dir
 from agentd.supervisor import up_is_running
 from shared.coordination import keys
 from shared.coordination.broker import RedisLocation
 from shared.models.agents import AgentRecord
+from shared.reflection import events
 from shared.reflection.backoff import load_backoff
 from shared.reflection.settings import ReflectionSettings
 from shared.reflection.state import peek_state
@@ -99,7 +100,9 @@ def agent_status(
         steps += peek_state(
             layout.conversation_dir(agent.id, record.id)
         ).steps_since_last_reflection
-    outcomes = [o for o in read_outcomes(layout, agent.id, tail=20) if o.status != "skipped"]
+    outcomes = [
+        o for o in events.read(layout.reflections_dir(agent.id), tail=20) if o.status != "skipped"
+    ]
     last = outcomes[-1] if outcomes else None
     backoff = load_backoff(layout.reflections_dir(agent.id))
     outbox = outbox_dir(layout, agent.id)

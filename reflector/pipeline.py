@@ -38,7 +38,7 @@ from reflector.checkout import Worktree, collect, create_worktree, sweep_orphans
 from reflector.finalize import FinalizeResult, finalize
 from reflector.integration import has_proposal, run_integration
 from reflector.memory_budget import MemoryBudget, budget_for, floor_at, over_budget
-from reflector.outcomes import append_outcome, publish_outcome
+from reflector.outcomes import publish_outcome
 from reflector.snapshot import parent_snapshot
 from reflector.subagent import SubagentRun, run_reflection_subagent
 from shared import sandbox
@@ -50,7 +50,7 @@ from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.providers.base import Provider
-from shared.reflection import backoff
+from shared.reflection import backoff, events
 from shared.reflection.payload import Limits, PayloadFile, write_payload
 from shared.reflection.settings import configured_defaults, resolve
 from shared.reflection.slices import Slice, replay_slice, select_slice
@@ -110,7 +110,7 @@ def run_job(request: ReflectionRequest, job_id: str, ctx: JobContext) -> Reflect
         except Exception as exc:
             outcome = job.crashed(exc)
         try:
-            append_outcome(job.reflections_dir, outcome)
+            events.append(job.reflections_dir, outcome)
             publish_outcome(ctx.redis, job_id, outcome)
         finally:
             job.release_lease()  # only now: a running job without a lease looks lost

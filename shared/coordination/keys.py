@@ -19,11 +19,6 @@ JOB_STATE_TTL_S = 7 * 24 * 3600
 long enough to make any redelivery a no-op, and for the daemon to tell after a restart
 whether Redis still knows a job it sent."""
 
-OUTCOME_STREAM = f"{PREFIX}:reflection-outcomes"
-OUTCOME_STREAM_MAXLEN = 10_000
-"""Outcomes are on disk too (``log.jsonl``); the stream only tells the daemon quickly."""
-
-
 WORKER_HEARTBEAT_S = 2
 WORKER_TTL_S = 8
 """A worker refreshes its key every ``WORKER_HEARTBEAT_S``; gone after ``WORKER_TTL_S``:

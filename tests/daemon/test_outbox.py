@@ -17,12 +17,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from agentd.reflections import Reflections
-from reflector.outcomes import append_outcome
 from shared.coordination import jobs, keys
 from shared.coordination.broker import locate
 from shared.coordination.jobs import LOST_AFTER_S, JobState
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
+from shared.reflection import events
 from shared.reflection.settings import ReflectionOverrides
 from shared.reflection.state import record_turn
 from shared.settings import Settings
@@ -266,7 +266,7 @@ def test_a_job_that_finished_before_redis_lost_its_data_is_settled_from_the_log(
     async def scenario() -> None:
         running = await _send(reflections, chat)
         finished = _outcome(running)
-        append_outcome(Layout(agentd_home).reflections_dir(chat.agent_id), finished)
+        events.append(Layout(agentd_home).reflections_dir(chat.agent_id), finished)
         redis_server.client.flushall()
         waiting = asyncio.create_task(reflections.wait(running.request_id, 10))
 

@@ -20,6 +20,7 @@ from shared.models.reflection import ReflectionOutcome
 from shared.providers.base import ModelRequest, ModelResponse, Provider
 from shared.providers.mock import MockProvider
 from shared.providers.mock_reflector import MockReflector
+from shared.reflection import events
 from shared.reflection.backoff import load_backoff
 from tests.reflector.conftest import World, watermark
 from tests.support.workers import RedisForTests
@@ -31,7 +32,7 @@ def _logged(world: World) -> list[ReflectionOutcome]:
 
 
 def _published(client: redis.Redis) -> list[ReflectionOutcome]:
-    entries = client.xrange(keys.OUTCOME_STREAM)
+    entries = client.xrange(events.OUTCOME_STREAM)
     return [ReflectionOutcome.model_validate_json(fields[b"outcome"]) for _, fields in entries]
 
 

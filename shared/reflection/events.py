@@ -1,0 +1,97 @@
+"""A reflection's outcome on its way from a worker to the daemon: one shape, both sides.
+
+A worker records every finished job twice: appended to ``reflections/log.jsonl`` (durable,
+the record of truth) and added to a Redis stream (so the daemon hears at once). Either
+may fail without the other, so the daemon reads both. The writer (``reflector``) and the
+reader (``agentd``) import the line format, the stream's name and its entry's field from
+here, never spell them themselves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import structlog
+
+from shared.models.reflection import ReflectionOutcome
+from shared.store.locks import file_lock
+
+log = structlog.get_logger(__name__)
+
+OUTCOME_STREAM = "agentd:reflection-outcomes"
+OUTCOME_STREAM_MAXLEN = 10_000
+"""Outcomes are on disk too (``log.jsonl``); the stream only tells the daemon quickly."""
+OUTCOME_FIELD = "outcome"
+"""The stream entry's one field: the outcome as JSON."""
+LOG_NAME = "log.jsonl"
+_LOCK_NAME = "log.lock"
+
+
+def log_path(reflections_dir: Path) -> Path:
+    return reflections_dir / LOG_NAME
+
+
+def append(reflections_dir: Path, outcome: ReflectionOutcome) -> None:
+    """Append ``outcome`` to the agent's outcome log, fsynced; a failure is logged, not
+    raised (the outcome still goes to the stream, and the job's Redis record).
+
+    A line a crash cut short is closed first, so it costs only itself: glued to it, this
+    outcome would be unreadable too."""
+    line = (outcome.model_dump_json() + "\n").encode()
+    try:
+        reflections_dir.mkdir(parents=True, exist_ok=True)
+        with file_lock(reflections_dir / _LOCK_NAME):
+            fd = os.open(log_path(reflections_dir), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = b"\n" + line
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    except OSError as exc:
+        log.error(
+            "outcome_not_logged",
+            error=str(exc),
+            hint="the outcome is still published on Redis; free disk space",
+        )
+
+
+def read(reflections_dir: Path, *, tail: int = 100) -> list[ReflectionOutcome]:
+    """The last ``tail`` outcomes of the log, oldest first; unreadable lines are skipped
+    (a line cut by a crash, or written by a newer version)."""
+    path = log_path(reflections_dir)
+    if not path.exists():
+        return []
+    outcomes = []
+    for line in path.read_text(errors="replace").splitlines()[-tail:]:
+        with contextlib.suppress(ValueError):
+            outcomes.append(ReflectionOutcome.model_validate_json(line))
+    return outcomes
+
+
+def stream_fields(outcome: ReflectionOutcome) -> dict[str, str]:
+    """The stream entry that announces ``outcome``."""
+    return {OUTCOME_FIELD: outcome.model_dump_json()}
+
+
+def from_stream(fields: dict[bytes, bytes]) -> ReflectionOutcome | None:
+    """The outcome a stream entry announces, or None for an entry that is not one."""
+    raw = fields.get(OUTCOME_FIELD.encode())
+    if raw is None:
+        return None
+    try:
+        return ReflectionOutcome.model_validate_json(raw)
+    except ValueError:
+        log.warning("unreadable_outcome_on_stream")
+        return None
+
+
+def answers_request(outcome: ReflectionOutcome) -> bool:
+    """Every outcome settles its request except ``already_active``: that delivery found a
+    copy of the job (or a sweep) holding the agent, whose outcome is still to come; if none
+    comes, the job looks lost once the lease is free, and is sent again."""
+    return outcome.reason != "already_active"
