@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from agentd.client import Connection
+from agentd.client.connection import Connection
 from agentd.server import Daemon
 from shared.clock import Clock, utc_now
 from shared.providers.base import Provider

@@ -1,0 +1,195 @@
+"""Every agentctl command but ``chat``: which request it sends, and which answer it prints.
+
+Apart from the parser (which only names commands and flags) and the renderers (which only
+print) so each command reads as the request it makes and the choice between ``--json``
+and the readable form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from agentd.client import render
+from agentd.client.connection import ClientError, Connection
+
+
+def cmd_status(conn: Connection, args: argparse.Namespace) -> int:
+    status = conn.result("status")
+    if args.json:
+        render.print_json(status)
+    else:
+        render.print_status(status)
+    return 0
+
+
+def cmd_context(conn: Connection, args: argparse.Namespace) -> int:
+    budget = conn.result("context.show", {"agent": args.agent, "conversation": args.conversation})
+    if args.json:
+        render.print_json(budget)
+    else:
+        render.print_context(budget)
+    return 0
+
+
+def cmd_agents(conn: Connection, args: argparse.Namespace) -> int:
+    if args.action == "list":
+        agents = conn.result("agent.list")["agents"]
+        if args.json:
+            render.print_json(agents)
+        else:
+            render.print_agents(agents)
+        return 0
+    if args.action == "create":
+        params = {
+            "name": args.name,
+            "model": args.model,
+            "persona": args.persona,
+            "human": args.human,
+            "context_window": args.context_window,
+        }
+        render.print_json(conn.result("agent.create", params))
+        return 0
+    if args.action == "update":
+        params = {
+            "agent": args.agent,
+            "name": args.name,
+            "model": args.model,
+            "context_window": args.context_window,
+        }
+        render.print_json(conn.result("agent.update", params))
+        return 0
+    render.print_json(conn.result("agent.show", {"agent": args.agent}))
+    return 0
+
+
+def cmd_conversations(conn: Connection, args: argparse.Namespace) -> int:
+    if args.action == "new":
+        print(conn.result("conversation.create", {"agent": args.agent})["id"])
+        return 0
+    conversations = conn.result("conversation.list", {"agent": args.agent})["conversations"]
+    if args.json:
+        render.print_json(conversations)
+    else:
+        render.print_conversations(conversations)
+    return 0
+
+
+def _page_of_messages(conn: Connection, args: argparse.Namespace) -> list[dict[str, Any]]:
+    if not args.around:
+        params = {
+            "agent": args.agent,
+            "conversation": args.conversation,
+            "before": args.before,
+            "after": args.after,
+            "limit": args.limit,
+            "order": args.order,
+        }
+        return conn.result("messages.list", params)["messages"]
+    try:
+        before = 5 if args.before is None else int(args.before)
+        after = 5 if args.after is None else int(args.after)
+    except ValueError:
+        raise ClientError("usage", "with --around, --before and --after are counts") from None
+    params = {"agent": args.agent, "message_id": args.around, "before": before, "after": after}
+    return conn.result("messages.around", params)["messages"]
+
+
+def cmd_messages(conn: Connection, args: argparse.Namespace) -> int:
+    messages = _page_of_messages(conn, args)
+    if args.json:
+        render.print_json(messages)
+    else:
+        render.print_messages(messages, around=args.around)
+    return 0
+
+
+def cmd_sleeptime(conn: Connection, args: argparse.Namespace) -> int:
+    params = {
+        "agent": args.agent,
+        "trigger": args.trigger,
+        "step_count": args.steps,
+        "merge": args.merge,
+    }
+    print(
+        json.dumps(
+            conn.result("reflection.settings", params), ensure_ascii=False, separators=(",", ":")
+        )
+    )
+    return 0
+
+
+def cmd_reflect(conn: Connection, args: argparse.Namespace) -> int:
+    params = {
+        "agent": args.agent,
+        "conversations": args.conversation or None,
+        "recent": args.recent,
+        "instruction": args.instruction,
+        "wait_s": args.timeout if args.wait else 0,
+    }
+    result = conn.result("reflection.request", params)
+    outcome = result.get("outcome")
+    if outcome is None:
+        if not result["queued"]:
+            print(
+                f"reflection {result['request_id']} is recorded but Redis is not reachable: "
+                "it is sent when the stack is up (`agentd up`)"
+            )
+            return 1
+        suffix = "" if not args.wait else f" (no outcome within {args.timeout:.0f} s)"
+        print(f"reflection requested: {result['request_id']}{suffix}")
+        return 1 if args.wait else 0
+    print(f"  {outcome['line']}")
+    return 1 if outcome["status"] == "failed" else 0
+
+
+def cmd_reflections(conn: Connection, args: argparse.Namespace) -> int:
+    params = {"agent": args.agent, "limit": args.limit}
+    reflections = conn.result("reflection.list", params)["reflections"]
+    if args.json:
+        render.print_json(reflections)
+    else:
+        render.print_reflections(reflections)
+    return 0
+
+
+def cmd_search(conn: Connection, args: argparse.Namespace) -> int:
+    params = {
+        "agent": args.agent,
+        "query": args.query,
+        "conversation": args.conversation,
+        "role": args.role,
+        "since": args.since,
+        "until": args.until,
+        "limit": args.limit,
+    }
+    hits = conn.result("recall.search", params)["hits"]
+    if args.json:
+        render.print_json(hits)
+    else:
+        render.print_hits(hits)
+    return 0
+
+
+def cmd_memory(conn: Connection, args: argparse.Namespace) -> int:
+    if args.action == "path":
+        print(conn.result("memory.path", {"agent": args.agent})["path"])
+    elif args.action == "log":
+        commits = conn.result("memory.log", {"agent": args.agent, "limit": args.limit})["commits"]
+        render.print_memory_log(commits)
+    elif args.action == "commit":
+        params = {"agent": args.agent, **({"message": args.message} if args.message else {})}
+        commit = conn.result("memory.commit", params)["commit"]
+        print(f"committed {commit[:7]}" if commit else "nothing to commit")
+    elif args.path:
+        print(conn.result("memory.show", {"agent": args.agent, "path": args.path})["text"], end="")
+    else:
+        render.print_memory_files(conn.result("memory.show", {"agent": args.agent})["files"])
+    return 0
+
+
+def cmd_shutdown(conn: Connection, _args: argparse.Namespace) -> int:
+    conn.result("shutdown")
+    print("agentd is stopping")
+    return 0
