@@ -30,11 +30,8 @@ from shared.errors import (
 )
 from shared.models.messages import Message, ToolCall
 from shared.providers.base import ModelRequest, ModelResponse, ToolSchema
-from shared.providers.litellm_provider import (
-    DEFAULT_CONTEXT_WINDOW,
-    LiteLLMProvider,
-    map_litellm_errors,
-)
+from shared.providers.litellm_errors import map_litellm_errors
+from shared.providers.litellm_provider import DEFAULT_CONTEXT_WINDOW, LiteLLMProvider
 from tests.support.openai_server import (
     FakeOpenAIServer,
     chat_completion,
