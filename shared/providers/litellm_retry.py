@@ -2,11 +2,12 @@
 the loop that waits and logs.
 
 They live here, not in litellm or the openai SDK (the provider passes ``max_retries=0``
-and never litellm's ``num_retries``), so each attempt is exactly one HTTP request, the
-provider's ``Retry-After`` is honoured (capped), every retry is logged, and tests inject a
-``sleep`` that records instead of waiting. A plain loop rather than tenacity: the wait
-depends on the exception (Retry-After), so tenacity would need the same hand-written wait
-and logging hooks and would save nothing but the loop.
+and never litellm's ``num_retries``, which stacks on the SDK's retries and needs
+tenacity), so each attempt is exactly one HTTP request, the provider's ``Retry-After`` is
+honoured (capped), every retry is logged, and tests inject a ``sleep`` that records
+instead of waiting. A plain loop rather than tenacity: the wait depends on the exception
+(Retry-After), so tenacity would need the same hand-written wait and logging hooks and
+would save nothing but the loop.
 """
 
 from __future__ import annotations
