@@ -14,12 +14,12 @@ from pathlib import Path
 import structlog
 
 from agentd.requests import AgentCreate, AgentUpdate
-from shared.agent.prompts import BASE_SYSTEM_PROMPT, DEFAULT_HUMAN, DEFAULT_PERSONA
+from shared.agent.prompts import DEFAULT_HUMAN, DEFAULT_PERSONA
 from shared.clock import Clock, utc_now
 from shared.errors import AgentdError, MemoryDamaged, MemoryRepoError, UnknownAgent
 from shared.ids import new_id
 from shared.memory.repo import MemoryRepo
-from shared.models.agents import AgentRecord
+from shared.models.agents import BASE_SYSTEM_PROMPT, AgentRecord
 from shared.store.agents import AgentStore
 from shared.store.conversations import AppendListener, Conversation, list_conversations
 from shared.store.layout import Layout

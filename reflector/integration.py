@@ -122,6 +122,7 @@ async def run_integration(
         ),
         system_prompt=system_prompt,
         max_steps=MAX_STEPS,
+        purpose="integration",
     )
     task = integration_task(
         worktree=worktree,

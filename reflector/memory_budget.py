@@ -15,10 +15,10 @@ from pathlib import Path
 
 from shared.agent.tools.registry import main_agent_tools
 from shared.context.budget import compaction_threshold
-from shared.context.estimate import text_tokens, tools_tokens
 from shared.memory.compile import compile_system_prompt
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
+from shared.providers.tokens import text_tokens, tools_tokens
 
 SHARE_OF_THRESHOLD = 0.5
 

@@ -16,6 +16,7 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   └── MemoryPathError          a memory file path outside the repo or not present
     ├── StoreError                   the data directory is not as we left it
     │   ├── CorruptStateFile
+    │   │   └── StateFileTooNew      written by a newer agentd (a later schema_version)
     │   ├── AgentRecordMissing       an agent directory holds data but its agent.json is gone
     │   ├── DiskFull                 a write failed for want of space; what it needed is said
     │   ├── LockTimeout              another process held a file lock too long
@@ -105,6 +106,27 @@ class CorruptStateFile(StoreError):
             "or restore it from a backup"
         )
         self.path = str(path)
+
+
+class StateFileTooNew(CorruptStateFile):
+    """A state file of a schema version this agentd does not know yet.
+
+    A kind of corrupt file to every reader that sets damaged files aside, but it is never
+    read as this version's shape: writing it back would lose what the newer one added.
+    """
+
+    code = "state_file_too_new"
+
+    def __init__(self, path: object, kind: str, found: int, current: int) -> None:
+        StoreError.__init__(
+            self,
+            f"state file {path} was written by a newer agentd ({kind} schema {found}; this "
+            f"agentd reads up to {current}); upgrade agentd, or restore the file from a "
+            "backup this version wrote",
+        )
+        self.path = str(path)
+        self.found = found
+        self.current = current
 
 
 class AgentRecordMissing(StoreError):

@@ -30,7 +30,7 @@ from shared.ids import new_id
 from shared.models.messages import Message, StopReason, ToolCall
 from shared.models.turns import TurnResult
 from shared.protocol import EVENT_ASSISTANT, EVENT_COMPACTION, EVENT_TOOL_CALL, EVENT_TOOL_RESULT
-from shared.providers.base import ModelRequest, ModelResponse, Provider
+from shared.providers.base import ModelRequest, ModelResponse, Provider, RequestPurpose
 from shared.store.conversations import Conversation
 
 log = structlog.get_logger(__name__)
@@ -58,6 +58,8 @@ class Turn:
     rules: ToolRules = field(default_factory=ToolRules)
     emit: Emit = _discard
     turn_id: str = field(default_factory=lambda: new_id("turn"))
+    purpose: RequestPurpose = "conversation"
+    """What the turn's requests are for (``integration`` for an explicit merge's review)."""
 
 
 async def run_turn(turn: Turn, inputs: list[Message]) -> TurnResult:
@@ -198,6 +200,7 @@ class _TurnRunner:
             system=await self.turn.system_prompt(),
             messages=shape_messages(self.conversation.context),
             tools=[tool.schema for tool in self.turn.tools],
+            purpose=self.turn.purpose,
         )
 
     async def _run_tool_calls(self, calls: list[ToolCall]) -> None:

@@ -22,10 +22,10 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.context.estimate import message_tokens, text_tokens, tools_tokens
 from shared.errors import AgentdError
 from shared.models.messages import Message
 from shared.providers.base import ModelRequest
+from shared.providers.tokens import message_tokens, text_tokens, tools_tokens
 
 OUTPUT_RESERVE_TOKENS = 16_384
 SMALL_WINDOW_RESERVE_RATIO = 0.2

@@ -16,6 +16,7 @@ and ``context.json`` is replaced atomically by :meth:`Conversation.compact`. A p
 from __future__ import annotations
 
 from datetime import datetime
+from typing import ClassVar
 
 import structlog
 from pydantic import BaseModel, Field
@@ -25,6 +26,7 @@ from shared.context.budget import Budget
 from shared.context.estimate import message_tokens, text_tokens
 from shared.context.summary import summarise
 from shared.models.messages import Message
+from shared.models.migrations import StateKind, current_version
 from shared.providers.base import Provider
 from shared.store.atomic import write_model_atomic
 from shared.store.conversations import Conversation
@@ -55,7 +57,8 @@ class CompactionStats(BaseModel):
 class CompactionEvent(BaseModel):
     """``compaction-event.json``: a compaction the reflection trigger has not consumed."""
 
-    schema_version: int = 1
+    schema_kind: ClassVar[StateKind] = "compaction-event"
+    schema_version: int = current_version("compaction-event")
     pending: bool = True
     trigger: str
     summary_message_id: str

@@ -8,10 +8,10 @@ would not fit the summariser's own window.
 from __future__ import annotations
 
 from shared.context.budget import compaction_threshold
-from shared.context.estimate import CHARS_PER_TOKEN, text_chars, text_tokens
 from shared.ids import new_id
 from shared.models.messages import Message
 from shared.providers.base import ModelRequest, Provider
+from shared.providers.tokens import CHARS_PER_TOKEN, text_chars, text_tokens
 
 TOOL_RESULT_TRANSCRIPT_CHARS = 2_000
 
@@ -63,6 +63,7 @@ async def summarise(summariser: Provider, messages: list[Message]) -> str:
     room = compaction_threshold(summariser.context_window) - text_tokens(SUMMARY_PROMPT)
     body = _fit_transcript(transcript(messages), max(64, room))
     request = ModelRequest(
+        purpose="summary",
         system=SUMMARY_PROMPT,
         messages=[
             Message(

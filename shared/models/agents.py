@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
 from shared.clock import utc_now
+from shared.models.migrations import StateKind, current_version
 from shared.reflection.settings import ReflectionOverrides
 
-AGENT_SCHEMA_VERSION = 1
-CONVERSATION_SCHEMA_VERSION = 1
-CONTEXT_SCHEMA_VERSION = 1
+AGENT_SCHEMA_VERSION = current_version("agent")
+CONVERSATION_SCHEMA_VERSION = current_version("conversation")
+CONTEXT_SCHEMA_VERSION = current_version("context")
 MAX_CONTEXT_WINDOW = 10_000_000
 """The largest context window, in tokens, an agent or the daemon may be set to: above
 any model's, and small enough that the token budget's arithmetic stays in floats."""
 
 
 class AgentRecord(BaseModel):
+    schema_kind: ClassVar[StateKind] = "agent"
     schema_version: int = AGENT_SCHEMA_VERSION
     id: str
     name: str
@@ -35,6 +38,7 @@ class AgentRecord(BaseModel):
 
 
 class ConversationRecord(BaseModel):
+    schema_kind: ClassVar[StateKind] = "conversation"
     schema_version: int = CONVERSATION_SCHEMA_VERSION
     id: str
     agent_id: str
@@ -52,6 +56,7 @@ class ContextState(BaseModel):
     nothing). Only compaction removes ids.
     """
 
+    schema_kind: ClassVar[StateKind] = "context"
     schema_version: int = CONTEXT_SCHEMA_VERSION
     message_ids: list[str] = Field(default_factory=list)
     updated_at: datetime = Field(default_factory=utc_now)

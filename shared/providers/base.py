@@ -10,6 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from shared.models.messages import Message, ToolCall, Usage
 
 FinishReason = Literal["stop", "tool_calls", "length"]
+RequestPurpose = Literal["conversation", "summary", "integration"]
+"""What a request is for: a step of an agent's turn, a compaction summary, or a turn in
+which the agent reviews and merges a reflection's proposal (explicit merge)."""
 
 
 class ToolSchema(BaseModel):
@@ -40,6 +43,9 @@ class ModelRequest(BaseModel):
     """In-context messages, oldest first; ``kind == "stop"`` records are never included."""
     tools: list[ToolSchema] = Field(default_factory=list)
     max_output_tokens: int | None = None
+    purpose: RequestPurpose = "conversation"
+    """Set by the harness so that a scripted model can tell its tasks apart without
+    knowing the harness's prompts; real providers never send it."""
 
 
 class ModelResponse(BaseModel):

@@ -12,9 +12,12 @@ Rules, on the newest user message:
   ``I found this in our past conversations: <top hit>`` (or that nothing was found);
 - anything else → ``（mock）我听到了：<text>``.
 
-Asked to summarise (the compaction summariser's prompt), it keeps the first
+Asked for a summary (a request whose ``purpose`` is ``summary``), it keeps the first
 :data:`SUMMARY_CHARS` characters of each transcript line's text, as the seed's mock does:
-deterministic, and lossy enough that recall is needed to get details back.
+deterministic, and lossy enough that recall is needed to get details back. In an
+integration turn (``purpose`` ``integration``) it runs the merge command the task names
+and reports how it went. The purpose is all it takes from the harness: it knows none of
+the harness's prompts.
 """
 
 from __future__ import annotations
@@ -22,14 +25,12 @@ from __future__ import annotations
 import json
 import re
 
-from shared.agent.prompts import INTEGRATION_MARKER
-from shared.context.estimate import request_tokens, text_tokens
-from shared.context.summary import SUMMARY_PROMPT
 from shared.errors import ContextOverflowError
 from shared.ids import new_id
 from shared.memory.compile import human_facts
 from shared.models.messages import Message, ToolCall, Usage
 from shared.providers.base import ModelRequest, ModelResponse, Provider
+from shared.providers.tokens import request_tokens, text_tokens
 
 MOCK_MODEL = "mock"
 SUMMARY_CHARS = 12
@@ -84,11 +85,11 @@ class MockProvider(Provider):
         return respond(prompt_tokens, [call] if call is not None else self._answer(request))
 
     def _answer(self, request: ModelRequest) -> str:
-        if request.system == SUMMARY_PROMPT:
+        if request.purpose == "summary":
             return _summarise(request.messages[-1].content)
-        user_text = _latest_user_speech(request.messages)
-        if user_text.startswith(INTEGRATION_MARKER):
+        if request.purpose == "integration" and request.messages:
             return _report_integration(request.messages[-1])
+        user_text = _latest_user_speech(request.messages)
         last = request.messages[-1] if request.messages else None
         if last is not None and last.role == "tool" and last.name == RECALL_TOOL:
             return _report_recall(last.content, user_text)
@@ -120,10 +121,10 @@ def _recall_call(request: ModelRequest) -> ToolCall | None:
 
 def _integration_call(request: ModelRequest) -> ToolCall | None:
     """Explicit merge: merge the proposal with the command the task names, then report."""
-    if not request.messages or request.messages[-1].role != "user":
+    last = request.messages[-1] if request.messages else None
+    if request.purpose != "integration" or last is None or last.role != "user":
         return None
-    task = _latest_user_speech(request.messages)
-    match = _MERGE_COMMAND.search(task) if task.startswith(INTEGRATION_MARKER) else None
+    match = _MERGE_COMMAND.search(_latest_user_speech(request.messages))
     if match is None or "bash" not in {tool.name for tool in request.tools}:
         return None
     command = (

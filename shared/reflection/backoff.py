@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import ClassVar
 
 import structlog
 from pydantic import BaseModel
 
 from shared.errors import CorruptStateFile
+from shared.models.migrations import StateKind, current_version
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.locks import file_lock
 
@@ -27,7 +29,8 @@ MAX_DELAY_S = 30 * 60.0
 
 
 class BackoffState(BaseModel):
-    schema_version: int = 1
+    schema_kind: ClassVar[StateKind] = "backoff"
+    schema_version: int = current_version("backoff")
     retry_at: datetime | None = None
     delay_s: float | None = None
     configuration_error: str | None = None

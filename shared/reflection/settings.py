@@ -1,30 +1,25 @@
 """Reflection settings: when to reflect (trigger) and how the result lands (merge mode).
 
 Defaults come from the daemon's configuration; an agent stores only what it overrides
-(``None`` inherits), so changing a default reaches every agent that did not choose
-otherwise. Values are validated at this boundary: a bad trigger or a non-positive step
-count is a request error, never a silently stored setting. Unknown keys (a setting an
-older version stored) are ignored.
+(``None`` inherits: :class:`~shared.models.agents.ReflectionOverrides`, part of its
+record), so changing a default reaches every agent that did not choose otherwise. Values
+are validated at this boundary: a bad trigger or a non-positive step count is a request
+error, never a silently stored setting. Unknown keys (a setting an older version stored)
+are ignored.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator
 
+from shared.models.agents import ReflectionOverrides, trimmed
 from shared.protocol import MergeMode, ReflectionTrigger
-
-if TYPE_CHECKING:
-    from shared.settings import Settings
 
 DEFAULT_TRIGGER: ReflectionTrigger = "compaction-event"
 DEFAULT_STEP_COUNT = 25
 DEFAULT_MERGE: MergeMode = "auto"
-
-
-def _trimmed(value: str | None) -> str | None:
-    return value.strip() if isinstance(value, str) else value
 
 
 class ReflectionSettings(BaseModel):
@@ -39,7 +34,7 @@ class ReflectionSettings(BaseModel):
     """``auto``: the worker merges; ``explicit``: the agent reviews before applying."""
     merge_instructions: str = ""
 
-    _trim = field_validator("merge_instructions")(_trimmed)
+    _trim = field_validator("merge_instructions")(trimmed)
 
     def public(self) -> dict[str, str | int]:
         """The client-facing shape, e.g. ``{"trigger":"step-count","stepCount":3,...}``."""
@@ -53,19 +48,6 @@ class ReflectionSettings(BaseModel):
         return shown
 
 
-class ReflectionOverrides(BaseModel):
-    """What an agent overrides; a field left ``None`` inherits the default."""
-
-    model_config = ConfigDict(frozen=True)
-
-    trigger: ReflectionTrigger | None = None
-    step_count: PositiveInt | None = None
-    merge: MergeMode | None = None
-    merge_instructions: str | None = None
-
-    _trim = field_validator("merge_instructions")(_trimmed)
-
-
 def resolve(
     defaults: ReflectionSettings, overrides: ReflectionOverrides | None
 ) -> ReflectionSettings:
@@ -77,7 +59,17 @@ def resolve(
     )
 
 
-def configured_defaults(settings: Settings) -> ReflectionSettings:
+class ConfiguredDefaults(Protocol):
+    """The daemon-wide reflection settings (``AGENTD_REFLECTION_*``) as
+    :class:`shared.settings.Settings` holds them; named here, since settings sit above
+    this layer."""
+
+    reflection_trigger: ReflectionTrigger
+    reflection_step_count: int
+    reflection_merge: MergeMode
+
+
+def configured_defaults(settings: ConfiguredDefaults) -> ReflectionSettings:
     """The daemon-wide layer (``AGENTD_REFLECTION_*``) every agent inherits from."""
     return ReflectionSettings(
         trigger=settings.reflection_trigger,

@@ -14,15 +14,16 @@ rebuild a missing or outdated one): the daemon's turns wait for it, so a worker'
 advance parses the log before it takes the lock. Readers that only look
 (:func:`peek_state`) take no lock at all.
 
-Older files are upgraded by named migration steps, applied in order from the file's
-version; the current version is one past the last registered step.
+Older files are upgraded through the migration registry
+(:mod:`shared.models.migrations`), whose ``reflection-state`` steps are registered here; a
+file from a newer agentd is refused (:class:`~shared.errors.StateFileTooNew`), never
+rebuilt over.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -38,7 +39,8 @@ from pydantic import (
 )
 
 from shared.clock import Clock, utc_now
-from shared.errors import ReflectionError
+from shared.errors import CorruptStateFile, ReflectionError, StateFileTooNew
+from shared.models.migrations import current_version, migrate, migration, stored_version
 from shared.reflection.slices import Slice, count_steps, find_anchor, read_rows, select_rows
 from shared.store.atomic import write_bytes_atomic
 from shared.store.locks import file_lock
@@ -49,22 +51,9 @@ STATE_FILE = "reflection-state.json"
 LOCK_FILE = "reflection-state.lock"
 LOG_FILE = "messages.jsonl"
 
-Migration = Callable[[dict[str, Any], Path], dict[str, Any]]
-"""One schema step: the stored dict of version N and the log path → the dict of N + 1.
 
-A step that touches the counters must recount them from the log as it is now."""
-
-MIGRATIONS: list[Migration] = []
-
-
-def migration(step: Migration) -> Migration:
-    """Register ``step`` as the upgrade from version ``len(MIGRATIONS) + 1`` to the next."""
-    MIGRATIONS.append(step)
-    return step
-
-
-@migration
-def v1_to_v2_count_assistant_steps(raw: dict[str, Any], log_path: Path) -> dict[str, Any]:
+@migration("reflection-state")
+def v1_to_v2_count_assistant_steps(raw: dict[str, Any], path: Path) -> dict[str, Any]:
     """v1 (no ``schema_version``) counted user turns since the last reflection
     (``turns_since``) and named the watermark ``reflected_through_message_id``.
 
@@ -72,7 +61,7 @@ def v1_to_v2_count_assistant_steps(raw: dict[str, Any], log_path: Path) -> dict[
     the log: total = every step, reflected = the steps up to and including the
     watermark's message (0 when it is not in the log). The timestamps are kept.
     """
-    rows = read_rows(log_path)
+    rows = read_rows(path.parent / LOG_FILE)
     watermark = raw.get("reflected_through_message_id")
     anchor = find_anchor(rows, watermark if isinstance(watermark, str) else None)
     return {
@@ -85,7 +74,7 @@ def v1_to_v2_count_assistant_steps(raw: dict[str, Any], log_path: Path) -> dict[
     }
 
 
-STATE_SCHEMA_VERSION = len(MIGRATIONS) + 1
+STATE_SCHEMA_VERSION = current_version("reflection-state")
 
 
 class TranscriptState(BaseModel):
@@ -143,8 +132,16 @@ def _encode(state: TranscriptState) -> bytes:
     return state.model_dump_json(indent=2).encode() + b"\n"
 
 
-def _stored(path: Path, data: bytes) -> dict[str, Any] | None:
-    """The stored dict if it is JSON of a version we know; None (with a warning) if not."""
+class _Stored(NamedTuple):
+    raw: dict[str, Any]
+    """The stored dict, upgraded to the current version."""
+    migrated: bool
+    """It was older: the upgrade recounted the steps from the log as it is now."""
+
+
+def _stored(path: Path, data: bytes) -> _Stored | None:
+    """The stored dict upgraded to the current version; None (with a warning) if it is
+    not JSON of a version. Raises :class:`StateFileTooNew` for a newer agentd's file."""
     try:
         raw = json.loads(data)
     except ValueError:
@@ -153,12 +150,15 @@ def _stored(path: Path, data: bytes) -> dict[str, Any] | None:
     if not isinstance(raw, dict):
         log.warning("reflection_state_rebuilt", path=str(path), reason="not a JSON object")
         return None
-    version = raw.get("schema_version", 1)
-    known = isinstance(version, int) and not isinstance(version, bool)
-    if not known or not 1 <= version <= STATE_SCHEMA_VERSION:
-        log.warning("reflection_state_rebuilt", path=str(path), reason=f"schema {version!r}")
+    try:
+        older = stored_version(raw, path) < STATE_SCHEMA_VERSION
+        return _Stored(migrate("reflection-state", raw, path), older)
+    except StateFileTooNew:
+        raise
+    except CorruptStateFile:
+        reason = f"schema {raw.get('schema_version')!r}"
+        log.warning("reflection_state_rebuilt", path=str(path), reason=reason)
         return None
-    return raw
 
 
 def _load_locked(directory: Path) -> tuple[TranscriptState, bool]:
@@ -170,17 +170,12 @@ def _load_locked(directory: Path) -> tuple[TranscriptState, bool]:
         data: bytes | None = path.read_bytes()
     except FileNotFoundError:
         data = None
-    raw = None if data is None else _stored(path, data)
-    if raw is None:
+    stored = None if data is None else _stored(path, data)
+    if stored is None:
         state = TranscriptState(total_completed_steps=count_steps(read_rows(log_path)))
         derived = True
     else:
-        steps = MIGRATIONS[raw.get("schema_version", 1) - 1 :]
-        for step in steps:
-            raw = step(raw, log_path)
-        if steps:
-            log.info("reflection_state_migrated", path=str(path), steps=[s.__name__ for s in steps])
-        state, derived = _normalised(raw), bool(steps)
+        state, derived = _normalised(stored.raw), stored.migrated
     encoded = _encode(state)
     if encoded != data:
         write_bytes_atomic(path, encoded)

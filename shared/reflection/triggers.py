@@ -24,15 +24,14 @@ from typing import Literal, NamedTuple
 
 import structlog
 
-from shared.context.compaction import CompactionEvent
 from shared.errors import CorruptStateFile
+from shared.models.agents import CompactionEvent
 from shared.reflection.settings import ReflectionSettings
 from shared.reflection.state import TranscriptState, record_turn
 from shared.store.atomic import read_model, write_model_atomic
+from shared.store.conversations import COMPACTION_EVENT_FILE
 
 log = structlog.get_logger(__name__)
-
-COMPACTION_EVENT_FILE = "compaction-event.json"
 
 DueTrigger = Literal["step-count", "compaction-event"]
 

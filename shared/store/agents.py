@@ -24,11 +24,10 @@ from pathlib import Path
 import structlog
 from git.config import GitConfigParser
 
-from shared.agent.prompts import BASE_SYSTEM_PROMPT
 from shared.clock import utc_now
 from shared.errors import AgentRecordMissing, CorruptStateFile, NameTaken, StoreError, UnknownAgent
 from shared.ids import ID_PATTERN
-from shared.models.agents import AgentRecord
+from shared.models.agents import BASE_SYSTEM_PROMPT, AgentRecord
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.layout import Layout
 

@@ -12,11 +12,12 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from shared.errors import CorruptStateFile
+from shared.models.migrations import StateKind, migrate
 from shared.store.writes import raise_if_disk_full, write_all
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -50,14 +51,21 @@ def write_model_atomic(path: Path, model: BaseModel) -> None:
 def read_model(path: Path, model_type: type[ModelT]) -> ModelT | None:
     """The model stored at ``path``; None if the file does not exist.
 
-    Raises :class:`CorruptStateFile` when the file is not valid JSON or not the model.
+    A model that names its ``schema_kind`` is read through the migration registry: an
+    older file is upgraded (in memory; the next write stores the new version).
+
+    Raises :class:`CorruptStateFile` when the file is not valid JSON or not the model, and
+    :class:`StateFileTooNew` when a newer agentd wrote it.
     """
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
         return None
+    kind = getattr(model_type, "schema_kind", None)
     try:
-        return model_type.model_validate_json(raw)
+        if kind is None:
+            return model_type.model_validate_json(raw)
+        return model_type.model_validate(_migrated(path, raw, kind))
     except ValidationError as exc:
         try:
             json.loads(raw)
@@ -66,3 +74,13 @@ def read_model(path: Path, model_type: type[ModelT]) -> ModelT | None:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "top level"
         raise CorruptStateFile(path, f"{where}: {first['msg']}") from exc
+
+
+def _migrated(path: Path, raw: bytes, kind: StateKind) -> Any:
+    """The stored object upgraded to ``kind``'s current version (a non-object is passed
+    on for validation to refuse)."""
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise CorruptStateFile(path, "not valid JSON") from exc
+    return migrate(kind, data, path) if isinstance(data, dict) else data

@@ -1,4 +1,5 @@
-"""A conversation on disk: ``conversation.json``, ``messages.jsonl`` and ``context.json``.
+"""A conversation on disk: ``conversation.json``, ``messages.jsonl``, ``context.json`` and
+``compaction-event.json``.
 
 :class:`Conversation` is the open form a process works with: it keeps the context window
 in memory, appends to the log and replaces ``context.json`` after every step. Opening
@@ -20,7 +21,7 @@ import structlog
 from shared.clock import Clock, utc_now
 from shared.errors import CorruptStateFile, UnknownConversation
 from shared.ids import ID_PATTERN, new_id
-from shared.models.agents import ContextState, ConversationRecord
+from shared.models.agents import CompactionEvent, ContextState, ConversationRecord
 from shared.models.messages import Message
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.jsonl import MessageLog
@@ -28,6 +29,8 @@ from shared.store.layout import Layout
 
 log = structlog.get_logger(__name__)
 
+COMPACTION_EVENT_FILE = "compaction-event.json"
+"""Beside the log: the latest compaction, until the reflection trigger consumes it."""
 
 AppendListener = Callable[["Conversation", list[Message], list[int]], None]
 """Told of every append with the messages and their byte offsets (the recall index)."""
@@ -114,8 +117,9 @@ class Conversation:
         self._tell(messages, offsets)
         self.save_context()
 
-    def compact(self, summary: Message, kept: list[Message]) -> None:
-        """Open the window with ``summary`` followed by ``kept``; the log keeps everything.
+    def compact(self, summary: Message, kept: list[Message], event: CompactionEvent) -> None:
+        """Open the window with ``summary`` followed by ``kept``, then leave ``event``
+        pending for the reflection trigger; the log keeps everything.
 
         The summary is appended (fsync'd) before the window is replaced; if the process
         dies in between, opening the conversation replays the summary onto the old window.
@@ -124,6 +128,7 @@ class Conversation:
         self.context = [summary, *kept]
         self._tell([summary], offsets)
         self.save_context()
+        write_model_atomic(self.directory / COMPACTION_EVENT_FILE, event)
 
     def _tell(self, messages: list[Message], offsets: list[int]) -> None:
         for listener in self.listeners:

@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from shared.agent.loop import Turn, run_turn
 from shared.agent.tools.base import Tool, ToolContext
 from shared.context.compaction import plan_cut
-from shared.context.estimate import request_tokens
 from shared.errors import ContextOverflowError
 from shared.ids import new_id
 from shared.models.messages import Message, ToolCall
 from shared.providers.base import ModelRequest, ModelResponse, ToolSchema
 from shared.providers.mock import MockProvider
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
+from shared.providers.tokens import request_tokens
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner

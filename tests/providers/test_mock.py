@@ -11,7 +11,7 @@ import pytest
 from shared.errors import ContextOverflowError
 from shared.memory.compile import compile_system_prompt
 from shared.models.messages import Message
-from shared.providers.base import ModelRequest
+from shared.providers.base import ModelRequest, RequestPurpose, ToolSchema
 from shared.providers.mock import MockProvider
 
 HUMAN = "---\nname: human\ndescription: What I know about the user.\n---\n- 我更喜欢用 tabs 缩进\n"
@@ -112,3 +112,54 @@ def test_it_answers_with_the_first_hit_that_is_not_the_question_or_a_search() ->
         MockProvider().complete(_recall_request(_user("还记得端口吗？"), result))
     )
     assert response.text == "我在过去的对话里找到了：端口是 5433"
+
+
+def test_a_summary_is_asked_for_by_purpose_whatever_the_prompt_says() -> None:
+    transcript = "[user] 第 1 个无关话题：今天天气不错。\n[assistant] （mock）我听到了：第 1 个"
+    request = ModelRequest(purpose="summary", system="Summarise.", messages=[_user(transcript)])
+
+    response = asyncio.run(MockProvider().complete(request))
+
+    assert response.text == "[user] 第 1 个无关话题：今天\n[assistant] （mock）我听到了：第"
+
+
+MERGE_TASK = (
+    "[reflection integration] Review the proposal, then run: "
+    "git -C /m merge --no-ff reflection/r1 -m 'merge'"
+)
+
+
+BASH = ToolSchema(name="bash", description="Run a command.", parameters={"type": "object"})
+
+
+def _integration(*messages: Message, purpose: RequestPurpose) -> ModelRequest:
+    return ModelRequest(system="s", messages=list(messages), tools=[BASH], purpose=purpose)
+
+
+def test_in_an_integration_turn_it_runs_the_merge_the_task_names_and_reports() -> None:
+    mock = MockProvider()
+    first = asyncio.run(mock.complete(_integration(_user(MERGE_TASK), purpose="integration")))
+    (call,) = first.tool_calls
+    assert json.loads(call.arguments)["command"].startswith(
+        "git -C /m merge --no-ff reflection/r1 -m "
+    )
+    merged = Message(
+        id="t",
+        agent_id="a",
+        conversation_id="c",
+        role="tool",
+        tool_call_id=call.id,
+        name="bash",
+        content="Merge made by the 'ort' strategy.",
+    )
+    report = asyncio.run(
+        mock.complete(_integration(_user(MERGE_TASK), merged, purpose="integration"))
+    )
+    assert report.text == "（mock）Reviewed the reflection's proposal and merged it into my memory."
+
+
+def test_the_same_text_in_a_conversation_is_only_heard() -> None:
+    response = asyncio.run(
+        MockProvider().complete(_integration(_user(MERGE_TASK), purpose="conversation"))
+    )
+    assert response.tool_calls == [] and response.text == f"（mock）我听到了：{MERGE_TASK}"

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from shared.errors import ReflectionError
+from shared.errors import ReflectionError, StateFileTooNew
 from shared.models.messages import Message, ToolCall
+from shared.models.migrations import current_version
 from shared.reflection import state as state_module
 from shared.reflection.slices import Slice, replay_slice, select_slice
 from shared.reflection.state import (
-    MIGRATIONS,
     STATE_FILE,
     STATE_SCHEMA_VERSION,
     advance,
@@ -111,7 +111,6 @@ def test_a_negative_step_count_is_refused(chat: Conversation) -> None:
     [
         b"{not json",
         b"[1, 2]",
-        b'{"schema_version": 99}',
         b'{"schema_version": "v3"}',
         b'{"schema_version": 2.0}',
         b"",
@@ -191,9 +190,20 @@ def test_an_intact_state_is_read_without_rewriting(chat: Conversation) -> None:
     assert path.stat().st_mtime_ns == before
 
 
-def test_migrations_are_named_steps_ending_at_the_current_version() -> None:
-    assert [m.__name__ for m in MIGRATIONS] == ["v1_to_v2_count_assistant_steps"]
-    assert len(MIGRATIONS) + 1 == STATE_SCHEMA_VERSION
+def test_the_state_is_at_the_version_its_registered_migrations_reach() -> None:
+    assert STATE_SCHEMA_VERSION == current_version("reflection-state") == 2
+
+
+def test_a_state_from_a_newer_agentd_is_refused_and_left_as_it_is(chat: Conversation) -> None:
+    turn(chat, "one")
+    newer = b'{"schema_version": 99, "watermark": "msg-x", "total_completed_steps": 7}'
+    (chat.directory / STATE_FILE).write_bytes(newer)
+
+    with pytest.raises(StateFileTooNew, match="newer agentd") as caught:
+        record_turn(chat.directory, 1)
+
+    assert caught.value.code == "state_file_too_new"
+    assert (chat.directory / STATE_FILE).read_bytes() == newer
 
 
 def test_a_v1_state_with_turn_counters_migrates_to_step_counters(chat: Conversation) -> None:

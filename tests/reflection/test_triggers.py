@@ -11,19 +11,14 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from shared.context.compaction import CompactionEvent
 from shared.ids import new_id
+from shared.models.agents import CompactionEvent
 from shared.reflection.settings import ReflectionSettings
 from shared.reflection.slices import select_slice
 from shared.reflection.state import TranscriptState, advance, load_state
-from shared.reflection.triggers import (
-    COMPACTION_EVENT_FILE,
-    consume_compaction_flag,
-    due_trigger,
-    post_turn,
-)
+from shared.reflection.triggers import consume_compaction_flag, due_trigger, post_turn
 from shared.store.atomic import write_model_atomic
-from shared.store.conversations import Conversation
+from shared.store.conversations import COMPACTION_EVENT_FILE, Conversation
 from tests.support.transcripts import say
 
 OFF = ReflectionSettings(trigger="off")

@@ -9,8 +9,10 @@ import pytest
 
 from shared.errors import CorruptStateFile, InvalidId, UnknownConversation
 from shared.ids import new_id
+from shared.models.agents import CompactionEvent
 from shared.models.messages import Message
-from shared.store.conversations import Conversation, list_conversations
+from shared.store.atomic import read_model
+from shared.store.conversations import COMPACTION_EVENT_FILE, Conversation, list_conversations
 from shared.store.layout import Layout
 
 
@@ -48,16 +50,25 @@ def _summary(conversation: Conversation, kept: list[Message]) -> Message:
     )
 
 
+def _compact(conversation: Conversation, kept: list[Message]) -> Message:
+    summary = _summary(conversation, kept)
+    event = CompactionEvent(trigger="context_pressure", summary_message_id=summary.id)
+    conversation.compact(summary, kept, event)
+    return summary
+
+
 def test_a_compacted_window_survives_reopen_and_the_log_keeps_everything(layout: Layout) -> None:
     conversation = Conversation.create(layout, "agent-1", memory_head=None)
     conversation.append([_message(conversation, f"m{i}") for i in range(6)])
     kept = conversation.context[4:]
-    conversation.compact(_summary(conversation, kept), kept)
+    summary = _compact(conversation, kept)
 
     reopened = Conversation.open(layout, "agent-1", conversation.id)
 
     assert [m.content for m in reopened.context] == ["summary of m0-m3", "m4", "m5"]
     assert [m.content for m in reopened.log] == [f"m{i}" for i in range(6)] + ["summary of m0-m3"]
+    event = read_model(conversation.directory / COMPACTION_EVENT_FILE, CompactionEvent)
+    assert event is not None and (event.pending, event.summary_message_id) == (True, summary.id)
 
 
 def test_a_crash_between_summary_append_and_context_replace_is_replayed(
@@ -80,7 +91,7 @@ def test_without_a_context_file_the_window_is_replayed_from_the_whole_log(
     conversation = Conversation.create(layout, "agent-1", memory_head=None)
     conversation.append([_message(conversation, f"m{i}") for i in range(6)])
     kept = conversation.context[4:]
-    conversation.compact(_summary(conversation, kept), kept)
+    _compact(conversation, kept)
     (conversation.directory / "context.json").unlink()
 
     reopened = Conversation.open(layout, "agent-1", conversation.id)

@@ -1,7 +1,9 @@
 """Token estimates without a tokenizer: four characters (UTF-16 code units) per token.
 
 The same rule letta-code's local backend uses; providers' real counts replace it where
-they report usage. UTF-16 units, so an emoji counts 2 as in the source we follow.
+they report usage. UTF-16 units, so an emoji counts 2 as in the source we follow. It sits
+with the model seam because both sides use it: the context budget measures requests with
+it, and the mock models report their usage and refuse an oversized request by it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,224 @@
+"""The layers of ``shared/``, ``agentd/`` and ``reflector/``: a module imports its own
+package and the layers below it, never one above, and the packages side by side in one
+layer never import each other. The README's "How it works" draws the same table.
+
+Every import counts: top-level, inside a function (a lazy import is still a dependency)
+and under ``TYPE_CHECKING`` (a type names what a module knows).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("shared", "agentd", "reflector")
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    packages: tuple[str, ...]
+    """Module prefixes; a module belongs to its longest matching prefix."""
+    apart: bool = True
+    """The packages stay apart; the foundation's leaf modules may use one another."""
+
+
+LAYERS = (
+    Layer(
+        "foundation",
+        (
+            "shared",
+            "shared.clock",
+            "shared.errors",
+            "shared.ids",
+            "shared.log_files",
+            "shared.logging",
+            "shared.protocol",
+            "shared.redact",
+            "shared.sandbox",
+        ),
+        apart=False,
+    ),
+    Layer("models", ("shared.models",)),
+    Layer("store", ("shared.store",)),
+    Layer("memory and recall", ("shared.memory", "shared.recall")),
+    Layer("providers", ("shared.providers",)),
+    Layer("context", ("shared.context",)),
+    Layer("agent", ("shared.agent",)),
+    Layer("reflection", ("shared.reflection",)),
+    Layer("settings", ("shared.settings",)),
+    Layer("built from settings", ("shared.providers.factory", "shared.coordination")),
+    Layer("apps", ("agentd", "reflector")),
+)
+"""Lowest first."""
+
+
+@dataclass(frozen=True)
+class Place:
+    layer: int
+    package: str
+
+    def __str__(self) -> str:
+        return f"{LAYERS[self.layer].name} ({self.package})"
+
+
+def place(module: str) -> Place | None:
+    """The layer and package ``module`` belongs to; None if no layer lists it."""
+    best: Place | None = None
+    for index, layer in enumerate(LAYERS):
+        for package in layer.packages:
+            owns = module == package or (package != "shared" and module.startswith(package + "."))
+            if owns and (best is None or len(package) > len(best.package)):
+                best = Place(index, package)
+    return best
+
+
+@dataclass(frozen=True)
+class Import:
+    target: str
+    line: int
+
+
+def imports(
+    module: str, source: str, *, is_package: bool, known: AbstractSet[str]
+) -> Iterator[Import]:
+    """Every import of one of our packages in ``source``, wherever it sits, resolved to
+    the module it names (``from shared import sandbox`` names ``shared.sandbox``)."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(module, node, is_package=is_package)
+            named = {f"{base}.{alias.name}" for alias in node.names}
+            for target in sorted({name if name in known else base for name in named}):
+                yield Import(target, node.lineno)
+
+
+def _absolute(module: str, node: ast.ImportFrom, *, is_package: bool) -> str:
+    if node.level == 0:
+        return node.module or ""
+    parts = module.split(".")
+    anchor = parts if is_package else parts[:-1]
+    anchor = anchor[: len(anchor) - (node.level - 1)]
+    return ".".join([*anchor, *([node.module] if node.module else [])])
+
+
+def violations(
+    module: str, source: str, *, is_package: bool = False, known: AbstractSet[str] = frozenset()
+) -> list[str]:
+    """What in ``source`` (the text of ``module``) breaks the layering, one line each."""
+    here = place(module)
+    if here is None:
+        return [f"{module} is in no layer: add its package to LAYERS in {Path(__file__).name}"]
+    found = []
+    for each in imports(module, source, is_package=is_package, known=known):
+        if each.target.split(".")[0] not in PACKAGES:
+            continue
+        there = place(each.target)
+        if there is None or there.package == here.package:
+            continue
+        sideways = there.layer == here.layer and LAYERS[here.layer].apart
+        if there.layer > here.layer or sideways:
+            how = "a higher layer" if there.layer > here.layer else "a package beside it"
+            found.append(
+                f"{module}:{each.line} imports {each.target}: layer {here} may not import "
+                f"{how}, {there}"
+            )
+    return found
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def test_no_module_imports_a_layer_above_it_or_a_package_beside_it() -> None:
+    modules = _modules()
+    known = set(modules)
+    found = [
+        problem
+        for module, path in modules.items()
+        for problem in violations(
+            module, path.read_text(), is_package=path.name == "__init__.py", known=known
+        )
+    ]
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "expected"),
+    [
+        (
+            "shared.models.agents",
+            "from shared.reflection.settings import ReflectionOverrides\n",
+            "shared.models.agents:1 imports shared.reflection.settings: layer models "
+            "(shared.models) may not import a higher layer, reflection (shared.reflection)",
+        ),
+        (
+            "shared.providers.mock",
+            "def answer():\n    from shared.agent.prompts import INTEGRATION_MARKER\n",
+            "shared.providers.mock:2 imports shared.agent.prompts: layer providers "
+            "(shared.providers) may not import a higher layer, agent (shared.agent)",
+        ),
+        (
+            "shared.store.conversations",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import shared.settings\n",
+            "shared.store.conversations:3 imports shared.settings: layer store (shared.store) "
+            "may not import a higher layer, settings (shared.settings)",
+        ),
+        (
+            "shared.context.compaction",
+            "from ..settings import Settings\n",
+            "shared.context.compaction:1 imports shared.settings: layer context "
+            "(shared.context) may not import a higher layer, settings (shared.settings)",
+        ),
+        (
+            "shared.providers.mock",
+            "from shared.providers import factory\n",
+            "shared.providers.mock:1 imports shared.providers.factory: layer providers "
+            "(shared.providers) may not import a higher layer, built from settings "
+            "(shared.providers.factory)",
+        ),
+        (
+            "agentd.handlers",
+            "import reflector.tasks\n",
+            "agentd.handlers:1 imports reflector.tasks: layer apps (agentd) may not import "
+            "a package beside it, apps (reflector)",
+        ),
+    ],
+)
+def test_a_planted_import_of_a_higher_layer_or_a_sibling_is_named(
+    module: str, source: str, expected: str
+) -> None:
+    known = {"shared.providers.factory"}
+    assert violations(module, source, known=known) == [expected]
+
+
+def test_imports_downwards_and_within_a_package_are_allowed() -> None:
+    source = (
+        "import json\n"
+        "from shared.clock import utc_now\n"
+        "from shared.models.messages import Message\n"
+        "from shared.store.atomic import write_model_atomic\n"
+        "from shared.context.budget import Budget\n"
+        "from . import slices\n"
+    )
+    assert violations("shared.reflection.payload", source) == []
+    assert violations("shared.ids", "from shared.errors import InvalidId\n") == []
+
+
+def test_a_module_outside_every_layer_is_named() -> None:
+    assert violations("shared.newthing.core", "") == [
+        "shared.newthing.core is in no layer: add its package to LAYERS in test_layers.py"
+    ]
