@@ -8,27 +8,26 @@ new window with an alert saying how many messages it replaces. A tool call and i
 always land on the same side of the cut.
 
 ``messages.jsonl`` only grows: the summary is appended like any message (carrying its
-statistics, the raw summary and the ids it keeps), the head stays in the log for recall,
-and ``context.json`` is replaced atomically by :meth:`Conversation.compact`. A pending
-``compaction-event.json`` tells the reflection trigger that a compaction happened.
+statistics, the raw summary and the ids it keeps) and the head stays in the log for
+recall. This module writes no file: :meth:`Conversation.compact` stores its result —
+the summary appended, ``context.json`` replaced atomically, and a pending
+``compaction-event.json`` that tells the reflection trigger a compaction happened.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar
 
 import structlog
 from pydantic import BaseModel, Field
 
 from shared.clock import utc_now
 from shared.context.budget import Budget
-from shared.context.estimate import message_tokens, text_tokens
 from shared.context.summary import summarise
+from shared.models.agents import CompactionEvent
 from shared.models.messages import Message
-from shared.models.migrations import StateKind, current_version
 from shared.providers.base import Provider
-from shared.store.atomic import write_model_atomic
+from shared.providers.tokens import message_tokens, text_tokens
 from shared.store.conversations import Conversation
 
 log = structlog.get_logger(__name__)
@@ -51,17 +50,6 @@ class CompactionStats(BaseModel):
     window: int
     threshold: int
     floor: int
-    at: datetime = Field(default_factory=utc_now)
-
-
-class CompactionEvent(BaseModel):
-    """``compaction-event.json``: a compaction the reflection trigger has not consumed."""
-
-    schema_kind: ClassVar[StateKind] = "compaction-event"
-    schema_version: int = current_version("compaction-event")
-    pending: bool = True
-    trigger: str
-    summary_message_id: str
     at: datetime = Field(default_factory=utc_now)
 
 
@@ -153,10 +141,7 @@ async def compact(
             "kept_ids": [m.id for m in kept],
         },
     )
-    conversation.compact(message, kept)
-    write_model_atomic(
-        conversation.directory / "compaction-event.json",
-        CompactionEvent(trigger=trigger, summary_message_id=message.id, at=stats.at),
-    )
+    event = CompactionEvent(trigger=trigger, summary_message_id=message.id, at=stats.at)
+    conversation.compact(message, kept, event)
     log.info("compacted", **stats.model_dump(exclude={"at"}))
     return stats

@@ -1,15 +1,16 @@
-"""Agent and conversation records (``agent.json``, ``conversation.json``, ``context.json``)."""
+"""Agent and conversation records (``agent.json``, ``conversation.json``, ``context.json``,
+``compaction-event.json``) and the defaults a new record starts from."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import ClassVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from shared.clock import utc_now
 from shared.models.migrations import StateKind, current_version
-from shared.reflection.settings import ReflectionOverrides
+from shared.protocol import MergeMode, ReflectionTrigger
 
 AGENT_SCHEMA_VERSION = current_version("agent")
 CONVERSATION_SCHEMA_VERSION = current_version("conversation")
@@ -17,6 +18,35 @@ CONTEXT_SCHEMA_VERSION = current_version("context")
 MAX_CONTEXT_WINDOW = 10_000_000
 """The largest context window, in tokens, an agent or the daemon may be set to: above
 any model's, and small enough that the token budget's arithmetic stays in floats."""
+
+BASE_SYSTEM_PROMPT = """\
+You are a stateful agent with a memory: the markdown files below (a git repo). Keep it \
+current: put what will matter later (the user, their preferences, your work) in the right \
+file with edit_file or write_file. Old messages leave your context but stay findable with \
+recall_search. Call tools to keep working; answer without one to hand back."""
+"""The system prompt a new agent gets unless it names one (and a rebuilt record gets).
+Short on purpose: it and the tool schemas are paid on every request, and small local
+models have small windows."""
+
+
+def trimmed(value: str | None) -> str | None:
+    """Free text as stored: surrounding whitespace is never meaningful."""
+    return value.strip() if isinstance(value, str) else value
+
+
+class ReflectionOverrides(BaseModel):
+    """The reflection settings an agent overrides; a field left ``None`` inherits the
+    daemon's default (:mod:`shared.reflection.settings` resolves them). Unknown keys (a
+    setting an older version stored) are ignored."""
+
+    model_config = ConfigDict(frozen=True)
+
+    trigger: ReflectionTrigger | None = None
+    step_count: PositiveInt | None = None
+    merge: MergeMode | None = None
+    merge_instructions: str | None = None
+
+    _trim = field_validator("merge_instructions")(trimmed)
 
 
 class AgentRecord(BaseModel):
@@ -60,3 +90,17 @@ class ContextState(BaseModel):
     schema_version: int = CONTEXT_SCHEMA_VERSION
     message_ids: list[str] = Field(default_factory=list)
     updated_at: datetime = Field(default_factory=utc_now)
+
+
+class CompactionEvent(BaseModel):
+    """``compaction-event.json``: a compaction the reflection trigger has not consumed.
+
+    Written by the store with the compacted window; read and cleared by the trigger
+    (:mod:`shared.reflection.triggers`)."""
+
+    schema_kind: ClassVar[StateKind] = "compaction-event"
+    schema_version: int = current_version("compaction-event")
+    pending: bool = True
+    trigger: str
+    summary_message_id: str
+    at: datetime = Field(default_factory=utc_now)

@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from shared.context.compaction import CompactionEvent
 from shared.errors import CorruptStateFile, StateFileTooNew
 from shared.models import migrations
-from shared.models.agents import AgentRecord, ContextState, ConversationRecord
+from shared.models.agents import AgentRecord, CompactionEvent, ContextState, ConversationRecord
 from shared.reflection.backoff import BackoffState
 from shared.store.agents import AgentStore
 from shared.store.atomic import read_model
