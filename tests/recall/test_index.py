@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.recall import index as index_module
 from shared.recall.documents import Document
 from shared.recall.index import AgentIndex
 from shared.recall.ranking import SearchRequest
+from shared.recall.search import Search
 from tests.support.recall_oracle import reference_search
 
 WORDS = [
@@ -139,14 +139,14 @@ def test_an_append_does_not_wait_for_a_running_search_and_the_next_search_finds_
     index = AgentIndex()
     index.build([Document("m1", "c", "user", 1.0, "deploy key", False)])
     scanning, finish = threading.Event(), threading.Event()
-    scan = index_module._Search.run
+    scan = Search.run
 
     def slow_scan(search: Any) -> Any:
         scanning.set()
         assert finish.wait(30), "the test never let the search finish"
         return scan(search)
 
-    monkeypatch.setattr(index_module._Search, "run", slow_scan)
+    monkeypatch.setattr(Search, "run", slow_scan)
     searching = threading.Thread(target=index.search, args=(SearchRequest(query="deploy"),))
     searching.start()
     assert scanning.wait(30)
@@ -162,5 +162,5 @@ def test_an_append_does_not_wait_for_a_running_search_and_the_next_search_finds_
     appending.join(30)
 
     assert added_during_the_search, "index.add waited for the running search"
-    monkeypatch.setattr(index_module._Search, "run", scan)
+    monkeypatch.setattr(Search, "run", scan)
     assert [i for i, _ in _index_results(index, SearchRequest(query="vault"))] == ["m2"]
