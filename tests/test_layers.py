@@ -9,6 +9,7 @@ and under ``TYPE_CHECKING`` (a type names what a module knows).
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -24,7 +25,8 @@ PACKAGES = ("shared", "agentd", "reflector")
 class Layer:
     name: str
     packages: tuple[str, ...]
-    """Module prefixes; a module belongs to its longest matching prefix."""
+    """Module prefixes; a module belongs to its longest matching prefix (``shared`` alone
+    is the package's ``__init__``, not everything under it)."""
     apart: bool = True
     """The packages stay apart; the foundation's leaf modules may use one another."""
 
@@ -222,3 +224,14 @@ def test_a_module_outside_every_layer_is_named() -> None:
     assert violations("shared.newthing.core", "") == [
         "shared.newthing.core is in no layer: add its package to LAYERS in test_layers.py"
     ]
+
+
+def test_the_readme_draws_the_same_layers_in_the_same_order() -> None:
+    readme = (ROOT / "README.md").read_text()
+    drawing = readme.split("Highest first:\n\n```\n", 1)[1].split("```", 1)[0]
+    rows = {re.split(r"\s{2,}", line.strip())[0]: line for line in drawing.splitlines()}
+    assert list(rows) == [layer.name for layer in reversed(LAYERS)]
+    for layer in LAYERS:
+        for package in layer.packages:
+            drawn = package.split(".")[-1] if layer.apart is False else package.replace(".", "/")
+            assert drawn in rows[layer.name], f"{package} is not drawn in its row"
