@@ -34,13 +34,12 @@ from agentd.status import agents_status, redis_status
 from agentd.turns import Turns
 from shared.agent.loop import Emit
 from shared.errors import PayloadTooLarge, UnknownMessage
-from shared.models.agents import AgentRecord
+from shared.models.agents import AgentRecord, ReflectionOverrides
 from shared.models.messages import Message
 from shared.models.reflection import ReflectionOutcome
 from shared.protocol import EVENT_REFLECTION, PROTOCOL_VERSION
 from shared.recall.ranking import SearchRequest
 from shared.reflection import events
-from shared.reflection.settings import ReflectionOverrides
 from shared.settings import Settings
 
 USER_AUTHOR = "user"
