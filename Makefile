@@ -11,8 +11,15 @@ STAMP := $(VENV)/.installed
 up: $(STAMP)  ## install, then run the whole stack in the foreground (Ctrl-C stops it)
 	$(BIN)/agentd up
 
+# The suite runs in parallel processes (pytest-xdist), two per core and at most 8: most of
+# its time is spent waiting on the daemons, workers and Valkeys it starts, not computing.
+# TEST_WORKERS=0 runs it in this one process. Bytecode caches are written (into the ignored
+# __pycache__ directories) even where PYTHONDONTWRITEBYTECODE is set, so that the hundreds
+# of Python processes the suite starts do not each recompile the project and its tests.
+TEST_WORKERS ?= $(shell n=$$(( $$(nproc) * 2 )); echo $$(( n > 8 ? 8 : n )))
+
 test: $(STAMP)  ## install, then run the test suite
-	$(BIN)/pytest -q
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
