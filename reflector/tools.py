@@ -25,7 +25,6 @@ from shared.agent.tools.base import Tool, ToolContext, no_memory_edit
 from shared.agent.tools.bash import Bash
 from shared.agent.tools.files import EditFile
 from shared.ids import REFLECTION_SUFFIX
-from shared.providers.base import ToolSchema
 from shared.reflection.payload import PayloadFile
 from shared.settings import DEFAULT_BASH_OUTPUT_CHARS
 
@@ -35,13 +34,9 @@ AUTHOR_NAME = "Reflection Subagent"
 class ReflectionBash(Bash):
     """Bash in the memory checkout, inside bubblewrap when the host allows it."""
 
-    schema = ToolSchema(
-        name="bash",
-        description=(
-            "Run bash in $MEMORY_DIR; returns the output (capped). $TRANSCRIPT_PATH, "
-            "$MEMORY_DIR, $AGENT_ID and $PARENT_AGENT_ID are set. Background jobs are killed."
-        ),
-        parameters=Bash.schema.parameters,
+    description = (
+        "Run bash in $MEMORY_DIR; returns the output (capped). $TRANSCRIPT_PATH, "
+        "$MEMORY_DIR, $AGENT_ID and $PARENT_AGENT_ID are set. Background jobs are killed."
     )
 
     def __init__(self, readable: list[Path], parent_objects: Path) -> None:
@@ -54,13 +49,9 @@ class ReflectionBash(Bash):
 
 
 class ReflectionEditFile(EditFile):
-    schema = ToolSchema(
-        name="edit_file",
-        description=(
-            "Replace an exact, unique old_string in a file under $MEMORY_DIR (or every "
-            "occurrence with replace_all). The path is literal: no $VARIABLES."
-        ),
-        parameters=EditFile.schema.parameters,
+    description = (
+        "Replace an exact, unique old_string in a file under $MEMORY_DIR (or every "
+        "occurrence with replace_all). The path is literal: no $VARIABLES."
     )
 
 

@@ -11,45 +11,54 @@ import pytest
 from shared.agent.loop import Turn, run_turn
 from shared.agent.request import NOT_EXECUTED, tool_result_cap
 from shared.agent.rules import ToolRules
+from shared.agent.tools.args import ToolArgs
 from shared.agent.tools.base import Tool, ToolContext
 from shared.errors import ContextOverflowError, DiskFull, ProviderHTTPError, ToolError
 from shared.ids import new_id
 from shared.models.messages import Message
 from shared.models.turns import TurnResult
-from shared.providers.base import ModelRequest, ModelResponse, ToolSchema
+from shared.providers.base import ModelRequest, ModelResponse
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.store.conversations import Conversation
 from shared.store.jsonl import MessageLog
 from shared.store.layout import Layout
 
-_OBJECT = {"type": "object", "properties": {"text": {"type": "string"}}}
-
 
 class Echo(Tool):
-    schema = ToolSchema(name="echo", description="Echo text.", parameters=_OBJECT)
+    name = "echo"
+    description = "Echo text."
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        return str(args.get("text", ""))
+    class Args(ToolArgs):
+        text: str = ""
+
+    async def execute(self, args: Args, ctx: ToolContext) -> str:
+        return args.text
 
 
 class Fail(Tool):
-    schema = ToolSchema(name="fail", description="Always fails.", parameters=_OBJECT)
+    name = "fail"
+    description = "Always fails."
+    Args = ToolArgs
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+    async def execute(self, args: ToolArgs, ctx: ToolContext) -> str:
         raise ToolError("file not found: nowhere.txt")
 
 
 class Finish(Tool):
-    schema = ToolSchema(name="finish", description="Ends the turn.", parameters=_OBJECT)
+    name = "finish"
+    description = "Ends the turn."
+    Args = ToolArgs
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+    async def execute(self, args: ToolArgs, ctx: ToolContext) -> str:
         return "done"
 
 
 class Hang(Tool):
-    schema = ToolSchema(name="hang", description="Never returns.", parameters=_OBJECT)
+    name = "hang"
+    description = "Never returns."
+    Args = ToolArgs
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+    async def execute(self, args: ToolArgs, ctx: ToolContext) -> str:
         await asyncio.sleep(3600)
         return "unreachable"
 

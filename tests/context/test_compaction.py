@@ -12,12 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shared.agent.loop import Turn, run_turn
+from shared.agent.tools.args import ToolArgs
 from shared.agent.tools.base import Tool, ToolContext
 from shared.context.compaction import plan_cut
 from shared.errors import ContextOverflowError
 from shared.ids import new_id
 from shared.models.messages import Message, ToolCall
-from shared.providers.base import ModelRequest, ModelResponse, ToolSchema
+from shared.providers.base import ModelRequest, ModelResponse
 from shared.providers.mock import MockProvider
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.providers.tokens import request_tokens
@@ -151,13 +152,11 @@ def test_a_floor_over_the_threshold_is_refused_before_any_model_call(
 
 
 class Shout(Tool):
-    schema = ToolSchema(
-        name="shout",
-        description="Returns a long text.",
-        parameters={"type": "object", "properties": {}},
-    )
+    name = "shout"
+    description = "Returns a long text."
+    Args = ToolArgs
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+    async def execute(self, args: ToolArgs, ctx: ToolContext) -> str:
         return "回声" * 150
 
 

@@ -1,4 +1,5 @@
-"""What every tool has: a schema the model sees, and ``run`` with a per-turn context.
+"""What every tool has: an ``Args`` model (the schema the model sees, and the check of what
+it sends), and ``run`` with a per-turn context.
 
 A tool returns text for the model or raises :class:`shared.errors.ToolError`, whose
 message becomes the (error) tool result: tool failures are the model's to handle, not
@@ -12,8 +13,9 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
+from shared.agent.tools.args import ToolArgs, parameters_schema, parse_args
 from shared.models.messages import Message
 from shared.providers.base import ToolSchema
 from shared.recall.ranking import Hit, SearchRequest
@@ -66,12 +68,27 @@ class ToolContext:
 
 
 class Tool(abc.ABC):
-    schema: ToolSchema
+    """A tool declares its ``name``, ``description`` and ``Args``; its schema is made from
+    them when the class is defined, so a subclass that changes only the description (the
+    reflection sub-agent's ``bash``) gets a schema that says so and the same validation."""
 
-    @property
-    def name(self) -> str:
-        return self.schema.name
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Args: ClassVar[type[ToolArgs]]
+    schema: ClassVar[ToolSchema]
+    """What the model sees; generated, never written by hand."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.schema = ToolSchema(
+            name=cls.name, description=cls.description, parameters=parameters_schema(cls.Args)
+        )
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """Validate the model's ``args`` (a ``ToolError`` naming each bad field), then run."""
+        return await self.execute(parse_args(self.name, self.Args, args), ctx)
 
     @abc.abstractmethod
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        """Do the work; return the text the model sees, or raise ``ToolError``."""
+    async def execute(self, args: Any, ctx: ToolContext) -> str:
+        """Do the work with ``args``, an instance of ``Args``; return the text the model
+        sees, or raise ``ToolError``."""

@@ -35,12 +35,14 @@ import os
 import signal
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Annotated
+
+from pydantic import Field
 
 from shared import sandbox
+from shared.agent.tools.args import NonBlankStr, ToolArgs
 from shared.agent.tools.base import Tool, ToolContext
 from shared.errors import LockTimeout, MemoryRepoError, ToolError
-from shared.providers.base import ToolSchema
 from shared.sandbox import Walls
 
 MAX_TIMEOUT_S = 600.0
@@ -72,24 +74,16 @@ PROC = Path("/proc")
 
 
 class Bash(Tool):
-    schema = ToolSchema(
-        name="bash",
-        description=("Run bash in your workspace; returns the output. Background jobs are killed."),
-        parameters={
-            "type": "object",
-            "properties": {
-                "command": {"type": "string"},
-                "timeout_s": {"type": "number"},
-            },
-            "required": ["command"],
-        },
-    )
+    name = "bash"
+    description = "Run bash in your workspace; returns the output. Background jobs are killed."
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        command = args.get("command")
-        if not isinstance(command, str) or not command.strip():
-            raise ToolError("command is required and must be a non-empty string")
-        timeout = _timeout(args.get("timeout_s"), ctx.bash_timeout_s)
+    class Args(ToolArgs):
+        command: NonBlankStr
+        timeout_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+
+    async def execute(self, args: Args, ctx: ToolContext) -> str:
+        command = args.command
+        timeout = _timeout(args.timeout_s, ctx.bash_timeout_s)
         try:
             ctx.workspace.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -159,13 +153,9 @@ def _looks_secret(name: str) -> bool:
     )
 
 
-def _timeout(requested: object, default: float) -> float:
+def _timeout(requested: float | None, default: float) -> float:
     ceiling = min(default * TIMEOUT_FACTOR, MAX_TIMEOUT_S)
-    if requested is None:
-        return min(default, ceiling)
-    if isinstance(requested, bool) or not isinstance(requested, int | float) or requested <= 0:
-        raise ToolError("timeout_s must be a positive number of seconds")
-    return min(float(requested), ceiling)
+    return min(default if requested is None else requested, ceiling)
 
 
 class _Output:

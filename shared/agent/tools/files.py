@@ -13,8 +13,10 @@ import secrets
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
+from pydantic import Field
+
+from shared.agent.tools.args import NonEmptyStr, ToolArgs
 from shared.agent.tools.base import Tool, ToolContext
 from shared.agent.tools.paths import (
     memory_relative,
@@ -24,7 +26,6 @@ from shared.agent.tools.paths import (
     resolve_for_write,
 )
 from shared.errors import LockTimeout, MemoryRepoError, ToolError
-from shared.providers.base import ToolSchema
 
 MAX_READ_BYTES = 10 * 1024 * 1024
 DEFAULT_READ_LINES = 2000
@@ -34,74 +35,54 @@ _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CL
 
 
 class ReadFile(Tool):
-    schema = ToolSchema(
-        name="read_file",
-        description="Read a text file (numbered lines; offset/limit in lines).",
-        parameters={
-            "type": "object",
-            "properties": {
-                "path": {"type": "string"},
-                "offset": {"type": "integer"},
-                "limit": {"type": "integer"},
-            },
-            "required": ["path"],
-        },
-    )
+    name = "read_file"
+    description = "Read a text file (numbered lines; offset/limit in lines)."
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        path = resolve_for_read(_str_arg(args, "path"), ctx)
-        offset = _int_arg(args, "offset", 1)
-        limit = _int_arg(args, "limit", DEFAULT_READ_LINES)
-        return _numbered(path, _read_text(path, ctx), offset, limit)
+    class Args(ToolArgs):
+        path: NonEmptyStr
+        offset: int = Field(1, ge=1)
+        limit: int = Field(DEFAULT_READ_LINES, ge=1)
+
+    async def execute(self, args: Args, ctx: ToolContext) -> str:
+        path = resolve_for_read(args.path, ctx)
+        return _numbered(path, _read_text(path, ctx), args.offset, args.limit)
 
 
 class WriteFile(Tool):
-    schema = ToolSchema(
-        name="write_file",
-        description="Create or overwrite a file.",
-        parameters={
-            "type": "object",
-            "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-            "required": ["path", "content"],
-        },
-    )
+    name = "write_file"
+    description = "Create or overwrite a file."
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        path = resolve_for_write(_str_arg(args, "path"), ctx)
-        content = _str_arg(args, "content", allow_empty=True)
+    class Args(ToolArgs):
+        path: NonEmptyStr
+        content: str
+
+    async def execute(self, args: Args, ctx: ToolContext) -> str:
+        path = resolve_for_write(args.path, ctx)
         verb = "update" if path.exists() else "create"
         async with _memory_scope(path, ctx, f"write_file: {verb}"):
-            _atomic_write(path, content, ctx)
-        return f"wrote {len(content)} chars to {path}"
+            _atomic_write(path, args.content, ctx)
+        return f"wrote {len(args.content)} chars to {path}"
 
 
 class EditFile(Tool):
-    schema = ToolSchema(
-        name="edit_file",
-        description="Replace an exact, unique old_string (or all with replace_all).",
-        parameters={
-            "type": "object",
-            "properties": {
-                "path": {"type": "string"},
-                "old_string": {"type": "string"},
-                "new_string": {"type": "string"},
-                "replace_all": {"type": "boolean"},
-            },
-            "required": ["path", "old_string", "new_string"],
-        },
-    )
+    name = "edit_file"
+    description = "Replace an exact, unique old_string (or all with replace_all)."
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        path = resolve_for_write(_str_arg(args, "path"), ctx)
-        old = _str_arg(args, "old_string")
-        new = _str_arg(args, "new_string", allow_empty=True)
-        replace_all = _bool_arg(args, "replace_all")
+    class Args(ToolArgs):
+        path: NonEmptyStr
+        old_string: NonEmptyStr
+        new_string: str
+        replace_all: bool = False
+
+    async def execute(self, args: Args, ctx: ToolContext) -> str:
+        path = resolve_for_write(args.path, ctx)
+        old, new = args.old_string, args.new_string
         if old == new:
             raise ToolError("old_string and new_string are the same; nothing to change")
         async with _memory_scope(path, ctx, "edit_file: update"):
             text = _read_text(path, ctx)
-            count = _count_matches(path, text, old, replace_all)
-            _atomic_write(path, text.replace(old, new, -1 if replace_all else 1), ctx)
+            count = _count_matches(path, text, old, args.replace_all)
+            _atomic_write(path, text.replace(old, new, -1 if args.replace_all else 1), ctx)
         return f"edited {path}: {count} replacement{'s' if count > 1 else ''}"
 
 
@@ -210,28 +191,3 @@ def _atomic_write(path: Path, content: str, ctx: ToolContext) -> None:
                 raise
         except OSError as e:
             raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
-
-
-def _str_arg(args: dict[str, Any], name: str, *, allow_empty: bool = False) -> str:
-    value = args.get(name)
-    if not isinstance(value, str):
-        raise ToolError(f"{name} is required and must be a string")
-    if not value and not allow_empty:
-        raise ToolError(f"{name} must not be empty")
-    return value
-
-
-def _int_arg(args: dict[str, Any], name: str, default: int) -> int:
-    value = args.get(name)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ToolError(f"{name} must be a positive integer")
-    return value
-
-
-def _bool_arg(args: dict[str, Any], name: str) -> bool:
-    value = args.get(name, False)
-    if not isinstance(value, bool):
-        raise ToolError(f"{name} must be true or false")
-    return value

@@ -9,12 +9,12 @@ searches never outrank the conversations they found.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
+from shared.agent.tools.args import NonBlankStr, NonEmptyStr, ToolArgs, clamped
 from shared.agent.tools.base import Tool, ToolContext
 from shared.errors import AgentdError, ToolError
 from shared.models.messages import Message
-from shared.providers.base import ToolSchema
 from shared.recall.ranking import Hit, SearchRequest
 
 DEFAULT_HITS = 5
@@ -40,39 +40,21 @@ def _recall(ctx: ToolContext) -> Any:
     return ctx.recall
 
 
-def _int(args: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
-    value = args.get(name, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ToolError(f"{name} must be an integer")
-    return max(low, min(high, value))
-
-
 class RecallSearch(Tool):
-    schema = ToolSchema(
-        name="recall_search",
-        description='Search all past messages by distinctive words ("quoted" = required).',
-        parameters={
-            "type": "object",
-            "properties": {
-                "query": {"type": "string"},
-                "limit": {"type": "integer"},
-                "conversation": {"type": "string"},
-            },
-            "required": ["query"],
-        },
-    )
+    name = "recall_search"
+    description = 'Search all past messages by distinctive words ("quoted" = required).'
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        query = args.get("query")
-        if not isinstance(query, str) or not query.strip():
-            raise ToolError("query must be a non-empty string")
-        conversation = args.get("conversation")
-        if conversation is not None and not isinstance(conversation, str):
-            raise ToolError("conversation must be a conversation id")
+    class Args(ToolArgs):
+        query: NonBlankStr
+        limit: Annotated[int, clamped(1, MAX_HITS)] = DEFAULT_HITS
+        conversation: str | None = None
+
+    async def execute(self, args: Args, ctx: ToolContext) -> str:
+        query = args.query
         request = SearchRequest(
             query=query,
-            limit=_int(args, "limit", DEFAULT_HITS, 1, MAX_HITS),
-            conversation_id=conversation,
+            limit=args.limit,
+            conversation_id=args.conversation,
             current_conversation_id=ctx.conversation_id,
         )
         try:
@@ -88,26 +70,16 @@ class RecallSearch(Tool):
 
 
 class MessagesAround(Tool):
-    schema = ToolSchema(
-        name="messages_around",
-        description="Read the messages before and after a recall_search hit.",
-        parameters={
-            "type": "object",
-            "properties": {
-                "message_id": {"type": "string"},
-                "before": {"type": "integer"},
-                "after": {"type": "integer"},
-            },
-            "required": ["message_id"],
-        },
-    )
+    name = "messages_around"
+    description = "Read the messages before and after a recall_search hit."
 
-    async def run(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        message_id = args.get("message_id")
-        if not isinstance(message_id, str):
-            raise ToolError("message_id must be a message id from recall_search")
-        before = _int(args, "before", AROUND_DEFAULT, 0, AROUND_MAX)
-        after = _int(args, "after", AROUND_DEFAULT, 0, AROUND_MAX)
+    class Args(ToolArgs):
+        message_id: NonEmptyStr
+        before: Annotated[int, clamped(0, AROUND_MAX)] = AROUND_DEFAULT
+        after: Annotated[int, clamped(0, AROUND_MAX)] = AROUND_DEFAULT
+
+    async def execute(self, args: Args, ctx: ToolContext) -> str:
+        message_id, before, after = args.message_id, args.before, args.after
         try:
             messages: list[Message] = await _recall(ctx).around(message_id, before, after)
         except AgentdError as exc:

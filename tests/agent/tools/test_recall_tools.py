@@ -21,12 +21,14 @@ class FakeRecall:
     def __init__(self, hits: list[Hit]) -> None:
         self.hits = hits
         self.requests: list[SearchRequest] = []
+        self.windows: list[tuple[int, int]] = []
 
     async def search(self, request: SearchRequest) -> list[Hit]:
         self.requests.append(request)
         return self.hits
 
     async def around(self, message_id: str, before: int, after: int) -> list[Message]:
+        self.windows.append((before, after))
         if message_id != "m2":
             raise UnknownMessage(f"no message {message_id}")
         call = ToolCall(id="x", name="bash", arguments='{"command": "ls"}')
@@ -101,6 +103,17 @@ def test_no_hits_says_so(ctx: ToolContext) -> None:
 def test_bad_search_arguments_are_tool_errors(ctx: ToolContext, args: dict[str, object]) -> None:
     with pytest.raises(ToolError):
         _run(RecallSearch(), args, replace(ctx, recall=FakeRecall([])))
+
+
+def test_limits_out_of_range_are_brought_into_range_rather_than_refused(ctx: ToolContext) -> None:
+    recall = FakeRecall([])
+    ctx_recall = replace(ctx, recall=recall)
+    _run(RecallSearch(), {"query": "x", "limit": 500}, ctx_recall)
+    _run(RecallSearch(), {"query": "x", "limit": -2}, ctx_recall)
+    assert [request.limit for request in recall.requests] == [20, 1]
+    for before, after in ((-5, 99), (3, None)):
+        _run(MessagesAround(), {"message_id": "m2", "before": before, "after": after}, ctx_recall)
+    assert recall.windows == [(0, 20), (3, 5)]
 
 
 def test_around_marks_the_hit_and_shows_tool_calls(ctx: ToolContext) -> None:

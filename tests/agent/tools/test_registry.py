@@ -3,12 +3,11 @@ bash in it only where it runs sandboxed or the host opted in to a bare one."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from shared import sandbox
 from shared.agent.tools.registry import agent_shell, main_agent_tools
+from shared.providers.tokens import tools_tokens
 from tests.agent.tools.conftest import NO_BUBBLEWRAP, fake_no_bubblewrap
 
 
@@ -23,11 +22,10 @@ def test_the_main_agent_has_files_bash_and_recall() -> None:
     ]
 
 
-def test_every_schema_is_small_and_requires_only_declared_properties() -> None:
-    for schema in (tool.schema for tool in main_agent_tools()):
-        assert len(json.dumps(schema.model_dump(), separators=(",", ":"))) < 350, schema.name
-        params = schema.parameters
-        assert set(params["required"]) <= set(params["properties"]), schema.name
+def test_the_schemas_stay_small_enough_to_send_on_every_request() -> None:
+    """423 tokens when they were written by hand; generated, they add only
+    ``additionalProperties: false`` (no titles, defaults or null alternatives)."""
+    assert tools_tokens([tool.schema for tool in main_agent_tools()]) <= 470
 
 
 def test_without_bubblewrap_bash_is_not_offered(monkeypatch: pytest.MonkeyPatch) -> None:
