@@ -72,7 +72,6 @@ def test_a_merge_waits_for_a_bash_command_writing_memory_and_both_land(
         agent_id="a1",
         workspace=workspace,
         memory_dir=parent.path,
-        home=tmp_path,
         memory_edit=committing_as_the_agent(parent),
     )
     started, go = workspace / "started", workspace / "go"
