@@ -138,7 +138,14 @@ def test_1000_facts_land_exactly_once_as_the_daemon_asks_for_job_after_job(
     assert first["status"] == "merged" and first["unread"]
 
     outbox = next(agentd_home.glob("agents/*")) / "reflections" / "outbox"
-    _wait_for(lambda: not list(outbox.glob("*.json")), 120, "the remaining jobs")
+
+    def done() -> bool:
+        """No request is waiting and the last job left nothing unread (the outbox alone is
+        briefly empty between settling one job and recording the next)."""
+        outcomes = _outcomes(agentd_home)
+        return not list(outbox.glob("*.json")) and not outcomes[-1].unread
+
+    _wait_for(done, 120, "the remaining jobs")
     assert _merged(agentd_home) > 1
     facts = _facts_in_memory(daemon)
     assert facts == [f"- I always want fact-{n:04d} remembered" for n in range(1000)]
