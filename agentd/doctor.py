@@ -23,6 +23,7 @@ from shared.providers.mock import MOCK_MODEL
 from shared.settings import Settings
 from shared.store.agents import AgentStore
 from shared.store.conversations import scan_conversations
+from shared.store.layout import AgentFiles
 from shared.store.permissions import find_loose, repair
 
 
@@ -95,7 +96,10 @@ def check_state_files(settings: Settings) -> Finding:
     layout = settings.layout
     agents = AgentStore(layout).scan()
     damaged = [f"{error.path} (corrupt)" for error in agents.corrupt]
-    damaged += [f"{error.path}/agent.json (missing; its data is there)" for error in agents.missing]
+    damaged += [
+        f"{AgentFiles(Path(error.path)).record} (missing; its data is there)"
+        for error in agents.missing
+    ]
     for record in agents.records:
         conversations = scan_conversations(layout, record.id)
         damaged += [f"{error.path} (corrupt)" for error in conversations.damaged]
@@ -105,7 +109,7 @@ def check_state_files(settings: Settings) -> Finding:
             "state files",
             f"damaged: {'; '.join(damaged)}",
             "agentd refuses to guess what they held and serves everything else. Restore "
-            "them from a backup; for a missing agent.json, `agentctl chat` on that agent "
+            "them from a backup; for a missing agent record, `agentctl chat` on that agent "
             "also offers a record rebuilt from the agent's data",
         )
     return Finding(True, "state files", f"{len(agents.records)} agent record(s) readable")

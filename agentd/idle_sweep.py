@@ -33,13 +33,12 @@ from shared.reflection.state import peek_state
 from shared.store.agents import AgentStore
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.conversations import scan_conversations
-from shared.store.layout import Layout
+from shared.store.layout import ConversationFiles, Layout
 
 log = structlog.get_logger(__name__)
 
 SWEEP_EVERY_S = 600.0
 """How often the sweep runs (more often only if the idle time itself is shorter)."""
-MARKS_FILE = "idle-sweep.json"
 
 RequestIdle = Callable[[str, list[str]], Awaitable[tuple[ReflectionRequest, list[str]] | None]]
 """Ask for an idle reflection of an agent's conversations: the request and the
@@ -67,7 +66,7 @@ class IdleMarks(BaseModel):
 def load_marks(layout: Layout, agent_id: str) -> IdleMarks:
     """The agent's marks; a damaged file is reported and read as none (it costs at most
     one more idle reflection per conversation)."""
-    path = layout.reflections_dir(agent_id) / MARKS_FILE
+    path = layout.reflection_files(agent_id).idle_marks
     try:
         return read_model(path, IdleMarks) or IdleMarks()
     except CorruptStateFile as exc:
@@ -84,7 +83,7 @@ def quiet_conversations(
     for conversation_id in scan_conversations(layout, agent_id).ids:
         directory = layout.conversation_dir(agent_id, conversation_id)
         try:
-            context = read_model(directory / "context.json", ContextState)
+            context = read_model(ConversationFiles(directory).context, ContextState)
         except CorruptStateFile:
             continue  # opening the conversation reports it; its next turn rewrites it
         if context is None or now - context.updated_at < timedelta(seconds=idle_s):
@@ -105,7 +104,7 @@ def mark_swept(
     marks = load_marks(layout, agent_id)
     for conversation_id, count in steps.items():
         marks.conversations[conversation_id] = Swept(steps=count, at=at, request_id=request_id)
-    path = layout.reflections_dir(agent_id) / MARKS_FILE
+    path = layout.reflection_files(agent_id).idle_marks
     path.parent.mkdir(parents=True, exist_ok=True)
     write_model_atomic(path, marks)
 

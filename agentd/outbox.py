@@ -245,4 +245,4 @@ class Outbox:
 
 
 def outbox_dir(layout: Layout, agent_id: str) -> Path:
-    return layout.reflections_dir(agent_id) / "outbox"
+    return layout.reflection_files(agent_id).outbox

@@ -106,7 +106,7 @@ class RecallService:
 
         def documents() -> Iterator[Document]:
             for conversation_id in scan.ids:
-                path = self.layout.conversation_dir(agent_id, conversation_id) / "messages.jsonl"
+                path = self.layout.conversation_files(agent_id, conversation_id).messages
                 tracker = state.index.tracker(conversation_id)
                 last = -1
                 for document in read_documents(path, tracker):
@@ -167,7 +167,7 @@ class RecallService:
         hits = []
         for number, score in ranked:
             conversation_id, offset = index.locate(number)
-            path = self.layout.conversation_dir(agent_id, conversation_id) / "messages.jsonl"
+            path = self.layout.conversation_files(agent_id, conversation_id).messages
             document = _document_at(path, offset)
             hits.append(
                 Hit(
@@ -198,7 +198,7 @@ class RecallService:
         else:  # not searchable (a summary, say): look through every conversation
             conversations = scan_conversations(self.layout, agent_id).ids
         for conversation_id in conversations:
-            path = self.layout.conversation_dir(agent_id, conversation_id) / "messages.jsonl"
+            path = self.layout.conversation_files(agent_id, conversation_id).messages
             messages = list(MessageLog(path))
             for position, message in enumerate(messages):
                 if message.id == message_id:

@@ -37,5 +37,5 @@ def publish_outcome(client: redis.Redis | None, job_id: str, outcome: Reflection
         log.warning(
             "outcome_not_published",
             error=str(exc),
-            hint="the daemon reads it from reflections/log.jsonl instead",
+            hint="the daemon reads it from the outcome log on disk instead",
         )

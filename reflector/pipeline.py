@@ -57,7 +57,7 @@ from shared.reflection.slices import Slice, replay_slice, select_slice
 from shared.reflection.state import advance, load_state, mark_started
 from shared.settings import Settings
 from shared.store.agents import AgentStore
-from shared.store.layout import Layout
+from shared.store.layout import ConversationFiles, Layout
 
 log = structlog.get_logger(__name__)
 
@@ -155,8 +155,8 @@ class _Job:
         self.reflection_id = reflection_id_for(request)
         self.started = ctx.clock()
         self.layout = ctx.layout
-        self.agent_dir = self.layout.agent_dir(request.agent_id)
-        self.reflections_dir = self.layout.reflections_dir(request.agent_id)
+        self.files = self.layout.reflection_files(request.agent_id)
+        self.reflections_dir = self.files.directory
         self.manual = request.trigger == "manual"
         self.lease: ReflectionLease | None = None
 
@@ -196,7 +196,7 @@ class _Job:
         return self.outcome("failed", reason, f"{detail}; the transcript can be retried.")
 
     def run(self) -> ReflectionOutcome:
-        memory_dir = self.agent_dir / "memory"
+        memory_dir = self.layout.memory_dir(self.request.agent_id)
         if not (memory_dir / ".git").is_dir():
             return self.skipped("memfs_disabled", "The agent has no memory repo.")
         agent = AgentStore(self.layout).get(self.request.agent_id)
@@ -261,7 +261,7 @@ class _Job:
         return {self.reflection_id} | live_reflection_ids(self.ctx.redis, self.request.agent_id)
 
     def _reflect(self, agent: AgentRecord, memory_dir: Path) -> ReflectionOutcome:
-        worktrees_dir = self.reflections_dir / "worktrees"
+        worktrees_dir = self.files.worktrees
         sweep_orphans(memory_dir, worktrees_dir, self._live_reflections())
         with MemoryRepo(memory_dir) as repo:
             uncommitted = repo.uncommitted()
@@ -276,7 +276,7 @@ class _Job:
         if not slices:
             return self.skipped("no_payload", "Nothing new to reflect on.")
         payload = write_payload(
-            self.reflections_dir / "payloads",
+            self.files.payloads,
             self.request.agent_id,
             slices,
             limits=limits,
@@ -351,7 +351,7 @@ class _Job:
                 worktree=worktree,
                 reflection_id=self.reflection_id,
                 instructions=mode.merge_instructions,
-                conversation_dir=self.reflections_dir / "integrations",
+                conversation_dir=self.files.integrations,
                 clock=self.ctx.clock,
                 unsandboxed_bash=self.ctx.settings.unsandboxed_bash,
             )
@@ -383,8 +383,11 @@ class _Job:
 
     def _recent(self, count: int) -> list[str]:
         conversations = self.layout.conversations_dir(self.request.agent_id)
+        found = (ConversationFiles(child).messages for child in conversations.glob("*"))
         logs = sorted(
-            conversations.glob("*/messages.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True
+            (path for path in found if path.is_file()),
+            key=lambda path: path.stat().st_mtime,
+            reverse=True,
         )
         return [path.parent.name for path in logs[:count]]
 
@@ -406,7 +409,7 @@ class _Job:
                 job_id=self.reflection_id,
                 parent_snapshot=parent_snapshot(worktree.path),
                 instruction=self.request.instruction,
-                conversation_dir=self.reflections_dir / "subagents",
+                conversation_dir=self.files.subagents,
                 now=now,
                 timezone_name=self.ctx.timezone_name,
                 max_steps=SUBAGENT_MAX_STEPS,
@@ -457,7 +460,7 @@ class _Job:
         return self.layout.conversation_dir(self.request.agent_id, conversation_id)
 
     def _log(self, conversation_id: str) -> Path:
-        return self._conversation_dir(conversation_id) / "messages.jsonl"
+        return ConversationFiles(self._conversation_dir(conversation_id)).messages
 
 
 NOT_MERGED = "the agent did not merge the proposal"

@@ -57,7 +57,7 @@ def sweep_idle_agents(settings: Settings) -> list[str]:
             try:
                 removed += sweep_orphans(
                     layout.memory_dir(agent.id),
-                    layout.reflections_dir(agent.id) / "worktrees",
+                    layout.reflection_files(agent.id).worktrees,
                     live_reflection_ids(client, agent.id),
                 )
             except redis.RedisError as exc:

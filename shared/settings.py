@@ -119,7 +119,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        toml_file = agentd_home() / "agentd.toml"
+        toml_file = Layout(agentd_home()).config_file
         return (
             init_settings,
             env_settings,

@@ -11,8 +11,6 @@ from pathlib import Path
 
 from shared.settings import Settings
 
-EMBEDDED_SOCKET = "valkey.sock"
-
 
 @dataclass(frozen=True)
 class RedisLocation:
@@ -36,5 +34,5 @@ def locate(settings: Settings) -> RedisLocation:
             path = url.removeprefix("unix://").split("?", 1)[0]
             return RedisLocation(url, f"redis+socket://{path}", embedded=False)
         return RedisLocation(url, url, embedded=False)
-    path = settings.layout.run_dir / EMBEDDED_SOCKET
+    path = settings.layout.embedded_redis_socket
     return RedisLocation(f"unix://{path}?db=0", f"redis+socket://{path}", embedded=True)

@@ -26,6 +26,7 @@ import structlog
 
 from shared.errors import MemoryPathError, MemoryRepoError
 from shared.memory import frontmatter, git, git_locks
+from shared.store.layout import memory_lock
 from shared.store.locks import async_file_lock
 
 log = structlog.get_logger(__name__)
@@ -126,7 +127,7 @@ class MemoryRepo:
     @property
     def lock_path(self) -> Path:
         """The memory lock: a sibling of the repo, so it never shows up as untracked."""
-        return self.path.parent / "memory.lock"
+        return memory_lock(self.path)
 
     def head(self) -> str:
         """The sha HEAD points at, read from ``.git`` files (no git process: every turn)."""

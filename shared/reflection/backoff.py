@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from shared.errors import CorruptStateFile
 from shared.models.migrations import StateKind, current_version
 from shared.store.atomic import read_model, write_model_atomic
+from shared.store.layout import ReflectionFiles
 from shared.store.locks import file_lock
 
 log = structlog.get_logger(__name__)
@@ -37,7 +38,7 @@ class BackoffState(BaseModel):
 
 
 def _path(reflections_dir: Path) -> Path:
-    return reflections_dir / "backoff.json"
+    return ReflectionFiles(reflections_dir).backoff
 
 
 def load_backoff(reflections_dir: Path) -> BackoffState:
@@ -65,7 +66,7 @@ def record_result(
     now: datetime,
 ) -> BackoffState:
     reflections_dir.mkdir(parents=True, exist_ok=True)
-    with file_lock(reflections_dir / "backoff.lock"):
+    with file_lock(ReflectionFiles(reflections_dir).backoff_lock):
         state = load_backoff(reflections_dir)
         if consumed:
             state = BackoffState()

@@ -16,6 +16,7 @@ from pathlib import Path
 import structlog
 
 from shared.models.reflection import ReflectionOutcome
+from shared.store.layout import ReflectionFiles
 from shared.store.locks import file_lock
 
 log = structlog.get_logger(__name__)
@@ -25,12 +26,6 @@ OUTCOME_STREAM_MAXLEN = 10_000
 """Outcomes are on disk too (``log.jsonl``); the stream only tells the daemon quickly."""
 OUTCOME_FIELD = "outcome"
 """The stream entry's one field: the outcome as JSON."""
-LOG_NAME = "log.jsonl"
-_LOCK_NAME = "log.lock"
-
-
-def log_path(reflections_dir: Path) -> Path:
-    return reflections_dir / LOG_NAME
 
 
 def append(reflections_dir: Path, outcome: ReflectionOutcome) -> None:
@@ -42,8 +37,9 @@ def append(reflections_dir: Path, outcome: ReflectionOutcome) -> None:
     line = (outcome.model_dump_json() + "\n").encode()
     try:
         reflections_dir.mkdir(parents=True, exist_ok=True)
-        with file_lock(reflections_dir / _LOCK_NAME):
-            fd = os.open(log_path(reflections_dir), os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        files = ReflectionFiles(reflections_dir)
+        with file_lock(files.outcome_log_lock):
+            fd = os.open(files.outcome_log, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             try:
                 size = os.fstat(fd).st_size
                 if size and os.pread(fd, 1, size - 1) != b"\n":
@@ -63,7 +59,7 @@ def append(reflections_dir: Path, outcome: ReflectionOutcome) -> None:
 def read(reflections_dir: Path, *, tail: int = 100) -> list[ReflectionOutcome]:
     """The last ``tail`` outcomes of the log, oldest first; unreadable lines are skipped
     (a line cut by a crash, or written by a newer version)."""
-    path = log_path(reflections_dir)
+    path = ReflectionFiles(reflections_dir).outcome_log
     if not path.exists():
         return []
     outcomes = []

@@ -43,13 +43,10 @@ from shared.errors import CorruptStateFile, ReflectionError, StateFileTooNew
 from shared.models.migrations import current_version, migrate, migration, stored_version
 from shared.reflection.slices import Slice, count_steps, find_anchor, read_rows, select_rows
 from shared.store.atomic import write_bytes_atomic
+from shared.store.layout import ConversationFiles
 from shared.store.locks import file_lock
 
 log = structlog.get_logger(__name__)
-
-STATE_FILE = "reflection-state.json"
-LOCK_FILE = "reflection-state.lock"
-LOG_FILE = "messages.jsonl"
 
 
 @migration("reflection-state")
@@ -61,7 +58,7 @@ def v1_to_v2_count_assistant_steps(raw: dict[str, Any], path: Path) -> dict[str,
     the log: total = every step, reflected = the steps up to and including the
     watermark's message (0 when it is not in the log). The timestamps are kept.
     """
-    rows = read_rows(path.parent / LOG_FILE)
+    rows = read_rows(ConversationFiles(path.parent).messages)
     watermark = raw.get("reflected_through_message_id")
     anchor = find_anchor(rows, watermark if isinstance(watermark, str) else None)
     return {
@@ -164,8 +161,8 @@ def _stored(path: Path, data: bytes) -> _Stored | None:
 def _load_locked(directory: Path) -> tuple[TranscriptState, bool]:
     """The state (written back if it was rebuilt, migrated or normalised), and whether it
     was derived from the log just now, in which case it already counts every logged step."""
-    path = directory / STATE_FILE
-    log_path = directory / LOG_FILE
+    path = ConversationFiles(directory).reflection_state
+    log_path = ConversationFiles(directory).messages
     try:
         data: bytes | None = path.read_bytes()
     except FileNotFoundError:
@@ -183,12 +180,12 @@ def _load_locked(directory: Path) -> tuple[TranscriptState, bool]:
 
 
 def _save(directory: Path, state: TranscriptState) -> TranscriptState:
-    write_bytes_atomic(directory / STATE_FILE, _encode(state))
+    write_bytes_atomic(ConversationFiles(directory).reflection_state, _encode(state))
     return state
 
 
 def _locked(directory: Path) -> contextlib.AbstractContextManager[None]:
-    return file_lock(directory / LOCK_FILE)
+    return file_lock(ConversationFiles(directory).reflection_state_lock)
 
 
 def load_state(directory: Path) -> TranscriptState:
@@ -229,7 +226,7 @@ def peek_state(directory: Path) -> TranscriptState:
     never for a read-modify-write. The file is replaced atomically, so this sees a whole
     one; a missing, damaged or older one is loaded as :func:`load_state` does."""
     try:
-        raw = json.loads((directory / STATE_FILE).read_bytes())
+        raw = json.loads(ConversationFiles(directory).reflection_state.read_bytes())
     except (FileNotFoundError, ValueError):
         return load_state(directory)
     if isinstance(raw, dict) and raw.get("schema_version") == STATE_SCHEMA_VERSION:
@@ -249,7 +246,7 @@ def _plan_advance(directory: Path, slice: Slice, watermark: str | None) -> _Adva
     """Re-run selection on the log up to the slice's snapshot boundary from ``watermark``;
     None when the slice moves nothing (the watermark has passed the snapshot already, or
     nothing eligible is left before it)."""
-    rows = read_rows(directory / LOG_FILE)
+    rows = read_rows(ConversationFiles(directory).messages)
     prefix = [row for row in rows if row.end <= slice.end_offset]
     if find_anchor(prefix, watermark) < 0 and find_anchor(rows, watermark) >= 0:
         return None

@@ -29,7 +29,7 @@ from shared.models.agents import CompactionEvent
 from shared.reflection.settings import ReflectionSettings
 from shared.reflection.state import TranscriptState, record_turn
 from shared.store.atomic import read_model, write_model_atomic
-from shared.store.conversations import COMPACTION_EVENT_FILE
+from shared.store.layout import ConversationFiles
 
 log = structlog.get_logger(__name__)
 
@@ -48,7 +48,7 @@ class PostTurnDecision(NamedTuple):
 def _pending_event(directory: Path) -> CompactionEvent | None:
     """The pending ``compaction-event.json``, if any. A missing file means no compaction;
     an unreadable one is reported and counts as none."""
-    path = directory / COMPACTION_EVENT_FILE
+    path = ConversationFiles(directory).compaction_event
     try:
         event = read_model(path, CompactionEvent)
     except CorruptStateFile as exc:
@@ -64,7 +64,7 @@ def consume_compaction_flag(directory: Path, seen: CompactionEvent | None = None
     if event is None or (seen is not None and event != seen):
         return False
     write_model_atomic(
-        directory / COMPACTION_EVENT_FILE, event.model_copy(update={"pending": False})
+        ConversationFiles(directory).compaction_event, event.model_copy(update={"pending": False})
     )
     return True
 

@@ -29,7 +29,7 @@ from shared.errors import AgentRecordMissing, CorruptStateFile, NameTaken, Store
 from shared.ids import ID_PATTERN
 from shared.models.agents import BASE_SYSTEM_PROMPT, AgentRecord
 from shared.store.atomic import read_model, write_model_atomic
-from shared.store.layout import Layout
+from shared.store.layout import AgentFiles, ConversationFiles, Layout
 
 log = structlog.get_logger(__name__)
 
@@ -37,7 +37,7 @@ _CREATING = ".creating"
 """Marks an agent directory whose record is not written yet (a crash there leaves only
 the default memory and an empty conversation: nothing to restore, so it is ignored)."""
 
-_REBUILT = "agent.json.rebuilt"
+_REBUILT_SUFFIX = ".rebuilt"
 
 
 @dataclass
@@ -81,7 +81,7 @@ class AgentStore:
             if not ID_PATTERN.fullmatch(child.name):
                 continue
             try:
-                record = read_model(child / "agent.json", AgentRecord)
+                record = read_model(AgentFiles(child).record, AgentRecord)
             except CorruptStateFile as exc:
                 scan.corrupt.append(exc)
                 continue
@@ -147,21 +147,21 @@ class AgentStore:
         if (directory / _CREATING).exists():
             return None
         conversations = _conversations_with_messages(directory)
-        has_memory = (directory / "memory" / ".git").exists()
+        has_memory = (AgentFiles(directory).memory / ".git").exists()
         if not conversations and not has_memory:
             return None
         parts = ["a memory repo"] if has_memory else []
         parts += [f"{len(conversations)} conversation(s)"] if conversations else []
         holds = " and ".join(parts)
-        record = directory / "agent.json"
+        record = AgentFiles(directory).record
         text = (
-            f"agent directory {directory} holds {holds} but no agent.json (deleted?); "
-            "agentd will not start a new agent in its place. Restore agent.json from a "
+            f"agent directory {directory} holds {holds} but no {record.name} (deleted?); "
+            f"agentd will not start a new agent in its place. Restore {record.name} from a "
             "backup"
         )
         rebuilt = _rebuilt_record(directory, conversations)
         if rebuilt is not None:
-            candidate = directory / _REBUILT
+            candidate = _rebuilt_path(directory)
             text += (
                 f", or adopt the record rebuilt from what the directory holds (name "
                 f"{rebuilt.name!r}, default conversation {rebuilt.default_conversation_id}; "
@@ -171,19 +171,25 @@ class AgentStore:
         return AgentRecordMissing(directory, text)
 
 
+def _rebuilt_path(directory: Path) -> Path:
+    """Where a record rebuilt from the directory's data waits for the user to adopt it."""
+    record = AgentFiles(directory).record
+    return record.with_name(record.name + _REBUILT_SUFFIX)
+
+
 def _conversations_with_messages(directory: Path) -> list[Path]:
     """The conversation logs that hold something, most recently written first."""
     logs = [
         path
-        for path in (directory / "conversations").glob("*/messages.jsonl")
-        if path.stat().st_size > 0
+        for child in AgentFiles(directory).conversations.glob("*")
+        if (path := ConversationFiles(child).messages).is_file() and path.stat().st_size > 0
     ]
     return sorted(logs, key=lambda path: path.stat().st_mtime, reverse=True)
 
 
 def _rebuilt_record(directory: Path, conversations: list[Path]) -> AgentRecord | None:
     """The record rebuilt from ``directory``, written beside it once; None if it cannot be."""
-    candidate = directory / _REBUILT
+    candidate = _rebuilt_path(directory)
     try:
         existing = read_model(candidate, AgentRecord)
     except CorruptStateFile:
@@ -192,7 +198,7 @@ def _rebuilt_record(directory: Path, conversations: list[Path]) -> AgentRecord |
         return existing
     record = AgentRecord(
         id=directory.name,
-        name=_name_in_memory_config(directory / "memory") or directory.name,
+        name=_name_in_memory_config(AgentFiles(directory).memory) or directory.name,
         system_prompt=BASE_SYSTEM_PROMPT,
         default_conversation_id=conversations[0].parent.name if conversations else None,
     )

@@ -125,7 +125,7 @@ class MessageLog:
                 path=str(self.path),
                 error=str(cause),
                 undo_error=str(exc),
-                repair="the next append or open moves the fragment to messages.jsonl.torn",
+                repair=f"the next append or open moves the fragment to {self.path.name}.torn",
             )
             return
         log.warning("failed_append_undone", path=str(self.path), error=str(cause))

@@ -1,7 +1,11 @@
-"""Where everything lives under ``$AGENTD_HOME``; the only place ids become paths.
+"""Where everything lives under ``$AGENTD_HOME``: the only place ids become paths, and the
+only place a file or directory of agentd's is named.
 
 Every method validates the ids it is given, so a path-like id (``../x``, ``a/b``) is an
-:class:`shared.errors.InvalidId` before it can touch the file system.
+:class:`shared.errors.InvalidId` before it can touch the file system. Code that works
+inside one directory it was handed (a conversation's, an agent's reflections) names its
+files through :class:`ConversationFiles` and :class:`ReflectionFiles`, so a rename is one
+line here and a test keeps the names out of every other module.
 """
 
 from __future__ import annotations
@@ -14,8 +18,132 @@ from shared.protocol import socket_path
 
 
 @dataclass(frozen=True)
+class ConversationFiles:
+    """The files of one conversation's directory."""
+
+    directory: Path
+
+    @property
+    def messages(self) -> Path:
+        """The append-only log of every message, kept forever."""
+        return self.directory / "messages.jsonl"
+
+    @property
+    def record(self) -> Path:
+        return self.directory / "conversation.json"
+
+    @property
+    def context(self) -> Path:
+        """The context window's message ids and its latest usage."""
+        return self.directory / "context.json"
+
+    @property
+    def compaction_event(self) -> Path:
+        """Written by a compaction, consumed by the ``compaction-event`` trigger."""
+        return self.directory / "compaction-event.json"
+
+    @property
+    def reflection_state(self) -> Path:
+        return self.directory / "reflection-state.json"
+
+    @property
+    def reflection_state_lock(self) -> Path:
+        return self.directory / "reflection-state.lock"
+
+
+@dataclass(frozen=True)
+class ReflectionFiles:
+    """The files of one agent's ``reflections/`` directory."""
+
+    directory: Path
+
+    @property
+    def outbox(self) -> Path:
+        """Requests on their way to the workers (one sent, one pending)."""
+        return self.directory / "outbox"
+
+    @property
+    def payloads(self) -> Path:
+        return self.directory / "payloads"
+
+    @property
+    def worktrees(self) -> Path:
+        """The jobs' private clones of the memory repo."""
+        return self.directory / "worktrees"
+
+    @property
+    def subagents(self) -> Path:
+        """The reflection sub-agents' own conversations."""
+        return self.directory / "subagents"
+
+    @property
+    def integrations(self) -> Path:
+        """The agent's integration conversations (explicit merge mode)."""
+        return self.directory / "integrations"
+
+    @property
+    def outcome_log(self) -> Path:
+        return self.directory / "log.jsonl"
+
+    @property
+    def outcome_log_lock(self) -> Path:
+        return self.directory / "log.lock"
+
+    @property
+    def backoff(self) -> Path:
+        return self.directory / "backoff.json"
+
+    @property
+    def backoff_lock(self) -> Path:
+        return self.directory / "backoff.lock"
+
+    @property
+    def idle_marks(self) -> Path:
+        """The conversations the idle sweep already asked about."""
+        return self.directory / "idle-sweep.json"
+
+
+@dataclass(frozen=True)
+class AgentFiles:
+    """The files of one agent's directory (also for a directory found by a scan, whose
+    name is not yet known to be a valid id)."""
+
+    directory: Path
+
+    @property
+    def record(self) -> Path:
+        return self.directory / "agent.json"
+
+    @property
+    def memory(self) -> Path:
+        return self.directory / "memory"
+
+    @property
+    def workspace(self) -> Path:
+        return self.directory / "workspace"
+
+    @property
+    def reflections(self) -> ReflectionFiles:
+        return ReflectionFiles(self.directory / "reflections")
+
+    @property
+    def conversations(self) -> Path:
+        return self.directory / "conversations"
+
+
+def memory_lock(memory_dir: Path) -> Path:
+    """The memory lock of the repo at ``memory_dir``: beside it, so never untracked in it."""
+    return memory_dir.parent / "memory.lock"
+
+
+@dataclass(frozen=True)
 class Layout:
     home: Path
+
+    @property
+    def config_file(self) -> Path:
+        """``agentd.toml``: settings, provider keys among them."""
+        return self.home / "agentd.toml"
 
     @property
     def run_dir(self) -> Path:
@@ -24,6 +152,10 @@ class Layout:
     @property
     def socket_path(self) -> Path:
         return socket_path(self.home)
+
+    @property
+    def embedded_redis_socket(self) -> Path:
+        return self.run_dir / "valkey.sock"
 
     @property
     def up_lock(self) -> Path:
@@ -51,21 +183,30 @@ class Layout:
     def agent_dir(self, agent_id: str) -> Path:
         return self.agents_dir / validate_agent_id(agent_id)
 
+    def agent_files(self, agent_id: str) -> AgentFiles:
+        return AgentFiles(self.agent_dir(agent_id))
+
     def agent_file(self, agent_id: str) -> Path:
-        return self.agent_dir(agent_id) / "agent.json"
+        return self.agent_files(agent_id).record
 
     def memory_dir(self, agent_id: str) -> Path:
-        return self.agent_dir(agent_id) / "memory"
+        return self.agent_files(agent_id).memory
 
     def workspace_dir(self, agent_id: str) -> Path:
-        return self.agent_dir(agent_id) / "workspace"
+        return self.agent_files(agent_id).workspace
 
     def reflections_dir(self, agent_id: str) -> Path:
         """Outbox, payloads, worktrees, outcome log and backoff of the agent's reflections."""
-        return self.agent_dir(agent_id) / "reflections"
+        return self.reflection_files(agent_id).directory
+
+    def reflection_files(self, agent_id: str) -> ReflectionFiles:
+        return self.agent_files(agent_id).reflections
 
     def conversations_dir(self, agent_id: str) -> Path:
-        return self.agent_dir(agent_id) / "conversations"
+        return self.agent_files(agent_id).conversations
 
     def conversation_dir(self, agent_id: str, conversation_id: str) -> Path:
         return self.conversations_dir(agent_id) / validate_id(conversation_id, "conversation id")
+
+    def conversation_files(self, agent_id: str, conversation_id: str) -> ConversationFiles:
+        return ConversationFiles(self.conversation_dir(agent_id, conversation_id))

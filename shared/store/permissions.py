@@ -22,12 +22,13 @@ from pathlib import Path
 
 import structlog
 
+from shared.store.layout import Layout
+
 log = structlog.get_logger(__name__)
 
 PRIVATE_UMASK = 0o077
 _OTHERS = 0o077
 """The group and other permission bits: none may be set under the home."""
-CONFIG_FILE = "agentd.toml"
 
 
 def private_umask() -> None:
@@ -69,7 +70,7 @@ def secure_home(home: Path) -> None:
     replaced.
     """
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    for path in (home, home / CONFIG_FILE):
+    for path in (home, Layout(home).config_file):
         try:
             info = os.stat(path, follow_symlinks=path == home)
         except FileNotFoundError:

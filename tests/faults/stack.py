@@ -29,7 +29,6 @@ from typing import Any
 
 from agentd.supervisor import worker_command
 from shared import protocol
-from shared.coordination.broker import EMBEDDED_SOCKET
 from shared.coordination.embedded import ping
 from shared.store.layout import Layout
 from tests.support.workers import RedisForTests
@@ -90,7 +89,7 @@ class Home:
 
     @property
     def valkey_socket(self) -> Path:
-        return self.layout.run_dir / EMBEDDED_SOCKET
+        return self.layout.embedded_redis_socket
 
     def agent_id(self) -> str:
         agents = sorted(p.name for p in self.layout.agents_dir.iterdir() if p.is_dir())

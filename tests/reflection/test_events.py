@@ -13,9 +13,10 @@ from pathlib import Path
 
 from shared.models.reflection import ReflectionOutcome
 from shared.reflection import events
+from shared.store.layout import ReflectionFiles
 
 ROOT = Path(__file__).resolve().parents[2]
-SPELLINGS = {events.LOG_NAME, events.OUTCOME_STREAM}
+SPELLINGS = {events.OUTCOME_STREAM}
 
 
 def outcome(request_id: str, reason: str | None = None) -> ReflectionOutcome:
@@ -39,7 +40,7 @@ def test_what_a_worker_appends_the_daemon_reads_back_and_a_torn_line_is_skipped(
 ) -> None:
     first, second = outcome("rq-1"), outcome("rq-2")
     events.append(tmp_path, first)
-    with events.log_path(tmp_path).open("a") as log:
+    with ReflectionFiles(tmp_path).outcome_log.open("a") as log:
         log.write('{"reflection_id": "cut short by a cra')
     events.append(tmp_path, second)
 
@@ -62,7 +63,7 @@ def test_only_already_active_leaves_its_request_open() -> None:
     assert not events.answers_request(outcome("rq-1", reason="already_active"))
 
 
-def test_no_other_module_spells_the_log_or_the_stream() -> None:
+def test_no_other_module_spells_the_stream() -> None:
     spelled = [
         f"{path.relative_to(ROOT)}: {node.value!r}"
         for package in ("agentd", "reflector", "shared")

@@ -21,7 +21,6 @@ from shared.models.migrations import current_version
 from shared.reflection import state as state_module
 from shared.reflection.slices import Slice, replay_slice, select_slice
 from shared.reflection.state import (
-    STATE_FILE,
     STATE_SCHEMA_VERSION,
     advance,
     load_state,
@@ -42,7 +41,7 @@ def turn(chat: Conversation, text: str) -> Message:
 
 
 def stored(chat: Conversation) -> dict[str, Any]:
-    return json.loads((chat.directory / STATE_FILE).read_text())
+    return json.loads((chat.files.reflection_state).read_text())
 
 
 def current_slice(chat: Conversation) -> Slice:
@@ -122,7 +121,7 @@ def test_an_unreadable_state_is_rebuilt_as_entirely_unreflected_with_a_warning(
     turn(chat, "one")
     advance(chat.directory, current_slice(chat))
     turn(chat, "two")
-    (chat.directory / STATE_FILE).write_bytes(content)
+    (chat.files.reflection_state).write_bytes(content)
 
     with capture_logs() as logs:
         state = load_state(chat.directory)
@@ -135,7 +134,7 @@ def test_an_unreadable_state_is_rebuilt_as_entirely_unreflected_with_a_warning(
 
 def test_a_rebuilt_state_already_counts_the_turn_that_triggered_it(chat: Conversation) -> None:
     turn(chat, "one")
-    (chat.directory / STATE_FILE).write_text("garbage")
+    (chat.files.reflection_state).write_text("garbage")
     say(chat, "user", "two")
     say(chat, "assistant", "2")
 
@@ -144,7 +143,7 @@ def test_a_rebuilt_state_already_counts_the_turn_that_triggered_it(chat: Convers
 
 def test_odd_values_are_normalised_and_the_file_rewritten(chat: Conversation) -> None:
     turn(chat, "one")
-    (chat.directory / STATE_FILE).write_text(
+    (chat.files.reflection_state).write_text(
         json.dumps(
             {
                 "schema_version": STATE_SCHEMA_VERSION,
@@ -167,7 +166,7 @@ def test_odd_values_are_normalised_and_the_file_rewritten(chat: Conversation) ->
 
 
 def test_negative_or_non_integer_counters_become_zero(chat: Conversation) -> None:
-    (chat.directory / STATE_FILE).write_text(
+    (chat.files.reflection_state).write_text(
         json.dumps(
             {
                 "schema_version": STATE_SCHEMA_VERSION,
@@ -182,7 +181,7 @@ def test_negative_or_non_integer_counters_become_zero(chat: Conversation) -> Non
 
 def test_an_intact_state_is_read_without_rewriting(chat: Conversation) -> None:
     turn(chat, "one")
-    path = chat.directory / STATE_FILE
+    path = chat.files.reflection_state
     before = path.stat().st_mtime_ns
 
     load_state(chat.directory)
@@ -197,13 +196,13 @@ def test_the_state_is_at_the_version_its_registered_migrations_reach() -> None:
 def test_a_state_from_a_newer_agentd_is_refused_and_left_as_it_is(chat: Conversation) -> None:
     turn(chat, "one")
     newer = b'{"schema_version": 99, "watermark": "msg-x", "total_completed_steps": 7}'
-    (chat.directory / STATE_FILE).write_bytes(newer)
+    (chat.files.reflection_state).write_bytes(newer)
 
     with pytest.raises(StateFileTooNew, match="newer agentd") as caught:
         record_turn(chat.directory, 1)
 
     assert caught.value.code == "state_file_too_new"
-    assert (chat.directory / STATE_FILE).read_bytes() == newer
+    assert (chat.files.reflection_state).read_bytes() == newer
 
 
 def test_a_v1_state_with_turn_counters_migrates_to_step_counters(chat: Conversation) -> None:
@@ -212,7 +211,7 @@ def test_a_v1_state_with_turn_counters_migrates_to_step_counters(chat: Conversat
     say(chat, "user", "u2")
     say(chat, "assistant", "a2")
     started = "2026-01-02T03:04:05.678000Z"
-    (chat.directory / STATE_FILE).write_text(
+    (chat.files.reflection_state).write_text(
         json.dumps(
             {
                 "reflected_through_message_id": a1.id,
@@ -244,7 +243,7 @@ def test_a_v1_watermark_missing_from_the_log_leaves_everything_unreflected(
     chat: Conversation,
 ) -> None:
     turn(chat, "one")
-    (chat.directory / STATE_FILE).write_text(
+    (chat.files.reflection_state).write_text(
         json.dumps({"schema_version": 1, "reflected_through_message_id": "msg-gone"})
     )
 
@@ -256,7 +255,7 @@ def test_a_turn_recorded_right_after_migration_is_not_counted_twice(
 ) -> None:
     say(chat, "user", "u1")
     say(chat, "assistant", "a1")
-    (chat.directory / STATE_FILE).write_text(json.dumps({"turns_since": 1}))
+    (chat.files.reflection_state).write_text(json.dumps({"turns_since": 1}))
 
     assert record_turn(chat.directory, 1).total_completed_steps == 1
 
@@ -366,7 +365,7 @@ def test_an_unknown_watermark_is_replaced_by_the_consumed_slice_end(chat: Conver
     turn(chat, "one")
     a2 = turn(chat, "two")
     data = stored(chat) | {"watermark": "msg-lost"}
-    (chat.directory / STATE_FILE).write_text(json.dumps(data))
+    (chat.files.reflection_state).write_text(json.dumps(data))
     found = current_slice(chat)
 
     assert advance(chat.directory, found).watermark == a2.id

@@ -18,7 +18,7 @@ from shared.reflection.slices import select_slice
 from shared.reflection.state import TranscriptState, advance, load_state
 from shared.reflection.triggers import consume_compaction_flag, due_trigger, post_turn
 from shared.store.atomic import write_model_atomic
-from shared.store.conversations import COMPACTION_EVENT_FILE, Conversation
+from shared.store.conversations import Conversation
 from tests.support.transcripts import say
 
 OFF = ReflectionSettings(trigger="off")
@@ -57,13 +57,13 @@ def check(
 
 def compacted(chat: Conversation) -> None:
     write_model_atomic(
-        chat.directory / COMPACTION_EVENT_FILE,
+        chat.files.compaction_event,
         CompactionEvent(trigger="context_pressure", summary_message_id=new_id("msg")),
     )
 
 
 def pending(chat: Conversation) -> bool:
-    return json.loads((chat.directory / COMPACTION_EVENT_FILE).read_text())["pending"]
+    return json.loads((chat.files.compaction_event).read_text())["pending"]
 
 
 def since(n: int) -> TranscriptState:
@@ -200,21 +200,21 @@ def test_an_unconsumed_reflection_lets_step_count_fire_again(chat: Conversation)
 
 def test_consuming_a_missing_flag_is_false(chat: Conversation) -> None:
     assert consume_compaction_flag(chat.directory) is False
-    assert not (chat.directory / COMPACTION_EVENT_FILE).exists()
+    assert not (chat.files.compaction_event).exists()
 
 
 def test_consuming_a_flag_keeps_the_event_and_clears_pending(chat: Conversation) -> None:
     compacted(chat)
-    before = json.loads((chat.directory / COMPACTION_EVENT_FILE).read_text())
+    before = json.loads((chat.files.compaction_event).read_text())
 
     assert consume_compaction_flag(chat.directory) is True
     assert consume_compaction_flag(chat.directory) is False
-    after = json.loads((chat.directory / COMPACTION_EVENT_FILE).read_text())
+    after = json.loads((chat.files.compaction_event).read_text())
     assert after == before | {"pending": False}
 
 
 def test_an_unreadable_flag_counts_as_no_compaction(chat: Conversation) -> None:
-    (chat.directory / COMPACTION_EVENT_FILE).write_text("{torn")
+    (chat.files.compaction_event).write_text("{torn")
 
     with capture_logs() as logs:
         assert consume_compaction_flag(chat.directory) is False

@@ -10,9 +10,9 @@ import pytest
 from shared.errors import CorruptStateFile, InvalidId, UnknownConversation
 from shared.ids import new_id
 from shared.models.agents import CompactionEvent
-from shared.models.messages import Message
+from shared.models.messages import CompactionStats, Message, SummaryPayload
 from shared.store.atomic import read_model
-from shared.store.conversations import COMPACTION_EVENT_FILE, Conversation, list_conversations
+from shared.store.conversations import Conversation, list_conversations
 from shared.store.layout import Layout
 
 
@@ -41,12 +41,25 @@ def test_reopened_conversation_has_the_same_window(layout: Layout) -> None:
     assert [m.content for m in reopened.context] == ["m0", "m1", "m2", "m3"]
 
 
+_STATS = CompactionStats(
+    trigger="context_pressure",
+    messages_before=6,
+    messages_after=3,
+    summarised=4,
+    tokens_before=900,
+    tokens_after=300,
+    window=1000,
+    threshold=800,
+    floor=100,
+)
+
+
 def _summary(conversation: Conversation, kept: list[Message]) -> Message:
     return _message(
         conversation,
         "summary of m0-m3",
         kind="summary",
-        metadata={"kept_ids": [m.id for m in kept]},
+        payload=SummaryPayload(summary="m0-m3", compaction=_STATS, kept_ids=[m.id for m in kept]),
     )
 
 
@@ -67,7 +80,7 @@ def test_a_compacted_window_survives_reopen_and_the_log_keeps_everything(layout:
 
     assert [m.content for m in reopened.context] == ["summary of m0-m3", "m4", "m5"]
     assert [m.content for m in reopened.log] == [f"m{i}" for i in range(6)] + ["summary of m0-m3"]
-    event = read_model(conversation.directory / COMPACTION_EVENT_FILE, CompactionEvent)
+    event = read_model(conversation.files.compaction_event, CompactionEvent)
     assert event is not None and (event.pending, event.summary_message_id) == (True, summary.id)
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 import redis
 
 from agentd.supervisor import worker_command
-from shared.coordination.broker import EMBEDDED_SOCKET
 from shared.coordination.embedded import EmbeddedRedis
 from shared.store.layout import Layout
 
@@ -28,7 +27,7 @@ class RedisForTests:
     def __init__(self, home: Path) -> None:
         layout = Layout(home)
         self.server = EmbeddedRedis(
-            layout.run_dir / EMBEDDED_SOCKET,
+            layout.embedded_redis_socket,
             data_dir=layout.valkey_dir,
             log_path=home / "valkey.out",
         )
