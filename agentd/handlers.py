@@ -179,7 +179,7 @@ class Handlers:
         return {
             "agent_id": record.id,
             "conversation_id": conversation.id,
-            "messages": [m.model_dump(mode="json", exclude_none=True) for m in page],
+            "messages": [m.to_api() for m in page],
         }
 
     async def context_show(self, params: ConversationTarget, _emit: Emit) -> dict[str, Any]:
@@ -187,12 +187,8 @@ class Handlers:
         conversation = self.agents.conversation(record, params.conversation)
         repo = self.agents.memory(record.id)
         budget = await self.turns.budget(record, repo, conversation)
-        first = conversation.context[0] if conversation.context else None
-        last_compaction = (
-            first.metadata.get("compaction")
-            if first is not None and first.kind == "summary"
-            else None
-        )
+        summary = conversation.context[0].summary_payload if conversation.context else None
+        last_compaction = summary.compaction.model_dump(mode="json") if summary else None
         return {
             "agent_id": record.id,
             "conversation_id": conversation.id,
@@ -221,7 +217,7 @@ class Handlers:
         )
         return {
             "agent_id": record.id,
-            "messages": [m.model_dump(mode="json", exclude_none=True) for m in messages],
+            "messages": [m.to_api() for m in messages],
         }
 
     async def memory_log(self, params: MemoryLog, _emit: Emit) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from shared.context.budget import Budget, check_floor, measure
 from shared.context.compaction import compact
 from shared.errors import AgentdError, ContextOverflowError, ToolError
 from shared.ids import new_id
-from shared.models.messages import Message, StopReason, ToolCall
+from shared.models.messages import Message, StopPayload, StopReason, ToolCall
 from shared.models.turns import TurnResult
 from shared.protocol import EVENT_ASSISTANT, EVENT_COMPACTION, EVENT_TOOL_CALL, EVENT_TOOL_RESULT
 from shared.providers.base import ModelRequest, ModelResponse, Provider, RequestPurpose
@@ -273,7 +273,11 @@ class _TurnRunner:
         turn is still full) its error ends the turn: the caller is told ``disk_full``
         rather than a stop reason the transcript does not hold."""
         message = self._message(
-            role="assistant", kind="stop", content=text, stop_reason=stop, metadata={"code": code}
+            role="assistant",
+            kind="stop",
+            content=text,
+            stop_reason=stop,
+            payload=StopPayload(code=code),
         )
         self._persist_now([message])
         return stop

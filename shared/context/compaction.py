@@ -16,16 +16,12 @@ the summary appended, ``context.json`` replaced atomically, and a pending
 
 from __future__ import annotations
 
-from datetime import datetime
-
 import structlog
-from pydantic import BaseModel, Field
 
-from shared.clock import utc_now
 from shared.context.budget import Budget
 from shared.context.summary import summarise
 from shared.models.agents import CompactionEvent
-from shared.models.messages import Message
+from shared.models.messages import CompactionStats, Message, SummaryPayload
 from shared.providers.base import Provider
 from shared.providers.tokens import message_tokens, text_tokens
 from shared.store.conversations import Conversation
@@ -36,21 +32,6 @@ KEEP_FRACTION = {"context_pressure": 0.5, "context_overflow": 0.25}
 """Share of the message budget (threshold − floor) the kept tail may use, per trigger."""
 OVERFLOW_KEEP_OF_CURRENT = 0.5
 """After a refusal the estimate is proven low: keep at most half of what was sent."""
-
-
-class CompactionStats(BaseModel):
-    trigger: str
-    messages_before: int
-    messages_after: int
-    summarised: int
-    tokens_before: int
-    """Floor + estimated messages before compaction."""
-    tokens_after: int
-    """Floor + summary + kept messages after it."""
-    window: int
-    threshold: int
-    floor: int
-    at: datetime = Field(default_factory=utc_now)
 
 
 def _keep_tokens(window: list[Message], budget: Budget, trigger: str) -> int:
@@ -135,11 +116,7 @@ async def compact(
         kind="summary",
         content=content,
         turn_id=turn_id,
-        metadata={
-            "summary": summary,
-            "compaction": stats.model_dump(mode="json"),
-            "kept_ids": [m.id for m in kept],
-        },
+        payload=SummaryPayload(summary=summary, compaction=stats, kept_ids=[m.id for m in kept]),
     )
     event = CompactionEvent(trigger=trigger, summary_message_id=message.id, at=stats.at)
     conversation.compact(message, kept, event)

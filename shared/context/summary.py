@@ -30,7 +30,8 @@ def transcript(messages: list[Message]) -> str:
 
 def _transcript_line(message: Message) -> str:
     if message.kind == "summary":
-        text = str(message.metadata.get("summary", message.content))
+        payload = message.summary_payload
+        text = payload.summary if payload is not None else message.content
         role = "summary"
     elif message.role == "tool":
         text = message.content

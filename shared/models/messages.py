@@ -9,6 +9,10 @@ One model with a ``role`` (what the provider sees) and a ``kind`` (who made it):
 - ``stop``     how a turn ended when no assistant message could say so (error, cancelled);
   it is kept in the transcript but never sent to a model.
 
+Two kinds carry a typed payload, stored under the line's ``metadata`` key: a summary its
+:class:`SummaryPayload` (the raw summary, the compaction's statistics, the ids it keeps)
+and a stop record its :class:`StopPayload` (the error code).
+
 Recall and reflection treat only ``kind == "message"`` with role user as user speech.
 """
 
@@ -88,10 +92,47 @@ class ToolCall(BaseModel):
         return value
 
 
+class CompactionStats(BaseModel):
+    """What one compaction did, kept on its summary and shown by ``agentctl context``."""
+
+    trigger: str
+    messages_before: int
+    messages_after: int
+    summarised: int
+    tokens_before: int
+    """Floor + estimated messages before compaction."""
+    tokens_after: int
+    """Floor + summary + kept messages after it."""
+    window: int
+    threshold: int
+    floor: int
+    at: datetime = Field(default_factory=utc_now)
+
+
+class SummaryPayload(BaseModel):
+    """A summary's payload: enough to rebuild the window from the log alone."""
+
+    model_config = ConfigDict(frozen=True)
+
+    summary: str
+    """The summariser's text, without the alert that opens the message's content."""
+    compaction: CompactionStats
+    kept_ids: list[str]
+    """The messages the summary kept verbatim after it, in order."""
+
+
+class StopPayload(BaseModel):
+    """A stop record's payload: the error code the client was told."""
+
+    model_config = ConfigDict(frozen=True)
+
+    code: str
+
+
 class Message(BaseModel):
     """One message of a conversation, exactly as stored in ``messages.jsonl``."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
     id: str
     """Sortable, unique (``msg-<ulid>``); order of ids is order of creation."""
@@ -113,11 +154,34 @@ class Message(BaseModel):
     usage: Usage | None = None
     stop_reason: StopReason | None = None
     """Set on the message that ended a turn."""
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    payload: SummaryPayload | StopPayload | None = Field(default=None, alias="metadata")
+    """A summary's or a stop record's payload (the two have no field in common, so the
+    stored object says which it is)."""
 
     @property
     def sent_to_model(self) -> bool:
         return self.kind != "stop"
 
+    @property
+    def summary_payload(self) -> SummaryPayload | None:
+        """The payload of a summary; None on any other message."""
+        if self.kind == "summary" and isinstance(self.payload, SummaryPayload):
+            return self.payload
+        return None
+
+    @property
+    def stop_payload(self) -> StopPayload | None:
+        """The payload of a stop record; None on any other message."""
+        if self.kind == "stop" and isinstance(self.payload, StopPayload):
+            return self.payload
+        return None
+
     def to_line(self) -> bytes:
-        return (self.model_dump_json(exclude_defaults=True) + "\n").encode()
+        return (self.model_dump_json(exclude_defaults=True, by_alias=True) + "\n").encode()
+
+    def to_api(self) -> dict[str, Any]:
+        """The message as the socket API shows it: every field but unset optional ones,
+        and ``metadata`` always (``{}`` without a payload)."""
+        fields = self.model_dump(mode="json", exclude_none=True, by_alias=True)
+        fields.setdefault("metadata", {})
+        return fields
