@@ -25,11 +25,10 @@ from shared.models.agents import CompactionEvent, ContextState, ConversationReco
 from shared.models.messages import Message
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.jsonl import MessageLog
-from shared.store.layout import Layout
+from shared.store.layout import ConversationFiles, Layout
 
 log = structlog.get_logger(__name__)
 
-COMPACTION_EVENT_FILE = "compaction-event.json"
 """Beside the log: the latest compaction, until the reflection trigger consumes it."""
 
 AppendListener = Callable[["Conversation", list[Message], list[int]], None]
@@ -51,7 +50,8 @@ class Conversation:
         self.record = record
         self.context = context
         """The messages in the context window, in the order the model sees them."""
-        self.log = MessageLog(directory / "messages.jsonl")
+        self.files = ConversationFiles(directory)
+        self.log = MessageLog(self.files.messages)
         self.listeners: list[AppendListener] = []
 
     @property
@@ -82,15 +82,15 @@ class Conversation:
         cls, layout: Layout, agent_id: str, conversation_id: str, *, clock: Clock = utc_now
     ) -> Conversation:
         directory = layout.conversation_dir(agent_id, conversation_id)
-        record = read_model(directory / "conversation.json", ConversationRecord)
+        record = read_model(ConversationFiles(directory).record, ConversationRecord)
         if record is None or record.agent_id != agent_id:
             raise UnknownConversation(
                 f"agent {agent_id} has no conversation {conversation_id}; "
                 "list them with `agentctl conversations`"
             )
-        messages_log = MessageLog(directory / "messages.jsonl")
+        messages_log = MessageLog(ConversationFiles(directory).messages)
         messages_log.repair_tail()
-        state = read_model(directory / "context.json", ContextState)
+        state = read_model(ConversationFiles(directory).context, ContextState)
         context = _load_context(messages_log, state.message_ids if state else None)
         return cls(directory, record, context, clock=clock)
 
@@ -128,7 +128,7 @@ class Conversation:
         self.context = [summary, *kept]
         self._tell([summary], offsets)
         self.save_context()
-        write_model_atomic(self.directory / COMPACTION_EVENT_FILE, event)
+        write_model_atomic(self.files.compaction_event, event)
 
     def _tell(self, messages: list[Message], offsets: list[int]) -> None:
         for listener in self.listeners:
@@ -136,10 +136,10 @@ class Conversation:
 
     def save_context(self) -> None:
         state = ContextState(message_ids=[m.id for m in self.context], updated_at=self.clock())
-        write_model_atomic(self.directory / "context.json", state)
+        write_model_atomic(self.files.context, state)
 
     def save_record(self) -> None:
-        write_model_atomic(self.directory / "conversation.json", self.record)
+        write_model_atomic(self.files.record, self.record)
 
 
 def _load_context(messages_log: MessageLog, ids: list[str] | None) -> list[Message]:
@@ -206,7 +206,7 @@ def scan_conversations(layout: Layout, agent_id: str) -> ConversationScan:
             continue
         scan.ids.append(child.name)
         try:
-            record = read_model(child / "conversation.json", ConversationRecord)
+            record = read_model(ConversationFiles(child).record, ConversationRecord)
         except CorruptStateFile as exc:
             scan.damaged.append(exc)
             continue

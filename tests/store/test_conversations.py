@@ -12,7 +12,7 @@ from shared.ids import new_id
 from shared.models.agents import CompactionEvent
 from shared.models.messages import CompactionStats, Message, SummaryPayload
 from shared.store.atomic import read_model
-from shared.store.conversations import COMPACTION_EVENT_FILE, Conversation, list_conversations
+from shared.store.conversations import Conversation, list_conversations
 from shared.store.layout import Layout
 
 
@@ -80,7 +80,7 @@ def test_a_compacted_window_survives_reopen_and_the_log_keeps_everything(layout:
 
     assert [m.content for m in reopened.context] == ["summary of m0-m3", "m4", "m5"]
     assert [m.content for m in reopened.log] == [f"m{i}" for i in range(6)] + ["summary of m0-m3"]
-    event = read_model(conversation.directory / COMPACTION_EVENT_FILE, CompactionEvent)
+    event = read_model(conversation.files.compaction_event, CompactionEvent)
     assert event is not None and (event.pending, event.summary_message_id) == (True, summary.id)
 
 
