@@ -29,8 +29,6 @@ from shared.store.layout import ConversationFiles, Layout
 
 log = structlog.get_logger(__name__)
 
-"""Beside the log: the latest compaction, until the reflection trigger consumes it."""
-
 AppendListener = Callable[["Conversation", list[Message], list[int]], None]
 """Told of every append with the messages and their byte offsets (the recall index)."""
 
