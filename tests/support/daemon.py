@@ -71,8 +71,8 @@ class DaemonRunner:
 
         self.thread = threading.Thread(target=run, name="agentd-test", daemon=True)
         self.thread.start()
-        if not ready.wait(10):
-            raise TimeoutError("the test daemon did not start within 10 s")
+        if not ready.wait(30):
+            raise TimeoutError("the test daemon did not start within 30 s")
         if self.error:
             raise self.error
         return self.daemon

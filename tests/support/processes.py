@@ -20,7 +20,7 @@ class AgentdProcess:
         self.home = Path(self.env["AGENTD_HOME"])
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 15.0) -> AgentdProcess:
+    def start(self, timeout_s: float = 60.0) -> AgentdProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "agentd.cli", "serve"],
             env=self.env,
@@ -43,7 +43,7 @@ class AgentdProcess:
             self.proc.stderr.read().decode(errors="replace") if self.proc.poll() is not None else ""
         )
 
-    def terminate(self, timeout_s: float = 20.0) -> int:
+    def terminate(self, timeout_s: float = 60.0) -> int:
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
