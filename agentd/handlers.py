@@ -35,7 +35,7 @@ from agentd.turns import Turns
 from shared.agent.loop import Emit
 from shared.errors import PayloadTooLarge, UnknownMessage
 from shared.models.agents import AgentRecord, ReflectionOverrides
-from shared.models.messages import Message
+from shared.models.messages import Message, SummaryMessage
 from shared.models.reflection import ReflectionOutcome
 from shared.protocol import EVENT_REFLECTION, PROTOCOL_VERSION
 from shared.recall.ranking import SearchRequest
@@ -187,8 +187,12 @@ class Handlers:
         conversation = self.agents.conversation(record, params.conversation)
         repo = self.agents.memory(record.id)
         budget = await self.turns.budget(record, repo, conversation)
-        summary = conversation.context[0].summary_payload if conversation.context else None
-        last_compaction = summary.compaction.model_dump(mode="json") if summary else None
+        first = conversation.context[0] if conversation.context else None
+        last_compaction = (
+            first.payload.compaction.model_dump(mode="json")
+            if isinstance(first, SummaryMessage)
+            else None
+        )
         return {
             "agent_id": record.id,
             "conversation_id": conversation.id,

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from shared.models.messages import Message, StopReason
+from shared.models.messages import AssistantMessage, Message, StopReason, StopRecord
 from shared.reflection.coverage import Reading
 from shared.reflection.payload import PayloadFile
 from shared.reflection.slices import Slice
@@ -72,6 +72,6 @@ def _failed(reason: Reason, payload: PayloadFile) -> Verdict:
 
 def _last_stop_reason(messages: list[Message]) -> StopReason | None:
     for message in reversed(messages):
-        if message.stop_reason is not None:
+        if isinstance(message, AssistantMessage | StopRecord) and message.stop_reason is not None:
             return message.stop_reason
     return None

@@ -8,7 +8,7 @@ happened; the request is shaped here, every time, and the shaping is never persi
 
 from __future__ import annotations
 
-from shared.models.messages import Message
+from shared.models.messages import AssistantMessage, Message, ToolResult
 
 NOT_EXECUTED = "[not executed: the turn ended before this tool ran]"
 TRUNCATION_MARKER = "... [truncated {count} chars]"
@@ -28,30 +28,30 @@ def truncate_tool_output(text: str, cap: int) -> str:
 def shape_messages(context: list[Message]) -> list[Message]:
     """The window with orphaned tool results dropped and unanswered calls answered."""
     shaped: list[Message] = []
-    pending: dict[str, Message] = {}
+    pending: dict[str, AssistantMessage] = {}
     for message in context:
         if not message.sent_to_model:
             continue
-        if message.role == "tool":
+        if isinstance(message, ToolResult):
             if message.tool_call_id in pending:
                 del pending[message.tool_call_id]
                 shaped.append(message)
             continue
         shaped.extend(_answer_unanswered(pending))
         pending = {}
-        if message.role == "assistant":
+        if isinstance(message, AssistantMessage):
             pending = {call.id: message for call in message.tool_calls}
         shaped.append(message)
     shaped.extend(_answer_unanswered(pending))
     return shaped
 
 
-def _answer_unanswered(pending: dict[str, Message]) -> list[Message]:
-    answers = []
+def _answer_unanswered(pending: dict[str, AssistantMessage]) -> list[Message]:
+    answers: list[Message] = []
     for call_id, assistant in pending.items():
         call = next(c for c in assistant.tool_calls if c.id == call_id)
         answers.append(
-            Message(
+            ToolResult(
                 id=f"{assistant.id}-{call_id}-unanswered",
                 agent_id=assistant.agent_id,
                 conversation_id=assistant.conversation_id,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from shared.errors import AgentdError
-from shared.models.messages import Message
+from shared.models.messages import AssistantMessage, Message
 from shared.providers.base import ModelRequest
 from shared.providers.tokens import message_tokens, text_tokens, tools_tokens
 
@@ -57,7 +57,7 @@ def estimate_messages(messages: list[Message]) -> MessagesEstimate:
     boundary = _latest_compaction(messages)
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        if message.role != "assistant" or message.usage is None:
+        if not isinstance(message, AssistantMessage) or message.usage is None:
             continue
         if boundary is not None and message.created_at <= boundary:
             break

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from shared.context.budget import compaction_threshold
 from shared.ids import new_id
-from shared.models.messages import Message
+from shared.models.messages import AssistantMessage, Message, SummaryMessage, UserMessage
 from shared.providers.base import ModelRequest, Provider
 from shared.providers.tokens import CHARS_PER_TOKEN, text_chars, text_tokens
 
@@ -29,9 +29,8 @@ def transcript(messages: list[Message]) -> str:
 
 
 def _transcript_line(message: Message) -> str:
-    if message.kind == "summary":
-        payload = message.summary_payload
-        text = payload.summary if payload is not None else message.content
+    if isinstance(message, SummaryMessage):
+        text = message.payload.summary
         role = "summary"
     elif message.role == "tool":
         text = message.content
@@ -41,7 +40,7 @@ def _transcript_line(message: Message) -> str:
         role = "tool"
     else:
         text = message.content
-        if message.tool_calls:
+        if isinstance(message, AssistantMessage) and message.tool_calls:
             calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
             text = f"{text} -> {calls}" if text else f"-> {calls}"
         role = message.role if message.kind == "message" else message.kind
@@ -67,7 +66,7 @@ async def summarise(summariser: Provider, messages: list[Message]) -> str:
         purpose="summary",
         system=SUMMARY_PROMPT,
         messages=[
-            Message(
+            UserMessage(
                 id=new_id("msg"),
                 agent_id="summariser",
                 conversation_id="summariser",

@@ -1,17 +1,22 @@
 """Messages: one line of ``messages.jsonl`` each, and the unit of the context window.
 
-One model with a ``role`` (what the provider sees) and a ``kind`` (who made it):
+Every message has a ``role`` (what the provider sees) and a ``kind`` (who made it), and
+each combination is its own model with only its own fields (:data:`AnyMessage`):
 
-- ``message``  ordinary user speech, assistant replies and tool results;
-- ``summary``  a compaction summary (role user), never user speech;
-- ``reminder`` a harness reminder such as ``<memory_update>`` (role user), never user speech;
-- ``note``     a harness note to the model inside a turn (e.g. a tool rule was broken);
-- ``stop``     how a turn ended when no assistant message could say so (error, cancelled);
-  it is kept in the transcript but never sent to a model.
+- ``message``  :class:`UserMessage`, :class:`AssistantMessage` (text, tool calls, usage,
+  stop reason) and :class:`ToolResult`, told apart by role;
+- ``summary``  :class:`SummaryMessage`, a compaction summary (role user), never user speech;
+- ``reminder`` :class:`ReminderMessage`, a harness reminder such as ``<memory_update>``
+  (role user), never user speech;
+- ``note``     :class:`NoteMessage`, a harness note to the model inside a turn (e.g. a tool
+  rule was broken);
+- ``stop``     :class:`StopRecord`, how a turn ended when no assistant message could say so
+  (error, cancelled); it is kept in the transcript but never sent to a model.
 
-Two kinds carry a typed payload, stored under the line's ``metadata`` key: a summary its
-:class:`SummaryPayload` (the raw summary, the compaction's statistics, the ids it keeps)
-and a stop record its :class:`StopPayload` (the error code).
+A summary and a stop record carry a typed payload, stored under the line's ``metadata``
+key: :class:`SummaryPayload` (the raw summary, the compaction's statistics, the ids it
+keeps) and :class:`StopPayload` (the error code). Lines and the socket API keep the shape
+they had when this was one model with a ``metadata`` dict.
 
 Recall and reflection treat only ``kind == "message"`` with role user as user speech.
 """
@@ -20,9 +25,10 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, TypeAdapter
+from pydantic_core import core_schema
 
 from shared.clock import utc_now
 
@@ -130,7 +136,14 @@ class StopPayload(BaseModel):
 
 
 class Message(BaseModel):
-    """One message of a conversation, exactly as stored in ``messages.jsonl``."""
+    """One message of a conversation, exactly as stored in ``messages.jsonl``: the fields
+    every kind has. Each kind is a subclass with only its own fields (:data:`AnyMessage`
+    tells them apart); build one with :meth:`Message.of` or the subclass itself, never
+    this base.
+
+    Fields are declared per kind, in the order a line has them, because a line
+    re-encodes to its very bytes: ``messages.jsonl`` is never rewritten.
+    """
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
@@ -139,49 +152,175 @@ class Message(BaseModel):
     agent_id: str
     conversation_id: str
     role: Role
-    kind: MessageKind = "message"
+    kind: MessageKind
     content: str = ""
-    tool_calls: list[ToolCall] = Field(default_factory=list)
-    tool_call_id: str | None = None
-    """On tool results: the id of the call this answers."""
-    name: str | None = None
-    """On tool results: the tool's name."""
-    is_error: bool = False
-    """On tool results: the tool failed (its content says why)."""
-    created_at: datetime = Field(default_factory=utc_now)
-    turn_id: str | None = None
-    model: str | None = None
-    usage: Usage | None = None
-    stop_reason: StopReason | None = None
-    """Set on the message that ended a turn."""
-    payload: SummaryPayload | StopPayload | None = Field(default=None, alias="metadata")
-    """A summary's or a stop record's payload (the two have no field in common, so the
-    stored object says which it is)."""
+
+    @staticmethod
+    def of(**fields: Any) -> AnyMessage:
+        """The message of the kind ``fields`` say (``kind``, and ``role`` for ``message``)."""
+        return _MESSAGE.validate_python(fields)
+
+    @staticmethod
+    def parse_line(line: bytes | str) -> AnyMessage:
+        """One line of ``messages.jsonl``; raises :class:`pydantic.ValidationError`."""
+        return _MESSAGE.validate_json(line)
 
     @property
     def sent_to_model(self) -> bool:
         return self.kind != "stop"
 
-    @property
-    def summary_payload(self) -> SummaryPayload | None:
-        """The payload of a summary; None on any other message."""
-        if self.kind == "summary" and isinstance(self.payload, SummaryPayload):
-            return self.payload
-        return None
-
-    @property
-    def stop_payload(self) -> StopPayload | None:
-        """The payload of a stop record; None on any other message."""
-        if self.kind == "stop" and isinstance(self.payload, StopPayload):
-            return self.payload
-        return None
-
     def to_line(self) -> bytes:
         return (self.model_dump_json(exclude_defaults=True, by_alias=True) + "\n").encode()
 
     def to_api(self) -> dict[str, Any]:
-        """The message as the socket API shows it: every field but unset optional ones,
-        and ``metadata`` always (``{}`` without a payload)."""
+        """The message as the socket API shows it, one shape for every kind: each field
+        any kind has, but unset optional ones (``metadata`` ``{}`` without a payload)."""
         fields = self.model_dump(mode="json", exclude_none=True, by_alias=True)
-        fields.setdefault("metadata", {})
-        return fields
+        return {
+            name: fields[name] if name in fields else _API_DEFAULTS[name]
+            for name in _API_FIELDS
+            if name in fields or name in _API_DEFAULTS
+        }
+
+
+_API_FIELDS = [
+    "id",
+    "agent_id",
+    "conversation_id",
+    "role",
+    "kind",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "is_error",
+    "created_at",
+    "turn_id",
+    "model",
+    "usage",
+    "stop_reason",
+    "metadata",
+]
+_API_DEFAULTS: dict[str, Any] = {"tool_calls": [], "is_error": False, "metadata": {}}
+
+CreatedAt = Annotated[datetime, Field(default_factory=utc_now)]
+TurnId = str | None
+
+
+class UserMessage(Message):
+    """What the user said."""
+
+    role: Literal["user"]
+    kind: Literal["message"] = "message"
+    created_at: CreatedAt
+    turn_id: TurnId = None
+
+
+class AssistantMessage(Message):
+    """A model's reply: text, tool calls, or both."""
+
+    role: Literal["assistant"]
+    kind: Literal["message"] = "message"
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    created_at: CreatedAt
+    turn_id: TurnId = None
+    model: str | None = None
+    usage: Usage | None = None
+    stop_reason: StopReason | None = None
+    """Set on the message that ended a turn."""
+
+
+class ToolResult(Message):
+    """A tool's answer to one call."""
+
+    role: Literal["tool"]
+    kind: Literal["message"] = "message"
+    tool_call_id: str | None = None
+    """The id of the call this answers."""
+    name: str | None = None
+    """The tool's name."""
+    is_error: bool = False
+    """The tool failed (its content says why)."""
+    created_at: CreatedAt
+    turn_id: TurnId = None
+
+
+class SummaryMessage(Message):
+    """A compaction summary opening the window; never user speech."""
+
+    role: Literal["user"]
+    kind: Literal["summary"]
+    created_at: CreatedAt
+    turn_id: TurnId = None
+    payload: SummaryPayload = Field(alias="metadata")
+
+
+class ReminderMessage(Message):
+    """A harness reminder such as ``<memory_update>``; never user speech."""
+
+    role: Literal["user"]
+    kind: Literal["reminder"]
+    created_at: CreatedAt
+    turn_id: TurnId = None
+
+
+class NoteMessage(Message):
+    """A harness note to the model inside a turn (e.g. a tool rule was broken)."""
+
+    role: Literal["user"]
+    kind: Literal["note"]
+    created_at: CreatedAt
+    turn_id: TurnId = None
+
+
+class StopRecord(Message):
+    """How a turn ended when no assistant message could say so; never sent to a model."""
+
+    role: Literal["assistant"]
+    kind: Literal["stop"]
+    created_at: CreatedAt
+    turn_id: TurnId = None
+    stop_reason: StopReason
+    payload: StopPayload = Field(alias="metadata")
+
+
+class _ByKindThenRole:
+    """Tells the kinds apart inside pydantic-core, never calling back into Python: a
+    line's ``kind`` names its variant, and a line without one (or with ``message``) is
+    told by its ``role``. A callable discriminator would make every parsed line a Python
+    dict first, which slows reading a long log markedly."""
+
+    def __get_pydantic_core_schema__(
+        self, _source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        by_role = {
+            "user": handler.generate_schema(UserMessage),
+            "assistant": handler.generate_schema(AssistantMessage),
+            "tool": handler.generate_schema(ToolResult),
+        }
+        return core_schema.tagged_union_schema(
+            {
+                **by_role,
+                "message": core_schema.tagged_union_schema(by_role, discriminator="role"),
+                "summary": handler.generate_schema(SummaryMessage),
+                "reminder": handler.generate_schema(ReminderMessage),
+                "note": handler.generate_schema(NoteMessage),
+                "stop": handler.generate_schema(StopRecord),
+            },
+            discriminator=[["kind"], ["role"]],
+        )
+
+
+AnyMessage = Annotated[
+    UserMessage
+    | AssistantMessage
+    | ToolResult
+    | SummaryMessage
+    | ReminderMessage
+    | NoteMessage
+    | StopRecord,
+    _ByKindThenRole(),
+]
+"""Any one message, told apart by kind (and by role for ``message``)."""
+
+_MESSAGE: TypeAdapter[AnyMessage] = TypeAdapter(AnyMessage)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from shared.errors import ProviderMisbehaved
-from shared.models.messages import Message, ToolCall, Usage
+from shared.models.messages import AssistantMessage, Message, ToolCall, ToolResult, Usage
 from shared.providers.base import FinishReason, ModelRequest, ModelResponse
 
 _USER_KINDS = frozenset({"summary", "reminder", "note"})
@@ -30,10 +30,10 @@ def to_openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
 def _to_openai_message(message: Message) -> dict[str, Any]:
     if message.role == "user" or message.kind in _USER_KINDS:
         return {"role": "user", "content": message.content}
-    if message.role == "tool":
+    if isinstance(message, ToolResult):
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
     converted: dict[str, Any] = {"role": "assistant", "content": message.content or None}
-    if message.tool_calls:
+    if isinstance(message, AssistantMessage) and message.tool_calls:
         converted["tool_calls"] = [
             {
                 "id": call.id,

@@ -29,7 +29,7 @@ from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from shared.models.messages import Message, ToolCall
+from shared.models.messages import AssistantMessage, Message, ToolCall, ToolResult
 from shared.providers.base import ModelRequest, ModelResponse, Provider
 from shared.providers.mock import DEFAULT_MOCK_CONTEXT_WINDOW, MOCK_MODEL, admit, respond
 from shared.providers.mock_reflector_plan import (
@@ -86,10 +86,14 @@ class _Seen:
 
 
 def _seen(messages: list[Message]) -> _Seen:
-    calls = {call.id: call for m in messages if m.role == "assistant" for call in m.tool_calls}
+    calls = {
+        call.id: call for m in messages if isinstance(m, AssistantMessage) for call in m.tool_calls
+    }
     seen = _Seen()
     for message in messages:
-        call = calls.get(message.tool_call_id or "") if message.role == "tool" else None
+        if not isinstance(message, ToolResult):
+            continue
+        call = calls.get(message.tool_call_id or "")
         if call is None:
             continue
         output = message.content

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 
-from shared.models.messages import Message
+from shared.models.messages import AssistantMessage, Message
 from shared.providers.base import ModelRequest, ToolSchema
 
 CHARS_PER_TOKEN = 4
@@ -28,7 +28,7 @@ def text_tokens(text: str) -> int:
 
 def message_tokens(message: Message) -> int:
     chars = text_chars(message.content)
-    for call in message.tool_calls:
+    for call in message.tool_calls if isinstance(message, AssistantMessage) else []:
         chars += text_chars(call.name) + text_chars(call.arguments)
     return math.ceil(chars / CHARS_PER_TOKEN)
 

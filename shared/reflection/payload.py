@@ -29,7 +29,7 @@ from pydantic import BaseModel
 
 from shared.agent.request import tool_result_cap
 from shared.clock import Clock, utc_now
-from shared.models.messages import Message, ToolCall
+from shared.models.messages import AssistantMessage, Message, ToolCall, ToolResult
 from shared.reflection.slices import LogRow, Slice, ending_at, is_eligible, is_step, rows_of
 from shared.store.atomic import write_bytes_atomic
 
@@ -207,7 +207,7 @@ def message_records(message: Message, text_limit: int) -> list[Record]:
         return [{"role": "summary", "content": content, "timestamp": at, "id": message.id}]
     if message.kind != "message":
         return []
-    if message.role == "tool":
+    if isinstance(message, ToolResult):
         return [
             {
                 "role": "tool",
@@ -219,17 +219,18 @@ def message_records(message: Message, text_limit: int) -> list[Record]:
             }
         ]
     records: list[Record] = []
-    if message.content or not message.tool_calls:
+    calls = message.tool_calls if isinstance(message, AssistantMessage) else []
+    if message.content or not calls:
         content = bounded_text(message.content, text_limit)
         records.append(
             {"role": message.role, "content": content, "timestamp": at, "id": message.id}
         )
-    if message.tool_calls:
+    if calls:
         records.append(
             {
                 "role": "assistant",
                 "content": None,
-                "tool_calls": [_call_record(call) for call in message.tool_calls],
+                "tool_calls": [_call_record(call) for call in calls],
                 "timestamp": at,
                 "id": message.id,
             }

@@ -55,7 +55,7 @@ def read_rows(log_path: Path, until_offset: int | None = None) -> list[LogRow]:
         line = data[start:newline]
         if line.strip():
             try:
-                rows.append(LogRow(Message.model_validate_json(line), start, newline + 1))
+                rows.append(LogRow(Message.parse_line(line), start, newline + 1))
             except ValidationError:
                 log.warning("unreadable_message_line", path=str(log_path), offset=start)
         start = newline + 1

@@ -22,7 +22,7 @@ from shared.clock import Clock, utc_now
 from shared.errors import CorruptStateFile, UnknownConversation
 from shared.ids import ID_PATTERN, new_id
 from shared.models.agents import CompactionEvent, ContextState, ConversationRecord
-from shared.models.messages import Message
+from shared.models.messages import AnyMessage, Message, SummaryMessage
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.jsonl import MessageLog
 from shared.store.layout import ConversationFiles, Layout
@@ -92,9 +92,9 @@ class Conversation:
         context = _load_context(messages_log, state.message_ids if state else None)
         return cls(directory, record, context, clock=clock)
 
-    def new_message(self, **fields: Any) -> Message:
+    def new_message(self, **fields: Any) -> AnyMessage:
         """A message of this conversation with a fresh id and timestamp (not yet appended)."""
-        return Message(
+        return Message.of(
             id=new_id("msg"),
             agent_id=self.agent_id,
             conversation_id=self.id,
@@ -168,9 +168,8 @@ def _replay(window: list[Message], messages: list[Message]) -> list[Message]:
     for message in messages:
         if not message.sent_to_model:
             continue
-        summary = message.summary_payload
-        if summary is not None:
-            keep = set(summary.kept_ids)
+        if isinstance(message, SummaryMessage):
+            keep = set(message.payload.kept_ids)
             window = [message, *(m for m in window if m.id in keep)]
         else:
             window.append(message)

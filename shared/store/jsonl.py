@@ -171,7 +171,7 @@ class MessageLog:
         if not line.strip():
             return None
         try:
-            return Message.model_validate_json(line)
+            return Message.parse_line(line)
         except ValidationError as exc:
             log.warning(
                 "unreadable_message_line",

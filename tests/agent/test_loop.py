@@ -96,7 +96,7 @@ def _run(
         rules=rules or ToolRules(),
         emit=emit,
     )
-    user = Message(
+    user = Message.of(
         id=new_id("msg"),
         agent_id="agent-1",
         conversation_id=conversation.id,
@@ -362,7 +362,7 @@ def _cancel_while_a_tool_hangs(conversation: Conversation, *, then: Any = None) 
             ),
             system_prompt=system_prompt,
         )
-        user = Message(
+        user = Message.of(
             id=new_id("msg"),
             agent_id="agent-1",
             conversation_id=conversation.id,

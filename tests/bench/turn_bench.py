@@ -72,7 +72,7 @@ def _write_history(layout: Layout, agent_id: str, conversation_id: str, count: i
         for i in range(count):
             role = "user" if i % 2 == 0 else "assistant"
             text = f"历史消息 {i}: we talked about topic {i % 97} and 数据库端口 {5000 + i % 50}."
-            message = Message(
+            message = Message.of(
                 id=new_id("msg"),
                 agent_id=agent_id,
                 conversation_id=conversation_id,

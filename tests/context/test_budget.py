@@ -15,6 +15,7 @@ from shared.context.budget import (
     suggested_window,
 )
 from shared.models.messages import Message, ToolCall, Usage
+from tests.support.messages import summary_payload
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -42,7 +43,7 @@ def test_threshold_reserves_16k_or_a_fifth_of_a_small_window(window: int, thresh
 
 
 def _m(role: str, text: str = "", *, at: int = 0, **fields: object) -> Message:
-    return Message(
+    return Message.of(
         id=f"m{at}-{role}",
         agent_id="a",
         conversation_id="c",
@@ -51,6 +52,11 @@ def _m(role: str, text: str = "", *, at: int = 0, **fields: object) -> Message:
         created_at=T0 + timedelta(seconds=at),
         **fields,
     )
+
+
+def _summary(*, at: int) -> Message:
+    payload = summary_payload("s" * 400, at=T0 + timedelta(seconds=at))
+    return _m("user", "s" * 400, at=at, kind="summary", payload=payload)
 
 
 def test_without_usage_every_message_is_estimated_at_four_chars_a_token() -> None:
@@ -74,7 +80,7 @@ def test_reported_usage_anchors_and_later_messages_are_added() -> None:
 def test_usage_older_than_the_latest_compaction_is_void() -> None:
     stale = Usage(input_tokens=407_000)
     messages = [
-        _m("user", "s" * 400, at=10, kind="summary"),
+        _summary(at=10),
         _m("assistant", "a" * 400, at=5, usage=stale),
     ]
     estimate = estimate_messages(messages)
@@ -83,7 +89,7 @@ def test_usage_older_than_the_latest_compaction_is_void() -> None:
 
 def test_usage_newer_than_the_compaction_anchors_again() -> None:
     messages = [
-        _m("user", "s" * 400, at=10, kind="summary"),
+        _summary(at=10),
         _m("assistant", "old", at=5, usage=Usage(input_tokens=407_000)),
         _m("assistant", "fresh", at=15, usage=Usage(input_tokens=90_000)),
         _m("user", "next", at=16),

@@ -115,7 +115,7 @@ def _turn(conversation: Conversation, provider: Any, **fields: Any) -> Turn:
 
 
 def _user(conversation: Conversation, text: str) -> Message:
-    return Message(
+    return Message.of(
         id=new_id("msg"), agent_id="a", conversation_id=conversation.id, role="user", content=text
     )
 
@@ -196,7 +196,7 @@ def windows(draw: st.DrawFn) -> list[Message]:
         if kind == "tools":
             calls = [ToolCall(id=f"c{i}-{j}", name="t") for j in range(draw(st.integers(1, 3)))]
             messages.append(
-                Message(
+                Message.of(
                     id=f"a{i}",
                     agent_id="a",
                     conversation_id="c",
@@ -206,7 +206,7 @@ def windows(draw: st.DrawFn) -> list[Message]:
                 )
             )
             messages += [
-                Message(
+                Message.of(
                     id=f"t{i}-{c.id}",
                     agent_id="a",
                     conversation_id="c",
@@ -218,7 +218,7 @@ def windows(draw: st.DrawFn) -> list[Message]:
             ]
         else:
             messages.append(
-                Message(id=f"m{i}", agent_id="a", conversation_id="c", role=kind, content=text)
+                Message.of(id=f"m{i}", agent_id="a", conversation_id="c", role=kind, content=text)
             )
     return messages
 
@@ -236,7 +236,7 @@ def test_a_cut_never_leaves_a_kept_result_without_its_call(
 
 def test_the_newest_message_is_kept_even_when_it_alone_is_over_the_budget() -> None:
     window = [
-        Message(id=str(i), agent_id="a", conversation_id="c", role="user", content="x" * 400)
+        Message.of(id=str(i), agent_id="a", conversation_id="c", role="user", content="x" * 400)
         for i in range(3)
     ]
     assert plan_cut(window, keep_tokens=10) == 2

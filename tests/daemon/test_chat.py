@@ -47,9 +47,10 @@ def test_first_chat_creates_the_default_agent_conversation_and_memory(
         / result["conversation_id"]
         / "messages.jsonl"
     )
-    assert [
-        Message.model_validate_json(line).role for line in log_file.read_text().splitlines()
-    ] == ["user", "assistant"]
+    assert [Message.parse_line(line).role for line in log_file.read_text().splitlines()] == [
+        "user",
+        "assistant",
+    ]
 
 
 def test_agents_can_be_created_listed_renamed_and_names_stay_unique(

@@ -80,7 +80,7 @@ def _logged_messages(home: Path, conversation_id: str) -> list[Message]:
     [log_file] = home.glob(f"agents/*/conversations/{conversation_id}/messages.jsonl")
     data = log_file.read_bytes()
     assert data.endswith(b"\n"), "the log ends in a torn line"
-    return [Message.model_validate_json(line) for line in data.splitlines()]
+    return [Message.parse_line(line) for line in data.splitlines()]
 
 
 def _turn_error(lines: list[dict[str, Any]]) -> dict[str, Any]:

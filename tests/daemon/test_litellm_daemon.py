@@ -39,7 +39,7 @@ def agentd(server: FakeOpenAIServer) -> Iterator[AgentdProcess]:
 
 def _log(home: Path) -> list[Message]:
     (path,) = home.glob("agents/*/conversations/*/messages.jsonl")
-    return [Message.model_validate_json(line) for line in path.read_text().splitlines()]
+    return [Message.parse_line(line) for line in path.read_text().splitlines()]
 
 
 def test_tool_calls_and_results_are_printed_then_the_answer(

@@ -124,7 +124,7 @@ def message_problems(home: Home, said: list[Said]) -> list[Problem]:
             problems.append(Problem("lost", f"{path} ends in a torn line: {fragment}"))
         for number, line in enumerate(data.split(b"\n")[:-1], start=1):
             try:
-                message = Message.model_validate_json(line)
+                message = Message.parse_line(line)
             except ValidationError as exc:
                 problems.append(
                     Problem("lost", f"{path}:{number} does not parse ({exc.error_count()} errors)")

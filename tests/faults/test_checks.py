@@ -37,7 +37,7 @@ def _log(home: Home) -> Path:
 
 
 def _message(text: str, *, role: str = "user", message_id: str | None = None) -> Message:
-    return Message(
+    return Message.of(
         id=message_id or f"msg-{abs(hash((text, role)))}",
         agent_id=AGENT,
         conversation_id=CONVERSATION,

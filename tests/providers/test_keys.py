@@ -72,7 +72,7 @@ def test_a_provider_gets_the_taken_key_explicitly_and_its_call_succeeds(
     assert "OPENAI_API_KEY" not in os.environ
     request = ModelRequest(
         system="s",
-        messages=[Message(id="m", agent_id="a", conversation_id="c", role="user", content="hi")],
+        messages=[Message.of(id="m", agent_id="a", conversation_id="c", role="user", content="hi")],
     )
     with FakeOpenAIServer() as server:
         settings = Settings(model="openai/gpt-4o", api_base=server.url, provider_attempts=1)

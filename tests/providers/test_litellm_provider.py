@@ -32,6 +32,7 @@ from shared.models.messages import Message, ToolCall
 from shared.providers.base import ModelRequest, ModelResponse, ToolSchema
 from shared.providers.litellm_errors import map_litellm_errors
 from shared.providers.litellm_provider import DEFAULT_CONTEXT_WINDOW, LiteLLMProvider
+from tests.support.messages import stop_payload, summary_payload
 from tests.support.openai_server import (
     FakeOpenAIServer,
     chat_completion,
@@ -92,7 +93,7 @@ def make_provider(server: FakeOpenAIServer, sleeps: Sleeps, **overrides: Any) ->
 
 
 def message(role: str, content: str = "", **fields: Any) -> Message:
-    return Message(
+    return Message.of(
         id="msg-x",
         agent_id="agent-1",
         conversation_id="conv-1",
@@ -143,8 +144,15 @@ def test_tool_calls_keep_raw_arguments_and_history_is_sent_in_openai_shape(
             tool_calls=[ToolCall(id="call-0", name="bash", arguments='{"cmd": "pwd"}')],
         ),
         message("tool", "/home/me", tool_call_id="call-0", name="bash"),
-        message("user", "Earlier: the user likes short answers.", kind="summary"),
-        message("assistant", "turn failed", kind="stop"),
+        message(
+            "user",
+            "Earlier: the user likes short answers.",
+            kind="summary",
+            payload=summary_payload(),
+        ),
+        message(
+            "assistant", "turn failed", kind="stop", stop_reason="error", payload=stop_payload()
+        ),
     ]
     request = ModelRequest(
         system="You are terse.", messages=history, tools=[BASH_TOOL], max_output_tokens=256

@@ -22,7 +22,9 @@ def _ask(text: str, *, human: str = HUMAN, window: int = 128_000, kind: str = "m
     request = ModelRequest(
         system=system,
         messages=[
-            Message(id="1", agent_id="a", conversation_id="c", role="user", content=text, kind=kind)
+            Message.of(
+                id="1", agent_id="a", conversation_id="c", role="user", content=text, kind=kind
+            )
         ],  # type: ignore[arg-type]
     )
     return asyncio.run(MockProvider(context_window=window).complete(request)).text
@@ -55,7 +57,7 @@ def test_reminders_are_not_taken_for_user_speech() -> None:
 def test_usage_is_reported_from_estimates() -> None:
     request = ModelRequest(
         system="s" * 400,
-        messages=[Message(id="1", agent_id="a", conversation_id="c", role="user", content="hi")],
+        messages=[Message.of(id="1", agent_id="a", conversation_id="c", role="user", content="hi")],
     )
     response = asyncio.run(MockProvider().complete(request))
     assert response.usage.input_tokens == 101
@@ -76,7 +78,7 @@ def _recall_request(*messages: Message, offer: bool = True) -> ModelRequest:
 
 
 def _user(text: str) -> Message:
-    return Message(id="u", agent_id="a", conversation_id="c", role="user", content=text)
+    return Message.of(id="u", agent_id="a", conversation_id="c", role="user", content=text)
 
 
 @pytest.mark.parametrize(
@@ -97,7 +99,7 @@ def test_without_the_recall_tool_it_just_answers() -> None:
 
 
 def test_it_answers_with_the_first_hit_that_is_not_the_question_or_a_search() -> None:
-    result = Message(
+    result = Message.of(
         id="t",
         agent_id="a",
         conversation_id="c",
@@ -143,7 +145,7 @@ def test_in_an_integration_turn_it_runs_the_merge_the_task_names_and_reports() -
     assert json.loads(call.arguments)["command"].startswith(
         "git -C /m merge --no-ff reflection/r1 -m "
     )
-    merged = Message(
+    merged = Message.of(
         id="t",
         agent_id="a",
         conversation_id="c",

@@ -13,6 +13,7 @@ from shared.recall.ranking import SearchRequest
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
+from tests.support.messages import summary_payload
 
 STATEMENT = "我们的数据库端口是 5433，别用默认的 5432"
 QUESTION = "还记得数据库端口吗？"
@@ -110,7 +111,7 @@ def test_a_summary_newer_than_the_question_does_not_steal_its_demotion(tmp_path:
     conversation = Conversation.create(Layout(tmp_path), "a", memory_head=None)
 
     def message(text: str, **fields: Any) -> Message:
-        return Message(
+        return Message.of(
             id=new_id("msg"),
             agent_id="a",
             conversation_id=conversation.id,
@@ -121,7 +122,13 @@ def test_a_summary_newer_than_the_question_does_not_steal_its_demotion(tmp_path:
 
     conversation.append([message(STATEMENT), message(QUESTION)])
     conversation.append(
-        [message("[system alert] 2 earlier messages … 还记得数据库端口", kind="summary")]
+        [
+            message(
+                "[system alert] 2 earlier messages … 还记得数据库端口",
+                kind="summary",
+                payload=summary_payload(),
+            )
+        ]
     )
     index = AgentIndex()
     index.build(read_documents(conversation.log.path))

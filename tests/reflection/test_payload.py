@@ -25,6 +25,7 @@ from shared.reflection.payload import (
 from shared.reflection.slices import Slice, replay_slice, select_slice
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
+from tests.support.messages import stop_payload, summary_payload
 from tests.support.transcripts import say
 
 ISO_MS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -110,14 +111,27 @@ def test_an_assistant_only_fragment_normalises_to_meta_and_assistant(chat: Conve
 def test_tool_results_and_summaries_ride_inside_a_slice_but_never_bound_it(
     chat: Conversation,
 ) -> None:
-    summary = say(chat, "user", "[system alert] summary of earlier talk", kind="summary")
+    summary = say(
+        chat,
+        "user",
+        "[system alert] summary of earlier talk",
+        kind="summary",
+        payload=summary_payload(),
+    )
     u1 = say(chat, "user", "list files")
     call = ToolCall(id="call-1", name="shell", arguments='{"cmd": "ls"}')
     say(chat, "assistant", tool_calls=[call])
     say(chat, "tool", "a.txt", tool_call_id="call-1", name="shell")
     a2 = say(chat, "assistant", "One file.")
     say(chat, "user", "<memory_update>…", kind="reminder")
-    say(chat, "assistant", "cancelled", kind="stop")
+    say(
+        chat,
+        "assistant",
+        "cancelled",
+        kind="stop",
+        stop_reason="cancelled",
+        payload=stop_payload("cancelled"),
+    )
 
     found = select_slice(chat.log.path, None)
 
@@ -148,7 +162,7 @@ def test_reminders_notes_and_stop_records_are_dropped_from_the_records(
     say(chat, "user", "hi")
     say(chat, "user", "<memory_update>", kind="reminder")
     say(chat, "user", "tool rule broken", kind="note")
-    say(chat, "assistant", "error", kind="stop")
+    say(chat, "assistant", "error", kind="stop", stop_reason="error", payload=stop_payload())
     say(chat, "assistant", "hello")
     found = select_slice(chat.log.path, None)
     assert found is not None
@@ -216,7 +230,7 @@ def test_nothing_eligible_after_the_watermark_gives_no_slice(chat: Conversation)
     say(chat, "user", "one")
     a1 = say(chat, "assistant", "1")
     say(chat, "user", "<memory_update>", kind="reminder")
-    say(chat, "assistant", "interrupted", kind="stop")
+    say(chat, "assistant", "interrupted", kind="stop", stop_reason="error", payload=stop_payload())
 
     assert select_slice(chat.log.path, a1.id) is None
     assert select_slice(chat.log.path, None) is not None
@@ -523,7 +537,7 @@ def test_a_short_conversation_replays_from_its_first_user_message(chat: Conversa
 
 def test_a_conversation_without_eligible_messages_has_no_replay(chat: Conversation) -> None:
     assert replay_slice(chat.log.path) is None
-    say(chat, "user", "summary", kind="summary")
+    say(chat, "user", "summary", kind="summary", payload=summary_payload())
     assert replay_slice(chat.log.path) is None
 
 

@@ -29,6 +29,7 @@ from shared.reflection.state import (
 )
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
+from tests.support.messages import stop_payload, summary_payload
 from tests.support.transcripts import say
 
 
@@ -77,10 +78,10 @@ def test_every_assistant_message_is_a_step_and_nothing_else_is(chat: Conversatio
     say(chat, "assistant", tool_calls=[ToolCall(id="c", name="shell")])
     say(chat, "tool", "ok", tool_call_id="c")
     say(chat, "assistant", "done")
-    say(chat, "user", "summary", kind="summary")
+    say(chat, "user", "summary", kind="summary", payload=summary_payload())
     say(chat, "user", "<memory_update>", kind="reminder")
     say(chat, "user", "note", kind="note")
-    say(chat, "assistant", "error", kind="stop")
+    say(chat, "assistant", "error", kind="stop", stop_reason="error", payload=stop_payload())
 
     assert counters(chat) == (2, 0, 2)
 

@@ -15,6 +15,7 @@ from reflector.checkout import Worktree, create_worktree
 from reflector.subagent import SubagentRun, run_reflection_subagent
 from shared import sandbox
 from shared.memory.repo import MemoryRepo
+from shared.models.messages import AssistantMessage
 from shared.providers.mock_reflector import READ_PAYLOAD, MockReflector
 from shared.reflection.payload import Limits, PayloadFile, write_payload
 from shared.reflection.slices import select_slice
@@ -131,7 +132,7 @@ def test_reads_through_its_tools_and_keeps_its_transcript(tmp_path: Path) -> Non
     worktree = make_worktree(tmp_path, "- 住在上海")
     run = reflect(tmp_path, worktree, payload_of(tmp_path, *SESSION))
     log = list(MessageLog(tmp_path / "subagents" / run.conversation_id / "messages.jsonl"))
-    calls = [call for message in log for call in message.tool_calls]
+    calls = [c for m in log if isinstance(m, AssistantMessage) for c in m.tool_calls]
     assert json.loads(calls[0].arguments) == {"command": READ_PAYLOAD}
     assert [call.name for call in calls] == ["bash", "bash", "edit_file", "bash"]
     assert {message.agent_id for message in log} == {"a1~reflection"}

@@ -10,10 +10,11 @@ import pytest
 from shared.errors import CorruptStateFile, InvalidId, UnknownConversation
 from shared.ids import new_id
 from shared.models.agents import CompactionEvent
-from shared.models.messages import CompactionStats, Message, SummaryPayload
+from shared.models.messages import Message
 from shared.store.atomic import read_model
 from shared.store.conversations import Conversation, list_conversations
 from shared.store.layout import Layout
+from tests.support.messages import stop_payload, summary_payload
 
 
 @pytest.fixture
@@ -22,7 +23,7 @@ def layout(tmp_path: Path) -> Layout:
 
 
 def _message(conversation: Conversation, text: str, **fields: object) -> Message:
-    return Message(
+    return Message.of(
         id=new_id("msg"),
         agent_id=conversation.agent_id,
         conversation_id=conversation.id,
@@ -41,25 +42,12 @@ def test_reopened_conversation_has_the_same_window(layout: Layout) -> None:
     assert [m.content for m in reopened.context] == ["m0", "m1", "m2", "m3"]
 
 
-_STATS = CompactionStats(
-    trigger="context_pressure",
-    messages_before=6,
-    messages_after=3,
-    summarised=4,
-    tokens_before=900,
-    tokens_after=300,
-    window=1000,
-    threshold=800,
-    floor=100,
-)
-
-
 def _summary(conversation: Conversation, kept: list[Message]) -> Message:
     return _message(
         conversation,
         "summary of m0-m3",
         kind="summary",
-        payload=SummaryPayload(summary="m0-m3", compaction=_STATS, kept_ids=[m.id for m in kept]),
+        payload=summary_payload("m0-m3", kept_ids=[m.id for m in kept]),
     )
 
 
@@ -128,7 +116,13 @@ def test_stop_records_stay_in_the_log_but_out_of_the_window(layout: Layout) -> N
     conversation.append(
         [
             _message(conversation, "hi"),
-            _message(conversation, "turn failed", kind="stop", stop_reason="error"),
+            conversation.new_message(
+                role="assistant",
+                kind="stop",
+                content="turn failed",
+                stop_reason="error",
+                payload=stop_payload(),
+            ),
         ]
     )
     assert [m.content for m in conversation.context] == ["hi"]

@@ -16,7 +16,9 @@ from shared.store.jsonl import MessageLog
 
 
 def _message(text: str) -> Message:
-    return Message(id=new_id("msg"), agent_id="a", conversation_id="c", role="user", content=text)
+    return Message.of(
+        id=new_id("msg"), agent_id="a", conversation_id="c", role="user", content=text
+    )
 
 
 def test_appended_messages_read_back_in_order(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from shared.agent.tools.args import NonBlankStr, NonEmptyStr, ToolArgs, clamped
 from shared.agent.tools.base import Tool, ToolContext
 from shared.errors import AgentdError, ToolError
-from shared.models.messages import Message
+from shared.models.messages import AssistantMessage, Message
 from shared.recall.ranking import Hit, SearchRequest
 
 DEFAULT_HITS = 5
@@ -97,5 +97,6 @@ class MessagesAround(Tool):
 
 
 def _display(message: Message) -> str:
-    calls = " ".join(f"→ {c.name}({c.arguments})" for c in message.tool_calls)
+    tool_calls = message.tool_calls if isinstance(message, AssistantMessage) else []
+    calls = " ".join(f"→ {c.name}({c.arguments})" for c in tool_calls)
     return f"{message.content} {calls}".strip()

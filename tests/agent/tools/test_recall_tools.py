@@ -33,7 +33,7 @@ class FakeRecall:
             raise UnknownMessage(f"no message {message_id}")
         call = ToolCall(id="x", name="bash", arguments='{"command": "ls"}')
         return [
-            Message(
+            Message.of(
                 id="m1",
                 agent_id="a",
                 conversation_id="c",
@@ -41,7 +41,7 @@ class FakeRecall:
                 content="hi",
                 created_at=WHEN,
             ),
-            Message(
+            Message.of(
                 id="m2",
                 agent_id="a",
                 conversation_id="c",
