@@ -112,7 +112,7 @@ class Daemon:
         path = self.settings.layout.socket_path
         _prepare_socket_dir(path)
         self._max_connections = _connection_cap(self.settings.max_connections)
-        server = await _bind(path, self._on_connection)
+        server = await _bind(path, self._on_connection, backlog=self.settings.max_connections)
         await asyncio.to_thread(self.agents.recover_memory)
         self.recall.start([record.id for record in self.agents.store.list()])
         self.reflections.start()
@@ -304,11 +304,18 @@ def _connection_cap(configured: int) -> int:
 
 
 async def _bind(
-    path: Path, handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+    path: Path,
+    handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    *,
+    backlog: int,
 ) -> asyncio.AbstractServer:
+    """Listen on ``path``, private to this user. The listen queue holds as many clients as
+    the daemon serves (the kernel caps it at ``somaxconn``): a burst of connections waits
+    there to be answered, or refused as ``busy``, instead of being turned away unanswered
+    by asyncio's default queue of 100."""
     old_umask = os.umask(0o177)
     try:
-        server = await asyncio.start_unix_server(handler, path=str(path))
+        server = await asyncio.start_unix_server(handler, path=str(path), backlog=backlog)
     finally:
         os.umask(old_umask)
     os.chmod(path, 0o600)

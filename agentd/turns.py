@@ -133,7 +133,7 @@ class Turns:
             await emit(EVENT_MEMORY_UPDATE, {"from": seen, "to": head, "files": files})
         inputs.append(conversation.new_message(role="user", content=text, turn_id=turn_id))
         seen_head = _SeenHead(head)
-        provider = self.providers.get(agent.model, agent.context_window)
+        provider = await self.providers.get_off_loop(agent.model, agent.context_window)
         turn = Turn(
             conversation=conversation,
             provider=provider,
@@ -152,7 +152,7 @@ class Turns:
             ),
             system_prompt=lambda: self.prompts.get(agent, repo),
             max_steps=self.settings.max_steps,
-            summariser=self._summariser(),
+            summariser=await self._summariser(),
             emit=emit,
             turn_id=turn_id,
         )
@@ -168,15 +168,15 @@ class Turns:
         )
         return result
 
-    def _summariser(self) -> Provider | None:
+    async def _summariser(self) -> Provider | None:
         model = self.settings.summary_model
-        return self.providers.get(model) if model else None
+        return await self.providers.get_off_loop(model) if model else None
 
     async def budget(
         self, agent: AgentRecord, repo: MemoryRepo, conversation: Conversation
     ) -> Budget:
         """The next request's budget as the loop would measure it before calling the model."""
-        provider = self.providers.get(agent.model, agent.context_window)
+        provider = await self.providers.get_off_loop(agent.model, agent.context_window)
         request = ModelRequest(
             system=await self.prompts.get(agent, repo),
             messages=shape_messages(conversation.context),

@@ -8,6 +8,8 @@ imported here lazily, the first time a non-mock model is asked for: it costs ~5 
 
 from __future__ import annotations
 
+import asyncio
+
 from shared.providers.base import Provider
 from shared.providers.keys import ProviderKeys
 from shared.providers.latency import WithLatency
@@ -32,6 +34,16 @@ class ProviderFactory:
         if key not in self._providers:
             self._providers[key] = self._make(model, window)
         return self._providers[key]
+
+    async def get_off_loop(
+        self, model: str | None = None, context_window: int | None = None
+    ) -> Provider:
+        """:meth:`get` for async code: a provider not built yet is built in a thread, so
+        the first turn on a litellm model (a ~5 s import) never stalls the event loop."""
+        key = (model or self.settings.model, context_window or self.settings.context_window)
+        if key in self._providers:
+            return self._providers[key]
+        return await asyncio.to_thread(self.get, model, context_window)
 
     def _make(self, model: str, window: int | None) -> Provider:
         if model == MOCK_MODEL:
