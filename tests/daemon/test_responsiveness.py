@@ -1,5 +1,6 @@
-"""The event loop never waits for a file lock: a conversation whose reflection state a
-worker holds waits alone, while ``status`` and every other conversation are answered."""
+"""The event loop never waits for a file: a conversation whose reflection state a worker
+holds, or whose disk write stalls, waits alone, while ``status`` and every other
+conversation are answered."""
 
 from __future__ import annotations
 
@@ -7,11 +8,33 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from shared.providers.base import Provider
-from shared.providers.factory import ProviderFactory
+import pytest
+
+from shared.store.jsonl import MessageLog
 from shared.store.locks import file_lock
 from tests.support.daemon import DaemonRunner
 from tests.support.memory_lock import descriptors_on, wait_for
+
+
+class Requests:
+    """Requests sent from threads, and the answers that came back."""
+
+    def __init__(self, daemon: DaemonRunner) -> None:
+        self.daemon = daemon
+        self.answers: dict[str, Any] = {}
+
+    def send(self, name: str, op: str, params: dict[str, Any] | None = None) -> threading.Thread:
+        def call() -> None:
+            self.answers[name] = self.daemon.result(op, params)
+
+        thread = threading.Thread(target=call)
+        thread.start()
+        return thread
+
+    def answered_within(self, threads: list[threading.Thread], timeout_s: float) -> list[str]:
+        for thread in threads:
+            thread.join(timeout_s)
+        return sorted(self.answers)
 
 
 def test_a_held_state_lock_holds_up_only_its_own_conversation(
@@ -29,60 +52,44 @@ def test_a_held_state_lock_holds_up_only_its_own_conversation(
         / first["conversation_id"]
         / "reflection-state.lock"
     )
-    answers: dict[str, Any] = {}
-
-    def ask(name: str, op: str, params: dict[str, Any] | None = None) -> threading.Thread:
-        thread = threading.Thread(target=lambda: answers.update({name: daemon.result(op, params)}))
-        thread.start()
-        return thread
+    requests = Requests(daemon)
 
     with file_lock(lock):  # a worker writing this conversation's reflection state
-        held_up = ask("held up", "chat", {"text": "again"})
+        held_up = requests.send("held up", "chat", {"text": "again"})
         wait_for(lambda: descriptors_on(lock) == 2, "the turn to wait for the state lock")
-        others = [
-            ask("status", "status"),
-            ask("other", "chat", {"conversation": other, "text": "meanwhile"}),
+        meanwhile = [
+            requests.send("status", "status"),
+            requests.send("other", "chat", {"conversation": other, "text": "meanwhile"}),
         ]
-        for thread in others:
-            thread.join(20)
-        answered_meanwhile = sorted(answers)
+        answered_meanwhile = requests.answered_within(meanwhile, 20)
     held_up.join(30)
 
     assert answered_meanwhile == ["other", "status"]
-    assert answers["held up"]["stop_reason"] == "end_turn"
+    assert requests.answers["held up"]["stop_reason"] == "end_turn"
 
 
-class SlowToBuild(ProviderFactory):
-    """A factory whose first provider takes as long as the test says: a litellm model's
-    first turn imports litellm (~5 s) while building it."""
-
-    building = threading.Event()
-    release = threading.Event()
-
-    def _make(self, model: str, window: int | None) -> Provider:
-        SlowToBuild.building.set()
-        SlowToBuild.release.wait(120)
-        return super()._make(model, window)
-
-
-def test_building_a_provider_for_the_first_turn_does_not_stall_the_loop(
-    daemon: DaemonRunner,
+def test_a_stalled_log_write_holds_up_only_its_own_turn(
+    daemon: DaemonRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    daemon.start(providers=SlowToBuild)
-    answers: dict[str, Any] = {}
-    first = threading.Thread(
-        target=lambda: answers.update(chat=daemon.result("chat", {"text": "hi"}))
-    )
-    first.start()
-    try:
-        assert SlowToBuild.building.wait(30), "the turn never asked for its provider"
-        asking = threading.Thread(target=lambda: answers.update(status=daemon.result("status")))
-        asking.start()
-        asking.join(30)  # the build is still blocked: only a free event loop answers
-        answered_while_building = "status" in answers
-    finally:
-        SlowToBuild.release.set()
-        first.join(30)
+    daemon.start()
+    daemon.result("chat", {"text": "hello"})
+    writing, resume = threading.Event(), threading.Event()
+    append = MessageLog.append
 
-    assert answered_while_building and answers["status"]["active_turns"] == 1
-    assert answers["chat"]["stop_reason"] == "end_turn"
+    def stalled_append(log: MessageLog, messages: Any) -> Any:
+        if not writing.is_set():
+            writing.set()
+            assert resume.wait(30), "the test never let the write finish"
+        return append(log, messages)
+
+    monkeypatch.setattr(MessageLog, "append", stalled_append)
+    requests = Requests(daemon)
+
+    held_up = requests.send("held up", "chat", {"text": "again"})
+    assert writing.wait(30)
+    answered_meanwhile = requests.answered_within([requests.send("status", "status")], 20)
+    resume.set()
+    held_up.join(30)
+
+    assert answered_meanwhile == ["status"]
+    assert requests.answers["held up"]["stop_reason"] == "end_turn"
