@@ -152,10 +152,20 @@ def sweep_orphans(
 
 def collect_locked(parent: MemoryRepo, worktree: Worktree) -> str | None:
     """Fetch the clone's ``HEAD`` into ``reflection/<job_id>``; why not, or None if done."""
+    return secure(worktree) or fetch_locked(parent, worktree)
+
+
+def secure(worktree: Worktree) -> str | None:
+    """Make the clone's git dir safe for the harness's git, or say why it cannot be: the
+    one gate before any harness git runs in the clone or fetches from it."""
     refused = untrusted(worktree)
-    if refused is not None:
-        return refused
-    restore_metadata(worktree)
+    if refused is None:
+        restore_metadata(worktree)
+    return refused
+
+
+def fetch_locked(parent: MemoryRepo, worktree: Worktree) -> str | None:
+    r"""Fetch a :func:`secure`\ d clone's ``HEAD``; why it failed, or None."""
     target = f"+HEAD:refs/heads/{worktree.branch}"
     fetched = git.run(
         parent.path,

@@ -22,14 +22,7 @@ from typing import Literal
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
-from reflector.checkout import (
-    Worktree,
-    branch_exists,
-    collect_locked,
-    purge,
-    restore_metadata,
-    untrusted,
-)
+from reflector.checkout import Worktree, branch_exists, fetch_locked, purge, secure
 from shared.errors import MemoryRepoError
 from shared.memory import git, git_locks
 from shared.memory.repo import MemoryRepo
@@ -151,10 +144,9 @@ def _decide(
                 "(already finalized?)",
             )
     else:
-        refused = untrusted(worktree)
+        refused = secure(worktree)
         if refused is not None:
             return _failed("reflection", refused)
-        restore_metadata(worktree)
         if _has_uncommitted_changes(worktree.path):
             return FinalizeResult(
                 status="dirty_uncommitted",
@@ -162,10 +154,8 @@ def _decide(
             )
     if not should_merge:
         return _failed("reflection", failure_summary or "the reflection did not complete cleanly")
-    if not missing and (problem := collect_locked(parent, worktree)) is not None:
+    if not missing and (problem := fetch_locked(parent, worktree)) is not None:
         return _failed("reflection", problem)
-    if not should_merge:
-        return _failed("reflection", failure_summary or "the reflection did not complete cleanly")
     count = _commit_count(parent.path, worktree)
     if count == 0:
         return FinalizeResult(status="no_changes", message=NO_CHANGES_MESSAGE)

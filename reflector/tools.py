@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from reflector.checkout import SUBAGENT_NAME
 from shared import sandbox
 from shared.agent.tools.base import Tool, ToolContext, no_memory_edit
 from shared.agent.tools.bash import Bash
@@ -27,8 +28,6 @@ from shared.agent.tools.files import EditFile
 from shared.ids import REFLECTION_SUFFIX
 from shared.reflection.payload import PayloadFile
 from shared.settings import DEFAULT_BASH_OUTPUT_CHARS
-
-AUTHOR_NAME = "Reflection Subagent"
 
 
 class ReflectionBash(Bash):
@@ -86,7 +85,7 @@ def reflection_context(
             "TRANSCRIPT_PATH": str(payload_path.absolute()),
             "PARENT_AGENT_ID": parent_agent_id,
             # Whatever the model writes, its commits are attributed to the sub-agent.
-            "GIT_AUTHOR_NAME": AUTHOR_NAME,
+            "GIT_AUTHOR_NAME": SUBAGENT_NAME,
             "GIT_AUTHOR_EMAIL": f"{child_id}@agentd.local",
         },
     )
