@@ -190,6 +190,11 @@ def untrusted(worktree: Worktree) -> str | None:
     git_dir = worktree.path / ".git"
     if worktree.path.is_symlink() or git_dir.is_symlink() or not git_dir.is_dir():
         return "the reflection replaced its checkout's .git; nothing was taken from it"
+    # restore_metadata writes below these: a link here would aim its writes at the parent.
+    for directory in (git_dir / "objects", git_dir / "objects" / "info"):
+        if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+            where = directory.relative_to(worktree.path)
+            return f"the reflection replaced {where} by a link; nothing was taken from it"
     return None
 
 

@@ -200,3 +200,22 @@ def test_a_clone_whose_git_dir_was_swapped_for_the_parents_is_not_read(job: Job)
     assert "replaced its checkout's .git" in result.message
     assert job.parent_refs() == refs
     assert changed(before, job.untouched_outside_clone()) == []
+
+
+def test_a_link_planted_where_the_harness_rewrites_the_clone_aims_nothing_at_the_parent(
+    job: Job,
+) -> None:
+    """``.git/objects/info`` made a link to the parent's: resetting the clone's alternates
+    would have written through it into the parent's object store."""
+    before, refs = job.untouched_outside_clone(), job.parent_refs()
+    job.run(
+        "rm -rf .git/objects/info && "
+        f"ln -s {job.clone.parent_objects}/info .git/objects/info && echo linked"
+    )
+
+    result = finalize(job.clone, should_merge=True)
+
+    assert (result.status, result.failure_phase) == ("failed", "reflection")
+    assert "by a link" in result.message
+    assert job.parent_refs() == refs
+    assert changed(before, job.untouched_outside_clone()) == []
