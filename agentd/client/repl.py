@@ -1,0 +1,184 @@
+"""``agentctl chat``: one turn with ``-p``, else a read-eval-print loop, a turn per line.
+
+On a terminal the loop edits lines with the standard library's ``readline`` and keeps
+their history in ``$AGENTD_HOME/history``, names whom it talks to in a one-line banner,
+and takes slash commands (:data:`HELP`). Ctrl-C during a turn cancels that turn and
+returns to the prompt: the connection is closed, which is how the daemon learns a client
+is gone (it cancels the turn and records it as cancelled), and the next request opens a
+new one. At the prompt Ctrl-C discards the line typed, or leaves on an empty line, as
+Ctrl-D does; both exit 0.
+
+When stdin is not a terminal (a script pipes lines in), there is no prompt, banner or
+history: each line is a turn (or a command), the first error from the daemon stops the
+loop as in ``sh -e``, and the exit status is 1 if any turn failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+from agentd.client import render
+from agentd.client.chat import stream_turn
+from agentd.client.connection import ClientError, Connection
+from shared import protocol
+
+PROMPT = "› "
+HISTORY_LINES = 1_000
+"""How many lines the history file keeps; older ones are dropped."""
+COMMAND = re.compile(r"/[a-z]+")
+"""A line whose first word is one of these is a command. ``/usr/bin is …`` is not: the
+agent hears it."""
+HELP = """\
+/new          start a new conversation with this agent
+/agent NAME   talk to agent NAME, in its default conversation
+/help         this list
+/exit, /quit  leave (so do Ctrl-D, and Ctrl-C on an empty line)
+Ctrl-C during a turn cancels the turn."""
+
+
+def cmd_chat(conn: Connection, args: argparse.Namespace) -> int:
+    if args.prompt is not None:
+        return stream_turn(conn, args.agent, args.conversation, args.prompt, as_json=args.json)
+    return Repl(conn, args).run()
+
+
+class LineEditor:
+    """readline at the prompt, with a history that outlives the session: each line is
+    appended to the file as it is entered, so a session that crashes or is killed keeps
+    what was typed, and the file is cut to :data:`HISTORY_LINES` as it grows."""
+
+    def __init__(self, history: Path) -> None:
+        # Imported here: only a terminal needs it, and on a pipe it may write escapes.
+        import readline
+
+        self.readline = readline
+        self.history: Path | None = history
+        readline.set_auto_history(False)  # remember() adds lines, so memory matches file
+        readline.set_history_length(HISTORY_LINES)
+        try:
+            os.close(os.open(history, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+            readline.read_history_file(history)
+        except OSError as exc:
+            self.history = None
+            print(f"history not kept ({exc}); chat goes on without it", file=sys.stderr)
+
+    def read(self) -> str:
+        return input(PROMPT)
+
+    def typed(self) -> str:
+        """The line being edited: still there after Ctrl-C interrupted :meth:`read`."""
+        return self.readline.get_line_buffer()
+
+    def remember(self, line: str) -> None:
+        """Add ``line`` to the history (not again if it is the last line already)."""
+        readline = self.readline
+        if readline.get_history_item(readline.get_current_history_length()) == line:
+            return
+        readline.add_history(line)
+        if self.history is None:
+            return
+        try:
+            readline.append_history_file(1, self.history)
+        except OSError as exc:
+            self.history = None
+            print(f"history not kept ({exc}); chat goes on without it", file=sys.stderr)
+
+
+class Repl:
+    def __init__(self, conn: Connection, args: argparse.Namespace) -> None:
+        self.conn: Connection | None = conn
+        """``None`` after a cancelled turn closed it; the next request opens another."""
+        self.agent: str | None = args.agent
+        self.conversation: str | None = args.conversation
+        self.as_json: bool = args.json
+        self.failed = False
+
+    def run(self) -> int:
+        try:
+            if sys.stdin.isatty():
+                return self._interactive(LineEditor(protocol.history_path()))
+            return self._script()
+        finally:
+            if self.conn is not None:
+                self.conn.close()
+
+    def _interactive(self, editor: LineEditor) -> int:
+        self._show_where(self.agent, self.conversation)
+        while True:
+            try:
+                line = editor.read().strip()
+            except EOFError:
+                print()
+                return 0
+            except KeyboardInterrupt:
+                if not editor.typed():
+                    print()
+                    return 0
+                print("^C")  # the line is discarded, as in a shell
+                continue
+            if not line:
+                continue
+            editor.remember(line)
+            try:
+                if not self._do(line):
+                    return 0
+            except KeyboardInterrupt:
+                self._hang_up()
+                print("\n  ■ turn cancelled", file=sys.stderr, flush=True)
+            except ClientError as exc:
+                print(f"{exc.code}: {exc.message}", file=sys.stderr, flush=True)
+
+    def _script(self) -> int:
+        for line in sys.stdin:
+            if line.strip() and not self._do(line.strip()):
+                break
+        return 1 if self.failed else 0
+
+    def _do(self, line: str) -> bool:
+        """Say ``line`` to the agent or run it as a command; False to leave."""
+        word, *rest = line.split(maxsplit=1)
+        if not COMMAND.fullmatch(word):
+            status = stream_turn(
+                self._connection(), self.agent, self.conversation, line, as_json=self.as_json
+            )
+            self.failed = self.failed or status != 0
+            return True
+        if word in ("/exit", "/quit"):
+            return False
+        if word == "/help":
+            print(HELP, flush=True)
+        elif word == "/new":
+            created = self._connection().result("conversation.create", {"agent": self.agent})
+            self._show_where(self.agent, created["id"])
+        elif word == "/agent" and rest:
+            self._show_where(rest[0], None)
+        elif word == "/agent":
+            print("usage: /agent NAME", file=sys.stderr, flush=True)
+        else:
+            print(f"unknown command {word}: /help lists the commands", file=sys.stderr, flush=True)
+        return True
+
+    def _show_where(self, agent: str | None, conversation: str | None) -> None:
+        """Make the next turns go to ``agent`` and ``conversation`` (``None``: the default
+        one, which the daemon creates on first use), and print them with the model in one
+        line. An unknown agent or conversation raises and changes nothing."""
+        conn = self._connection()
+        where = conn.result("context.show", {"agent": agent, "conversation": conversation})
+        record = conn.result("agent.show", {"agent": where["agent_id"]})
+        self.agent, self.conversation = where["agent_id"], where["conversation_id"]
+        render.print_chat_banner(record["name"], where)
+
+    def _connection(self) -> Connection:
+        if self.conn is None:
+            self.conn = Connection()
+        return self.conn
+
+    def _hang_up(self) -> None:
+        """Close the connection mid-request: the daemon cancels what it runs for us."""
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None

@@ -1,0 +1,103 @@
+"""A program on a pseudo-terminal, driven the way a person at a keyboard drives it.
+
+Keys go in as text; Ctrl-C (:meth:`Terminal.interrupt`) becomes a SIGINT for the program,
+as on a real terminal. What the program writes is read back until an expected text
+appears, with a generous timeout instead of sleeps.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import signal
+import sys
+import time
+from pathlib import Path
+
+CTRL_C = "\x03"
+CTRL_D = "\x04"
+UP = "\x1b[A"
+ENTER = "\r"
+
+
+class Terminal:
+    def __init__(self, *argv: str, env: dict[str, str]) -> None:
+        """Run ``python argv...`` as the session leader of a new terminal, its stdin,
+        stdout and stderr. ``TERM=dumb`` and no inputrc keep readline's output plain."""
+        env = {**env, "TERM": "dumb", "INPUTRC": os.devnull}
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: become the program at once
+            try:
+                os.execve(sys.executable, [sys.executable, *argv], env)
+            finally:
+                os._exit(127)
+        self.pid = pid
+        self.fd = fd
+        self.screen = b""
+        """Everything the program wrote so far."""
+        self.read_up_to = 0
+        """Where the text after the last expected one starts."""
+        self.status: int | None = None
+
+    def type(self, keys: str) -> None:
+        os.write(self.fd, keys.encode())
+
+    def expect(self, text: str, timeout_s: float = 60.0) -> str:
+        """Wait for ``text`` after what was expected last; return what came before it."""
+        wanted = text.encode()
+        deadline = time.monotonic() + timeout_s
+        while (found := self.screen.find(wanted, self.read_up_to)) < 0:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"no {text!r} within {timeout_s} s; the screen:\n{self.text}"
+            if not self._read(remaining):
+                raise AssertionError(f"the program ended before {text!r}; the screen:\n{self.text}")
+        before = self.screen[self.read_up_to : found].decode(errors="replace")
+        self.read_up_to = found + len(wanted)
+        return before
+
+    def interrupt(self, timeout_s: float = 60.0) -> None:
+        """Press Ctrl-C once the program is asleep waiting for input or an answer.
+
+        Not before: CPython's readline only notices a signal that interrupts its wait
+        for the next key (a SIGINT landing between drawing the prompt and that wait is
+        seen at the next key), so pressing it the moment the prompt shows would race.
+        A waiting program is in interruptible sleep, ``S`` in ``/proc/PID/stat``."""
+        stat = Path(f"/proc/{self.pid}/stat")
+        deadline = time.monotonic() + timeout_s
+        while stat.read_text().rpartition(")")[2].split()[0] != "S":
+            assert time.monotonic() < deadline, f"never waited within {timeout_s} s"
+            time.sleep(0.005)
+        self.type(CTRL_C)
+
+    def exit_status(self, timeout_s: float = 60.0) -> int:
+        """Read to the end of the program's output, then its exit status."""
+        deadline = time.monotonic() + timeout_s
+        while self._read(deadline - time.monotonic()):
+            assert time.monotonic() < deadline, f"still running after {timeout_s} s:\n{self.text}"
+        _, status = os.waitpid(self.pid, 0)
+        self.status = os.waitstatus_to_exitcode(status)
+        return self.status
+
+    @property
+    def text(self) -> str:
+        return self.screen.decode(errors="replace")
+
+    def close(self) -> None:
+        if self.status is None:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        os.close(self.fd)
+
+    def _read(self, timeout_s: float) -> bool:
+        """Read what is there within ``timeout_s``; False once the program has closed the
+        terminal (Linux reports EIO on the master then)."""
+        readable, _, _ = select.select([self.fd], [], [], max(timeout_s, 0))
+        if not readable:
+            return True
+        try:
+            chunk = os.read(self.fd, 65536)
+        except OSError:
+            return False
+        self.screen += chunk
+        return bool(chunk)
