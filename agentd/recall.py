@@ -8,7 +8,9 @@ is missed or counted twice.
 
 Searches run in threads of their own: a burst of them (each waiting for its agent's
 index, which one search at a time scans) must not take the threads the daemon's turns
-write their files in. Nothing waits for a build in a thread.
+write their files in. Nothing waits for a build in a thread. Those threads and the build's
+run at background priority (:mod:`shared.priority`): a search is CPU work, and the event
+loop must not wait for the CPU behind it.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import structlog
 
 from shared.errors import UnknownMessage
 from shared.models.messages import Message
+from shared.priority import lower_this_thread
 from shared.recall.documents import Document, EchoTracker, read_documents, read_message_at
 from shared.recall.index import AgentIndex
 from shared.recall.ranking import Hit, SearchRequest
@@ -60,7 +63,9 @@ class RecallService:
         self.layout = layout
         self._agents: dict[str, _AgentRecall] = {}
         self._lock = threading.Lock()
-        self._threads = ThreadPoolExecutor(SEARCH_THREADS, thread_name_prefix="recall")
+        self._threads = ThreadPoolExecutor(
+            SEARCH_THREADS, thread_name_prefix="recall", initializer=lower_this_thread
+        )
 
     def start(self, agent_ids: list[str]) -> threading.Thread:
         """Build every agent's index in one background thread."""
@@ -75,6 +80,7 @@ class RecallService:
         return thread
 
     def _build_all(self, states: list[tuple[str, _AgentRecall]]) -> None:
+        lower_this_thread()
         for agent_id, state in states:
             started = time.perf_counter()
             try:

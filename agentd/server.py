@@ -50,6 +50,7 @@ from shared.errors import (
     ShuttingDown,
     UnknownOp,
 )
+from shared.priority import favour_the_event_loop
 from shared.protocol import MAX_REQUEST_BYTES, encode
 from shared.providers.factory import ProviderFactory
 from shared.settings import Settings
@@ -109,6 +110,7 @@ class Daemon:
     async def serve(
         self, *, ready: asyncio.Event | None = None, install_signal_handlers: bool = False
     ) -> None:
+        favour_the_event_loop()
         path = self.settings.layout.socket_path
         _prepare_socket_dir(path)
         self._max_connections = _connection_cap(self.settings.max_connections)

@@ -9,9 +9,11 @@ of ``reflector`` is configured only through :func:`reflector.app.create_app`.
 from __future__ import annotations
 
 from reflector.app import create_app
+from shared.priority import lower_this_thread
 from shared.providers.keys import take_provider_keys
 from shared.settings import Settings
 
 settings = Settings()
+lower_this_thread()  # reflection is background work: the daemon's loop gets the CPU first
 # Out of the environment before a sub-agent's shell can start (shared/providers/keys.py).
 app = create_app(settings, provider_keys=take_provider_keys())

@@ -41,6 +41,7 @@ LAYERS = (
             "shared.ids",
             "shared.log_files",
             "shared.logging",
+            "shared.priority",
             "shared.protocol",
             "shared.redact",
             "shared.sandbox",

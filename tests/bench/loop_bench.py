@@ -75,6 +75,7 @@ from agentd.requests import AgentCreate
 from agentd.server import Daemon
 from shared.ids import new_id
 from shared.logging import configure
+from shared.priority import lower_this_thread
 from shared.recall.ranking import SearchRequest
 from shared.reflection.slices import select_slice
 from shared.reflection.state import advance, load_state
@@ -323,7 +324,9 @@ def run_clients(config: dict[str, Any]) -> None:
 
 
 def run_worker(directory: Path, seconds: float) -> None:
-    """What a reflection job does to the state of its conversation, again and again."""
+    """What a reflection job does to the state of its conversation, again and again, at
+    the priority a reflection worker runs at."""
+    lower_this_thread()
     deadline = time.monotonic() + seconds
     durations: list[float] = []
     log_path = directory / "messages.jsonl"

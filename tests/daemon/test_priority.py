@@ -1,0 +1,72 @@
+"""The event loop gets the CPU first: recall's threads and the reflection workers run at
+background priority, and the daemon hands the interpreter lock back to its loop within
+1 ms (``shared/priority.py`` says why). Linux only: a nice value is per thread there."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shared.priority import BACKGROUND_NICENESS, LOOP_SWITCH_INTERVAL_S
+from tests.support.daemon import DaemonRunner
+from tests.support.workers import RedisForTests, WorkerProcess
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux /proc")
+
+
+def niceness(task: Path) -> int:
+    """The nice value in ``/proc/<pid>[/task/<tid>]/stat`` (its 19th field)."""
+    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[19 - 3])
+
+
+def background(base: int) -> int:
+    return min(base + BACKGROUND_NICENESS, 19)
+
+
+def thread_niceness(thread: threading.Thread) -> int:
+    return niceness(Path(f"/proc/self/task/{thread.native_id}"))
+
+
+@pytest.fixture
+def switch_interval() -> Iterator[None]:
+    before = sys.getswitchinterval()
+    yield
+    sys.setswitchinterval(before)
+
+
+def test_searches_run_below_the_event_loop_and_the_loop_gets_the_lock_back_fast(
+    daemon: DaemonRunner, switch_interval: None
+) -> None:
+    daemon.start()
+    daemon.result("chat", {"text": "the deploy key lives in vault"})
+    assert daemon.result("recall.search", {"query": "deploy key"})["hits"]
+
+    assert daemon.thread is not None
+    loop = thread_niceness(daemon.thread)
+    searchers = [t for t in threading.enumerate() if t.name.startswith("recall")]
+    assert searchers, "no recall thread ran the search"
+    assert {thread_niceness(t) for t in searchers} == {background(loop)}
+    assert sys.getswitchinterval() == pytest.approx(LOOP_SWITCH_INTERVAL_S)
+
+
+def test_a_reflection_worker_and_its_pool_run_at_background_priority(
+    agentd_home: Path,
+) -> None:
+    redis = RedisForTests(agentd_home).start()
+    worker = WorkerProcess(agentd_home).start()
+    try:
+        assert worker.proc is not None
+        main = Path(f"/proc/{worker.proc.pid}")
+        children = (main / "task" / str(worker.proc.pid) / "children").read_text().split()
+        assert children, "the worker has no pool process"
+        expected = background(niceness(Path("/proc/self")))
+        assert niceness(main) == expected
+        assert {niceness(Path(f"/proc/{child}")) for child in children} == {expected}
+    finally:
+        worker.stop()
+        redis.stop()
