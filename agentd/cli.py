@@ -65,6 +65,21 @@ def _run_daemon(settings: Settings) -> int:
     return Daemon(settings, providers=providers).run()
 
 
+def _up(settings: Settings) -> int:
+    """The whole stack; what ``agentd up`` itself logs goes out with its children's lines."""
+    from agentd.supervisor import Stack, console_output
+    from shared.logging import configure
+
+    stack = Stack(settings)
+    configure(
+        "agentd-up",
+        level=settings.log_level,
+        console_format="console" if console_output(settings) else "json",
+        console=stack.log_stream(),
+    )
+    return stack.run()
+
+
 def main(argv: list[str] | None = None) -> int:
     from shared.store.permissions import private_umask
 
@@ -89,10 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = _settings()
         return 2 if settings is None else run_doctor(settings, fix=args.fix)
     if args.command == "up":
-        from agentd.supervisor import Stack
-
         settings = _settings()
-        return 2 if settings is None else Stack(settings).run()
+        return 2 if settings is None else _up(settings)
     parser.error(f"unknown command {args.command}")
     return 2
 

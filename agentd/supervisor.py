@@ -1,17 +1,27 @@
 """``agentd up``: the whole stack in the foreground, started and stopped together.
 
 It starts the embedded Valkey (unless ``AGENTD_REDIS_URL`` points at a Redis), then the
-chat daemon and ``AGENTD_WORKERS`` reflection workers as child processes, prefixing
-their output with their names. Ctrl-C or SIGTERM stops the children (workers finish the
-job in hand), then Redis. A child that dies, Valkey included, is reported and restarted;
-the others keep running (while Valkey is down the daemon keeps reflection requests on
-disk and the workers reconnect). Only a crash loop stops the stack, and ``agentd up``
-then exits 1: a child that dies within :data:`EARLY_DEATH_S` of its start
-:data:`MAX_RESTARTS` times in a minute (a bad setting, a missing binary). One that ran
+chat daemon and ``AGENTD_WORKERS`` reflection workers as child processes. Ctrl-C or
+SIGTERM stops the children (workers finish the job in hand), then Redis. A child that
+dies, Valkey included, is reported and restarted; the others keep running (while Valkey
+is down the daemon keeps reflection requests on disk and the workers reconnect). Only a
+crash loop stops the stack, and ``agentd up`` then exits 1: a child that dies within
+:data:`EARLY_DEATH_S` of its start :data:`MAX_RESTARTS` times in a minute (a bad
+setting, a missing binary). One that ran
 for a while and was killed — an OOM kill, a stray ``kill -9`` — is always restarted,
-however often it happens. A second ``agentd up`` on the same home refuses to start:
-``run/up.lock`` is held for the run, which also tells ``agentctl status`` that a stack
-is alive. ``agentctl shutdown`` (the daemon exiting cleanly) stops the whole stack.
+however often it happens. A second ``agentd up`` on the same home refuses to start, and
+so does one on a home a standalone ``agentd serve`` already serves, with the same words,
+before it starts anything: ``run/up.lock`` is held for the run, which also tells
+``agentctl status`` that a stack is alive. ``agentctl shutdown`` (the daemon exiting
+cleanly) stops the whole stack.
+
+What it prints depends on who reads it. On a terminal (or ``AGENTD_LOG_FORMAT=console``)
+each line is a readable one, prefixed by the process it came from (``agentd |``,
+``reflector-1 |``, ``valkey |``, and ``up |`` for its own): the children are told to log
+for a console. Anywhere else (or ``AGENTD_LOG_FORMAT=json``) every line is one JSON object
+with a ``process`` field, for a log collector: the children's JSON lines get the field, a
+line that is not JSON (a traceback) is wrapped, and the supervisor's own messages are
+events like theirs.
 
 The children die with ``agentd up`` even when it cannot stop them (``kill -9``, an OOM
 kill): each is started with a parent-death signal (Linux ``PR_SET_PDEATHSIG``), so none
@@ -26,6 +36,8 @@ started from the main thread.
 from __future__ import annotations
 
 import ctypes
+import io
+import json
 import os
 import signal
 import subprocess
@@ -35,7 +47,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO
+from datetime import UTC, datetime
+from typing import IO, Any
 
 from agentd import instance
 from shared.coordination.broker import locate
@@ -51,6 +64,8 @@ STOP_GRACE_S = 20.0
 _PR_SET_PDEATHSIG = 1
 _COLORS = ("36", "33", "35", "32", "34", "31")
 _VALKEY_COLOR = "37"
+SUPERVISOR = "up"
+"""The prefix, or ``process``, of what ``agentd up`` itself says."""
 
 
 @dataclass
@@ -74,6 +89,28 @@ class Child:
 def up_is_running(layout: Layout) -> bool:
     """True while an ``agentd up`` holds the home's lock: alive, whatever its children do."""
     return instance.held(layout.up_lock)
+
+
+def already_running(settings: Settings) -> str:
+    """What ``agentd up`` says on a home that an ``agentd up`` or a standalone ``agentd
+    serve`` already runs: the same words for both, since the way out is the same."""
+    return (
+        f"agentd is already running for {settings.home}; stop it first with "
+        "`agentctl shutdown` (or Ctrl-C in its terminal)"
+    )
+
+
+def console_output(settings: Settings) -> bool:
+    """Readable lines rather than JSON: ``AGENTD_LOG_FORMAT``, else whether stdout is a
+    terminal."""
+    if settings.log_format == "auto":
+        return sys.stdout.isatty()
+    return settings.log_format == "console"
+
+
+def worker_name(number: int) -> str:
+    """The ``number``-th worker of ``agentd up``: its prefix and its Celery node name."""
+    return f"reflector-{number}"
 
 
 def dies_with_this_process(signum: signal.Signals) -> Callable[[], None] | None:
@@ -128,26 +165,25 @@ class Stack:
         self._stopping = threading.Event()
         self._print_lock = threading.Lock()
         self._tty = sys.stdout.isatty()
+        self._console = console_output(settings)
+        names = [SUPERVISOR, "valkey", "agentd", worker_name(settings.workers)]
+        self._width = max(len(name) for name in names)
+
+    def log_stream(self) -> IO[str]:
+        """Where the supervisor's own log lines go (``configure(console=…)``): out with
+        the children's, as the ``up`` process."""
+        readable = self._console and self._tty
+        return _Lines(lambda line: self._relay(SUPERVISOR, line, _VALKEY_COLOR), tty=readable)
 
     def run(self) -> int:
         """Run the stack until it is stopped: 0 when asked to stop, 1 when it could not
         start or gave up on a child."""
         layout = self.settings.layout
         lock = instance.hold(layout.up_lock)
-        if lock is None:
-            print(
-                f"agentd up is already running for {self.settings.home}; stop it first "
-                "(Ctrl-C in its terminal, or `agentctl shutdown`)",
-                file=sys.stderr,
-            )
-            return 1
-        if instance.held(layout.serve_lock):
-            lock.close()
-            print(
-                f"agentd serve is already running for {self.settings.home}; stop it first "
-                "(`agentctl shutdown`), then start the whole stack with agentd up",
-                file=sys.stderr,
-            )
+        if lock is None or instance.held(layout.serve_lock):
+            if lock is not None:
+                lock.close()
+            print(already_running(self.settings), file=sys.stderr)
             return 1
         previous = {
             signum: signal.signal(signum, lambda *_: self._stopping.set())
@@ -169,7 +205,7 @@ class Stack:
     def _start_redis(self) -> None:
         location = locate(self.settings)
         if not location.embedded:
-            self._say("agentd", f"using Redis at {location.redis_url}")
+            self._say(SUPERVISOR, "redis_external", f"using Redis at {location.redis_url}")
             return
         assert location.socket_path is not None
         layout = self.settings.layout
@@ -189,7 +225,9 @@ class Stack:
             started_at=time.monotonic(),
         )
         self._say(
-            "valkey", f"embedded Valkey on {location.socket_path}, data in {layout.valkey_dir}"
+            "valkey",
+            "valkey_started",
+            f"embedded Valkey on {location.socket_path}, data in {layout.valkey_dir}",
         )
 
     def _restart_valkey(self) -> subprocess.Popen[bytes]:
@@ -198,9 +236,9 @@ class Stack:
         assert self.redis is not None
         try:
             self.redis.start()
-            self._say("valkey", "answers again")
+            self._say("valkey", "valkey_restarted", "answers again")
         except RedisUnavailable as exc:
-            self._say("valkey", exc.message)
+            self._say("valkey", "valkey_restart_failed", exc.message, "error")
         assert self.redis.process is not None
         return self.redis.process
 
@@ -209,7 +247,7 @@ class Stack:
         daemon = [python, "-m", "agentd.cli", "serve"]
         self._add("agentd", daemon, _COLORS[0], signal.SIGTERM)
         for number in range(1, self.settings.workers + 1):
-            name = f"reflector{number}"
+            name = worker_name(number)
             worker = worker_command(name, self.settings.log_level)
             self._add(name, worker, _COLORS[number % len(_COLORS)], signal.SIGKILL)
 
@@ -221,7 +259,8 @@ class Stack:
     def _spawn(
         self, name: str, argv: list[str], color: str, on_our_death: signal.Signals
     ) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        log_format = "console" if self._console else "json"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "AGENTD_LOG_FORMAT": log_format}
         process = subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,
@@ -237,14 +276,50 @@ class Stack:
     def _pump(self, name: str, color: str, stream: IO[bytes] | None) -> None:
         assert stream is not None
         for raw in stream:
-            self._say(name, raw.decode(errors="replace").rstrip("\n"), color)
+            self._relay(name, raw.decode(errors="replace").rstrip("\n"), color)
 
-    def _say(self, name: str, text: str, color: str = "37") -> None:
-        prefix = f"{name:<11}|"
+    def _relay(self, name: str, line: str, color: str) -> None:
+        """A line a process wrote, told apart from the others' (module docstring)."""
+        if self._console:
+            self._print(self._prefixed(name, line, color))
+            return
+        if not line.strip():
+            return
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            record = {"event": "output", "text": line, "timestamp": _now()}
+        self._print(json.dumps({"process": name, **record}, ensure_ascii=False))
+
+    def _say(self, name: str, event: str, text: str, level: str = "info", **fields: Any) -> None:
+        """The supervisor's own news about process ``name``: ``text`` on a console, an
+        ``event`` with ``fields`` in JSON."""
+        color = next((c.color for c in self.children if c.name == name), _VALKEY_COLOR)
+        if self._console:
+            self._print(self._prefixed(name, text, color))
+            return
+        record = {
+            "process": name,
+            "event": event,
+            "message": text,
+            **fields,
+            "service": "agentd-up",
+            "level": level,
+            "timestamp": _now(),
+        }
+        self._print(json.dumps(record, ensure_ascii=False))
+
+    def _prefixed(self, name: str, line: str, color: str) -> str:
+        prefix = f"{name:<{self._width}} |"
         if self._tty:
             prefix = f"\033[{color}m{prefix}\033[0m"
+        return f"{prefix} {line}"
+
+    def _print(self, line: str) -> None:
         with self._print_lock:
-            print(f"{prefix} {text}", flush=True)
+            print(line, flush=True)
 
     def _watch(self) -> bool:
         """Reap and restart every child that exited (polling also reaps: no zombies).
@@ -259,7 +334,9 @@ class Stack:
                 if status is None:
                     continue
                 if child.name == "agentd" and status == 0:
-                    self._say(child.name, "stopped on request; stopping the stack", child.color)
+                    self._say(
+                        child.name, "stack_stopping", "stopped on request; stopping the stack"
+                    )
                     self._stopping.set()
                     return True
                 now = time.monotonic()
@@ -269,15 +346,23 @@ class Stack:
                     if len(child.restarts) >= MAX_RESTARTS:
                         self._say(
                             child.name,
+                            "crash_loop",
                             f"exited with status {status} again; giving up after "
                             f"{MAX_RESTARTS} restarts in a minute that each died within "
                             f"{EARLY_DEATH_S:.0f} s",
-                            child.color,
+                            "error",
+                            status=status,
                         )
                         self._stopping.set()
                         return False
                     child.restarts.append(now)
-                self._say(child.name, f"exited with status {status}; restarting", child.color)
+                self._say(
+                    child.name,
+                    "child_exited",
+                    f"exited with status {status}; restarting",
+                    "warning",
+                    status=status,
+                )
                 child.start()
         return True
 
@@ -296,4 +381,31 @@ class Stack:
                 child.process.wait(5)
         if self.redis is not None:
             self.redis.stop()
-            self._say("valkey", "stopped")
+            self._say("valkey", "valkey_stopped", "stopped")
+
+
+def _now() -> str:
+    """A timestamp like structlog's (ISO 8601, UTC, ``Z``)."""
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+class _Lines(io.TextIOBase):
+    """A text stream that hands each complete line to ``emit``."""
+
+    def __init__(self, emit: Callable[[str], None], *, tty: bool) -> None:
+        self._emit = emit
+        self._tty = tty
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        """Whether the lines end on a terminal (the console renderer colours them then)."""
+        return self._tty
+
+    def write(self, text: str) -> int:
+        *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            self._emit(line)
+        return len(text)

@@ -9,6 +9,12 @@ What a line may carry: tracebacks are rendered without frame locals (a frame of 
 request handler holds the request line, a provider's frame the API key), and every
 line, exception text included, passes :func:`shared.redact.redact_secrets` last. Each
 process writes its own file (:mod:`shared.log_files`).
+
+The console shows records at the configured level and up; the file takes every record a
+logger lets through. So a logger set to DEBUG below an INFO root (:func:`file_only`) keeps
+its debug lines out of the console and in the file: Celery's banner and its warning about
+running as root go there. Python warnings are logged like any other record, so a JSON
+console never gets a raw warning line.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 from structlog.tracebacks import ExceptionDictTransformer
@@ -32,6 +38,9 @@ _STRUCTURED_TRACEBACKS = structlog.processors.ExceptionRenderer(
     ExceptionDictTransformer(show_locals=False)
 )
 """``dict_tracebacks`` without frame locals (structlog shows them by default)."""
+_configured: tuple[object, ...] | None = None
+"""The arguments of the last :func:`configure`, so that a second identical call (a worker
+configures at import and again when Celery asks) keeps the handlers and the log slot."""
 
 
 def _add_static(service: str) -> Any:
@@ -49,9 +58,17 @@ def configure(
     level: str = "INFO",
     console_format: str = "auto",
     log_dir: Path | None = None,
+    console: TextIO | None = None,
 ) -> None:
     """Set up logging for ``service``; ``log_dir`` adds a rotating JSON file of this
-    process's own (``<service>.log``, or ``<service>-<n>.log`` while that one is taken)."""
+    process's own (``<service>.log``, or ``<service>-<n>.log`` while that one is taken).
+    Console lines go to ``console`` (default: stderr), as JSON when ``console_format`` is
+    ``json``, or ``auto`` and that stream is no terminal."""
+    global _configured
+    stream = console or sys.stderr
+    arguments = (service, level, console_format, log_dir, stream)
+    if arguments == _configured:
+        return
     shared: list[Any] = [
         _add_static(service),
         structlog.contextvars.merge_contextvars,
@@ -67,19 +84,20 @@ def configure(
         cache_logger_on_first_use=True,
     )
     json_tail = [_STRUCTURED_TRACEBACKS, redact_secrets, structlog.processors.JSONRenderer()]
-    use_json = console_format == "json" or (console_format == "auto" and not sys.stderr.isatty())
+    use_json = console_format == "json" or (console_format == "auto" and not stream.isatty())
     console_tail = (
         json_tail
         if use_json
         else [
             structlog.processors.format_exc_info,
             redact_secrets,
-            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
+            _drop_service,
+            structlog.dev.ConsoleRenderer(colors=stream.isatty()),
         ]
     )
-    handlers: list[logging.Handler] = [
-        _handler(logging.StreamHandler(sys.stderr), shared, console_tail)
-    ]
+    console_handler = _handler(logging.StreamHandler(stream), shared, console_tail)
+    console_handler.setLevel(level)
+    handlers: list[logging.Handler] = [console_handler]
     if log_dir is not None:
         file_handler = ProcessLogFile(
             log_dir, service, max_bytes=LOG_FILE_BYTES, backups=LOG_FILE_BACKUPS
@@ -92,6 +110,21 @@ def configure(
     root.setLevel(level)
     for name in _QUIET_LOGGERS:
         logging.getLogger(name).setLevel(max(logging.WARNING, root.level))
+    logging.captureWarnings(True)
+    _configured = arguments
+
+
+def file_only(logger_name: str) -> None:
+    """Let the DEBUG records of ``logger_name`` reach the log file whatever the configured
+    level, and the console only at ``DEBUG``: for output worth keeping that nobody should
+    have to read at every start."""
+    logging.getLogger(logger_name).setLevel(logging.DEBUG)
+
+
+def _drop_service(_logger: Any, _name: str, event: dict[str, Any]) -> dict[str, Any]:
+    """On a console the process is known (its terminal, or ``agentd up``'s prefix)."""
+    event.pop("service", None)
+    return event
 
 
 def _handler(handler: logging.Handler, shared: list[Any], tail: list[Any]) -> logging.Handler:

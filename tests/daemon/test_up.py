@@ -1,9 +1,16 @@
-"""``agentd up``: the whole stack from one command, driven with agentctl like a user does."""
+"""``agentd up``: the whole stack from one command, driven with agentctl like a user does.
+
+Its output goes to a file here (not a terminal: JSON lines), except where a test reads it
+through a pseudo-terminal as a person would.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -15,9 +22,12 @@ import pytest
 import redis
 
 from shared.coordination.embedded import ping
-from tests.support.processes import run_agentctl
+from tests.support.processes import AgentdProcess, run_agentctl
 
 pytestmark = pytest.mark.slow
+
+CELERY_BANNER = re.compile(r"-------------- |\[tasks\]|\[queues\]")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class Up:
@@ -47,6 +57,14 @@ class Up:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(60)
+
+    def events(self) -> list[dict]:
+        """Every line of the output so far (each one JSON); a torn last line is left out."""
+        text = self.output.read_text()
+        return [json.loads(line) for line in text.splitlines(keepends=True) if line[-1] == "\n"]
+
+    def said(self, process: str, event: str) -> list[dict]:
+        return [e for e in self.events() if e["process"] == process and e["event"] == event]
 
 
 @pytest.fixture
@@ -127,16 +145,41 @@ def test_the_seed_walkthrough_through_agentctl_then_a_clean_stop(up: Up, agentd_
     assert not (agentd_home / "run" / "valkey.sock").exists()
 
 
-def test_a_second_up_on_the_same_home_says_it_is_running(up: Up) -> None:
-    second = subprocess.run(
+def _already_running(home: Path) -> str:
+    return (
+        f"agentd is already running for {home}; stop it first with `agentctl shutdown` "
+        "(or Ctrl-C in its terminal)\n"
+    )
+
+
+def _another_up(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "agentd.cli", "up"],
-        env=up.env,
+        env=env,
         capture_output=True,
         text=True,
         timeout=30,
     )
-    assert second.returncode == 1
-    assert "already running" in second.stderr
+
+
+def test_a_second_up_on_the_same_home_says_it_is_running(up: Up, agentd_home: Path) -> None:
+    second = _another_up(up.env)
+    assert (second.returncode, second.stderr) == (1, _already_running(agentd_home))
+
+
+def test_up_on_a_home_a_standalone_serve_serves_refuses_like_a_second_up_starting_nothing(
+    agentd_home: Path,
+) -> None:
+    serve = AgentdProcess().start()
+    try:
+        refused = _another_up(dict(os.environ))
+        assert (refused.returncode, refused.stderr) == (1, _already_running(agentd_home))
+        assert refused.stdout == ""
+        assert not (agentd_home / "valkey").exists()
+        assert not (agentd_home / "run" / "valkey.sock").exists()
+        assert run_agentctl("status").returncode == 0  # the serve it found is untouched
+    finally:
+        serve.stop()
 
 
 def test_a_kill_9_of_up_takes_every_child_with_it_and_a_new_up_starts(
@@ -164,6 +207,76 @@ def test_agentctl_shutdown_stops_every_process_of_the_stack(up: Up) -> None:
     assert not _living(stack)
 
 
+def test_piped_output_is_json_lines_naming_their_process_without_celerys_banner(up: Up) -> None:
+    assert run_agentctl("shutdown").returncode == 0
+    assert up.stop() == 0
+
+    output = up.output.read_text()
+    events = [json.loads(line) for line in output.splitlines()]  # every line is JSON
+    assert {e["process"] for e in events} == {"up", "valkey", "agentd", "reflector-1"}
+    assert up.said("agentd", "agentd_listening") and up.said("reflector-1", "reflector_ready")
+    assert up.said("valkey", "valkey_started") and up.said("valkey", "valkey_stopped")
+    assert not CELERY_BANNER.search(output) and "SecurityWarning" not in output
+    logged = [json.loads(line) for line in (up.home / "logs" / "reflector.log").open()]
+    (banner,) = [r for r in logged if r["event"] == "celery_banner"]
+    assert banner["level"] == "debug" and "reflector-1@" in banner["banner"]
+    if os.geteuid() == 0:  # Celery warns a root worker; the log keeps it, quietly
+        (warning,) = [r for r in logged if "SecurityWarning" in r["event"]]
+        assert warning["level"] == "debug"
+
+
+def _read_until(fd: int, seen: bytearray, done: Callable[[str], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done(ANSI.sub("", seen.decode(errors="replace"))):
+        assert time.monotonic() < deadline, seen.decode(errors="replace")
+        if select.select([fd], [], [], 0.5)[0]:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # every process holding the terminal has gone
+                return
+            if not chunk:
+                return
+            seen += chunk
+
+
+def test_on_a_terminal_up_prints_readable_lines_prefixed_by_their_process(
+    agentd_home: Path,
+) -> None:
+    env = {**os.environ, "AGENTD_WORKERS": "1"}
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentd.cli", "up"],
+        env=env,
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+    )
+    os.close(terminal)
+    seen = bytearray()
+    started = ("agentd_listening", "reflector_ready")
+    try:
+        _read_until(controller, seen, lambda text: all(e in text for e in started), 60)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        stopped = re.compile(r"valkey +\| stopped")
+        _read_until(controller, seen, lambda text: bool(stopped.search(text)), 10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(controller)
+
+    lines = ANSI.sub("", seen.decode()).replace("\r\n", "\n").splitlines()
+    assert any(re.match(r"up +\| \S+ \[info +\] embedded_redis_started ", x) for x in lines)
+    assert any(re.match(r"valkey +\| embedded Valkey on ", x) for x in lines)
+    assert any(re.match(r"agentd +\| \S+ \[info +\] agentd_listening ", x) for x in lines)
+    assert any(re.match(r"reflector-1 \| \S+ \[info +\] reflector_ready ", x) for x in lines)
+    assert all(re.match(r"(up|valkey|agentd|reflector-1) +\| ", line) for line in lines if line)
+    assert not [line for line in lines if "| {" in line]  # no JSON
+    text = "\n".join(lines)
+    assert not CELERY_BANNER.search(text) and "SecurityWarning" not in text
+
+
 def test_a_killed_worker_is_reported_and_restarted(up: Up) -> None:
     assert up.proc is not None
     worker = next(
@@ -172,10 +285,7 @@ def test_a_killed_worker_is_reported_and_restarted(up: Up) -> None:
         if b"celery" in Path(f"/proc/{pid}/cmdline").read_bytes()
     )
     os.kill(worker, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while b"reflector1 | exited with status" not in up.output.read_bytes():
-        assert time.monotonic() < deadline, up.output.read_text()
-        time.sleep(0.2)
+    _wait_for(lambda: bool(up.said("reflector-1", "child_exited")), "the death to be reported")
     deadline = time.monotonic() + 30
     while True:
         workers = [
@@ -201,7 +311,7 @@ def test_status_json_reports_the_stack(up: Up) -> None:
     assert status["ready"] is True and status["uptime_s"] >= 0
     assert status["redis"]["embedded"] is True and status["redis"]["reachable"] is True
     assert status["redis"]["queue_depth"] == 0
-    assert [w["name"].split("@")[0] for w in status["redis"]["workers"]] == ["reflector1"]
+    assert [w["name"].split("@")[0] for w in status["redis"]["workers"]] == ["reflector-1"]
     (agent,) = status["agents"]
     assert agent["reflection"] == {"trigger": "compaction-event", "stepCount": 25, "merge": "auto"}
     assert agent["steps_since_last_reflection"] == 1
@@ -232,7 +342,7 @@ def test_a_valkey_killed_with_9_comes_back_with_its_data_status_says_so_and_refl
         os.kill(up.proc.pid, signal.SIGCONT)
 
     _wait_for(
-        lambda: b"valkey     | exited with status -9; restarting" in up.output.read_bytes(),
+        lambda: [e["status"] for e in up.said("valkey", "child_exited")] == [-9],
         "the supervisor to report the death",
     )
     _wait_for(lambda: "embedded, reachable" in run_agentctl("status").stdout, "Valkey to be back")
