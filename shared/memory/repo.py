@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
@@ -130,13 +131,19 @@ class MemoryRepo:
         return memory_lock(self.path)
 
     def head(self) -> str:
-        """The sha HEAD points at, read from ``.git`` files (no git process: every turn)."""
-        ref = self._head_ref()
-        if ref == "HEAD":
-            return (self._git_dir / "HEAD").read_text().strip()
-        loose = self._git_dir / ref
-        if loose.is_file():
-            return loose.read_text().strip()
+        """The sha HEAD points at, read from ``.git`` files (no git process: every turn).
+
+        Every step of every turn asks, on the daemon's event loop, so this makes as few
+        system calls as it can: each is a moment the loop may wait to run again."""
+        content = _read_small(self._git_dir / "HEAD")
+        if content is None:
+            raise MemoryRepoError(f"{self.path}: .git/HEAD is missing")
+        if not content.startswith("ref: "):
+            return content
+        ref = content.removeprefix("ref: ")
+        loose = _read_small(self._git_dir / ref)
+        if loose:
+            return loose
         sha = self._packed_ref(ref)
         if sha is None:
             raise MemoryRepoError(f"{self.path}: HEAD points to {ref}, which has no commit")
@@ -346,3 +353,17 @@ async def _run_to_completion(awaitable: Awaitable[T]) -> T:
     except asyncio.CancelledError:
         await asyncio.wait([task])
         raise
+
+
+def _read_small(path: Path) -> str | None:
+    """A small file's text, stripped, in three system calls; None if it is not a file."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+    try:
+        return os.read(descriptor, 4096).decode().strip()
+    except IsADirectoryError:
+        return None
+    finally:
+        os.close(descriptor)
