@@ -3,16 +3,23 @@
 Around the shared agent loop this adds what only the daemon knows: the per-conversation
 lock (a second request waits its turn and is told so), the ``<memory_update>`` reminder
 when the memory HEAD moved since the conversation last looked, the compiled system
-prompt (cached per memory commit, so an unchanged memory costs no git call), and the
-ids bound to every log line of the turn.
+prompt (cached per memory commit, so an unchanged memory costs no git call), the
+agent's learned token ratio around its provider, the retries of a model call announced
+to the client as they happen, and the ids bound to every log line of the turn.
+
+A model whose context window nobody described (not in litellm's model map, no setting)
+runs on a guessed default; the first turn of each agent on it after the daemon started
+says so, once: a warning on every turn would be noise, and one per daemon start reaches
+whoever changed the configuration without keeping state that outlives it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
@@ -23,6 +30,7 @@ from shared.agent.request import shape_messages
 from shared.agent.tools.base import MemoryEdit, ToolContext
 from shared.agent.tools.registry import agent_shell, main_agent_tools
 from shared.context.budget import Budget, measure
+from shared.context.calibration import CalibratedProvider, TokenRatioStore
 from shared.ids import new_id
 from shared.memory.changes import memory_update_reminder
 from shared.memory.compile import compile_system_prompt
@@ -30,9 +38,15 @@ from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.models.messages import Message
 from shared.models.turns import TurnResult
-from shared.protocol import EVENT_MEMORY_UPDATE, EVENT_WAITING
+from shared.protocol import (
+    EVENT_MEMORY_UPDATE,
+    EVENT_PROVIDER_RETRY,
+    EVENT_WAITING,
+    EVENT_WARNING,
+)
 from shared.providers.base import ModelRequest, Provider
-from shared.providers.factory import ProviderFactory
+from shared.providers.factory import GLOBAL_WINDOW_SETTING, ProviderFactory
+from shared.providers.retry_notices import RetryNotice, retries_announced_to
 from shared.settings import Settings
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
@@ -83,7 +97,14 @@ class Turns:
         self.tools = main_agent_tools(with_bash=self.shell.offered)
         self.prompts = PromptCache()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._token_ratios: dict[str, TokenRatioStore] = {}
+        self._warned_default_window: set[tuple[str, str]] = set()
+        """(agent, model) pairs already told their window is a guess."""
         self.active = 0
+
+    def running(self, agent_id: str) -> list[str]:
+        """The conversations of ``agent_id`` with a turn running (or waiting to run)."""
+        return sorted(c for (a, c), lock in self._locks.items() if a == agent_id and lock.locked())
 
     async def chat(
         self,
@@ -103,7 +124,8 @@ class Turns:
             ):
                 self.active += 1
                 try:
-                    return await self._run(agent, repo, conversation, text, emit, turn_id)
+                    with retries_announced_to(_retry_announcer(emit)):
+                        return await self._run(agent, repo, conversation, text, emit, turn_id)
                 finally:
                     self.active -= 1
 
@@ -133,7 +155,8 @@ class Turns:
             await emit(EVENT_MEMORY_UPDATE, {"from": seen, "to": head, "files": files})
         inputs.append(conversation.new_message(role="user", content=text, turn_id=turn_id))
         seen_head = _SeenHead(head)
-        provider = await self.providers.get_off_loop(agent.model, agent.context_window)
+        provider = await self._provider(agent)
+        await self._warn_if_window_guessed(agent, provider, emit)
         turn = Turn(
             conversation=conversation,
             provider=provider,
@@ -172,17 +195,60 @@ class Turns:
         model = self.settings.summary_model
         return await self.providers.get_off_loop(model) if model else None
 
+    async def _provider(self, agent: AgentRecord) -> CalibratedProvider:
+        """The agent's model, with the token ratio this agent has learned on it."""
+        shared = await self.providers.get_off_loop(agent.model, agent.context_window)
+        ratios = self._token_ratios.get(agent.id)
+        if ratios is None:
+            path = self.layout.agent_files(agent.id).token_ratios
+            ratios = await asyncio.to_thread(TokenRatioStore, path)
+            ratios = self._token_ratios.setdefault(agent.id, ratios)
+        return CalibratedProvider(shared, ratios)
+
+    async def _warn_if_window_guessed(
+        self, agent: AgentRecord, provider: Provider, emit: Emit
+    ) -> None:
+        key = (agent.id, provider.model)
+        if provider.context_window_source != "default" or key in self._warned_default_window:
+            return
+        self._warned_default_window.add(key)
+        await emit(
+            EVENT_WARNING,
+            {
+                "code": "context_window_default",
+                "message": (
+                    f"the context window of {provider.model} is unknown, so "
+                    f"{provider.context_window:,} tokens is assumed; set "
+                    f"{GLOBAL_WINDOW_SETTING} (or `agentctl agents update {agent.name} "
+                    "--context-window N`) to the model's real window"
+                ),
+            },
+        )
+
     async def budget(
         self, agent: AgentRecord, repo: MemoryRepo, conversation: Conversation
     ) -> Budget:
-        """The next request's budget as the loop would measure it before calling the model."""
-        provider = await self.providers.get_off_loop(agent.model, agent.context_window)
+        """The next request's budget as the loop would measure it before calling the model,
+        with where its window came from."""
+        provider = await self._provider(agent)
         request = ModelRequest(
             system=await self.prompts.get(agent, repo),
             messages=shape_messages(conversation.context),
             tools=[tool.schema for tool in self.tools],
         )
-        return measure(request, provider.context_window)
+        budget = measure(request, provider.context_window, provider.token_ratio)
+        return dataclasses.replace(
+            budget,
+            window_source=provider.context_window_source,
+            window_setting=provider.context_window_setting,
+        )
+
+
+def _retry_announcer(emit: Emit) -> Callable[[RetryNotice], Awaitable[None]]:
+    async def announce(notice: RetryNotice) -> None:
+        await emit(EVENT_PROVIDER_RETRY, notice.model_dump())
+
+    return announce
 
 
 def _memory_edit(agent: AgentRecord, repo: MemoryRepo, seen: _SeenHead) -> MemoryEdit:

@@ -148,7 +148,7 @@ class _TurnRunner:
         once more (then retrying once) if the provider refuses it as too large anyway."""
         provider = self.turn.provider
         request = await self._request()
-        budget = measure(request, provider.context_window)
+        budget = measure(request, provider.context_window, provider.token_ratio)
         check_floor(budget, provider.model)
         if budget.over_threshold and await self._compact("context_pressure", budget):
             request = await self._request()
@@ -157,7 +157,7 @@ class _TurnRunner:
         except ContextOverflowError as exc:
             log.warning("context_overflow", error=exc.message)
             refusal = exc
-        budget = measure(request, provider.context_window)
+        budget = measure(request, provider.context_window, provider.token_ratio)
         if await self._compact("context_overflow", budget):
             try:
                 return await provider.complete(await self._request())
@@ -173,7 +173,8 @@ class _TurnRunner:
         """Compact after the reply when the window ends the turn over the threshold, so the
         next turn starts with room (and ``agentctl context`` shows what it will send)."""
         request = await self._request()
-        budget = measure(request, self.turn.provider.context_window)
+        provider = self.turn.provider
+        budget = measure(request, provider.context_window, provider.token_ratio)
         if not budget.over_threshold:
             return
         try:

@@ -8,12 +8,14 @@ small window). Compaction runs *before* a request whose estimate passes the thre
 because near a full window providers shorten the reply (a ``length`` stop) instead of
 refusing, and no retry path would ever see an error to react to.
 
-Message tokens are estimated at four characters a token, except that the provider's own
-count wins where it reported one: the newest assistant message with usage anchors the
-estimate (its usage covers everything up to and including it), and only messages after
-it are estimated. Usage recorded before the latest compaction is void: the kept
-messages sit after the summary in the window but describe the old, larger context, so
-the anchor must be *newer* (by time) than the summary, not merely after it in the list.
+Message tokens are estimated at four characters a token, multiplied by the ratio learned
+from the provider's own counts (:mod:`shared.context.calibration`; 1.0 until it reports
+more), except that the provider's own count wins where it reported one: the newest
+assistant message with usage anchors the estimate (its usage covers everything up to and
+including it), and only messages after it are estimated. Usage recorded before the
+latest compaction is void: the kept messages sit after the summary in the window but
+describe the old, larger context, so the anchor must be *newer* (by time) than the
+summary, not merely after it in the list.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from datetime import datetime
 
 from shared.errors import AgentdError
 from shared.models.messages import AssistantMessage, Message
-from shared.providers.base import ModelRequest
+from shared.providers.base import ModelRequest, WindowSource
 from shared.providers.tokens import message_tokens, text_tokens, tools_tokens
 
 OUTPUT_RESERVE_TOKENS = 16_384
@@ -37,6 +39,11 @@ class PromptFloorError(AgentdError):
     """The system prompt and tools alone leave no room for messages and a reply."""
 
     code = "prompt_floor"
+
+
+def scaled(tokens: int, token_ratio: float) -> int:
+    """An estimate in the provider's tokens: ``tokens`` (four characters each) × the ratio."""
+    return tokens if token_ratio == 1.0 else math.ceil(tokens * token_ratio)
 
 
 def compaction_threshold(window: int) -> int:
@@ -52,7 +59,7 @@ class MessagesEstimate:
     """Index of the assistant message whose reported usage anchors the estimate."""
 
 
-def estimate_messages(messages: list[Message]) -> MessagesEstimate:
+def estimate_messages(messages: list[Message], token_ratio: float = 1.0) -> MessagesEstimate:
     """Tokens of the window's messages; includes system and tools when usage-anchored."""
     boundary = _latest_compaction(messages)
     for index in range(len(messages) - 1, -1, -1):
@@ -62,9 +69,9 @@ def estimate_messages(messages: list[Message]) -> MessagesEstimate:
         if boundary is not None and message.created_at <= boundary:
             break
         if message.usage.context_tokens > 0:
-            trailing = sum(message_tokens(m) for m in messages[index + 1 :])
+            trailing = scaled(sum(message_tokens(m) for m in messages[index + 1 :]), token_ratio)
             return MessagesEstimate(message.usage.context_tokens + trailing, index)
-    return MessagesEstimate(sum(message_tokens(m) for m in messages), None)
+    return MessagesEstimate(scaled(sum(message_tokens(m) for m in messages), token_ratio), None)
 
 
 def _latest_compaction(messages: list[Message]) -> datetime | None:
@@ -84,6 +91,11 @@ class Budget:
     """Estimated message tokens, or (when anchored) the provider's count for everything
     up to the anchor plus estimates after it."""
     anchored: bool
+    token_ratio: float = 1.0
+    """What every estimate above was multiplied by (learned from the provider)."""
+    window_source: WindowSource | None = None
+    window_setting: str | None = None
+    """Where ``window`` came from, for ``agentctl context`` (see ``Provider``)."""
 
     @property
     def threshold(self) -> int:
@@ -102,7 +114,7 @@ class Budget:
     def over_threshold(self) -> bool:
         return self.request_tokens > self.threshold
 
-    def to_dict(self) -> dict[str, int | bool]:
+    def to_dict(self) -> dict[str, int | bool | float | str | None]:
         return {
             "window": self.window,
             "threshold": self.threshold,
@@ -113,18 +125,22 @@ class Budget:
             "messages_tokens": self.messages_tokens,
             "request_tokens": self.request_tokens,
             "anchored": self.anchored,
+            "token_ratio": self.token_ratio,
+            "window_source": self.window_source,
+            "window_setting": self.window_setting,
         }
 
 
-def measure(request: ModelRequest, window: int) -> Budget:
-    estimate = estimate_messages(request.messages)
+def measure(request: ModelRequest, window: int, token_ratio: float = 1.0) -> Budget:
+    estimate = estimate_messages(request.messages, token_ratio)
     return Budget(
         window=window,
-        system_tokens=text_tokens(request.system),
-        tools_tokens=tools_tokens(request.tools),
+        system_tokens=scaled(text_tokens(request.system), token_ratio),
+        tools_tokens=scaled(tools_tokens(request.tools), token_ratio),
         message_count=len(request.messages),
         messages_tokens=estimate.tokens,
         anchored=estimate.anchor_index is not None,
+        token_ratio=token_ratio,
     )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import structlog
 
-from shared.context.budget import Budget
+from shared.context.budget import Budget, scaled
 from shared.context.summary import summarise
 from shared.models.agents import CompactionEvent
 from shared.models.messages import CompactionStats, Message, SummaryPayload
@@ -37,18 +37,23 @@ OVERFLOW_KEEP_OF_CURRENT = 0.5
 def _keep_tokens(window: list[Message], budget: Budget, trigger: str) -> int:
     keep = int(max(0, budget.threshold - budget.floor) * KEEP_FRACTION[trigger])
     if trigger == "context_overflow":
-        current = sum(message_tokens(m) for m in window)
+        current = _tokens(window, budget.token_ratio)
         keep = min(keep, int(current * OVERFLOW_KEEP_OF_CURRENT))
     return keep
 
 
-def plan_cut(messages: list[Message], keep_tokens: int) -> int:
-    """Index of the first kept message: ``messages[:cut]`` are summarised (0: nothing)."""
+def _tokens(messages: list[Message], token_ratio: float) -> int:
+    return scaled(sum(message_tokens(m) for m in messages), token_ratio)
+
+
+def plan_cut(messages: list[Message], keep_tokens: int, token_ratio: float = 1.0) -> int:
+    """Index of the first kept message: ``messages[:cut]`` are summarised (0: nothing).
+    ``keep_tokens`` is in the provider's tokens: estimates are scaled by ``token_ratio``."""
     n = len(messages)
     cut, kept = n, 0
-    while cut > 0 and kept + message_tokens(messages[cut - 1]) <= keep_tokens:
+    while cut > 0 and kept + scaled(message_tokens(messages[cut - 1]), token_ratio) <= keep_tokens:
         cut -= 1
-        kept += message_tokens(messages[cut])
+        kept += scaled(message_tokens(messages[cut]), token_ratio)
     cut = min(cut, n - 1)
     return _not_between_call_and_result(messages, max(cut, 0))
 
@@ -86,7 +91,7 @@ async def compact(
 ) -> CompactionStats | None:
     """Summarise the head of the window; None when there is nothing to summarise."""
     window = conversation.context
-    cut = plan_cut(window, _keep_tokens(window, budget, trigger))
+    cut = plan_cut(window, _keep_tokens(window, budget, trigger), budget.token_ratio)
     if cut == 0:
         log.warning(
             "compaction_skipped",
@@ -98,7 +103,8 @@ async def compact(
     head, kept = window[:cut], window[cut:]
     summary = await summarise(summariser, head)
     content = summary_content(summary, len(head))
-    tokens_before = budget.floor + sum(message_tokens(m) for m in window)
+    ratio = budget.token_ratio
+    tokens_before = budget.floor + _tokens(window, ratio)
     stats = CompactionStats(
         at=conversation.clock(),
         trigger=trigger,
@@ -106,7 +112,7 @@ async def compact(
         messages_after=1 + len(kept),
         summarised=len(head),
         tokens_before=tokens_before,
-        tokens_after=budget.floor + text_tokens(content) + sum(message_tokens(m) for m in kept),
+        tokens_after=budget.floor + scaled(text_tokens(content), ratio) + _tokens(kept, ratio),
         window=budget.window,
         threshold=budget.threshold,
         floor=budget.floor,

@@ -10,6 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from shared.models.messages import Message, ToolCall, Usage
 
 FinishReason = Literal["stop", "tool_calls", "length"]
+WindowSource = Literal["model map", "setting", "default"]
+"""Where a provider's context window came from: the model's own known size (litellm's
+model map, or the mock's), a setting (``AGENTD_CONTEXT_WINDOW`` or the agent's
+``context_window``), or a default guess for a model nobody described."""
 RequestPurpose = Literal["conversation", "summary", "integration"]
 """What a request is for: a step of an agent's turn, a compaction summary, or a turn in
 which the agent reviews and merges a reflection's proposal (explicit merge)."""
@@ -62,6 +66,13 @@ class Provider(abc.ABC):
     model: str
     context_window: int
     """Tokens the model accepts per request (prompt and output together)."""
+    context_window_source: WindowSource = "model map"
+    context_window_setting: str | None = None
+    """The setting the window came from, when it came from one (``AGENTD_CONTEXT_WINDOW``,
+    ``agent context_window``)."""
+    token_ratio: float = 1.0
+    """Provider tokens per estimated (four-characters) token: what the context budget
+    multiplies its estimates by (:mod:`shared.context.calibration` learns it)."""
 
     @abc.abstractmethod
     async def complete(self, request: ModelRequest) -> ModelResponse:

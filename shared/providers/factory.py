@@ -16,6 +16,10 @@ from shared.providers.latency import WithLatency
 from shared.providers.mock import DEFAULT_MOCK_CONTEXT_WINDOW, MOCK_MODEL, MockProvider
 from shared.settings import Settings
 
+GLOBAL_WINDOW_SETTING = "AGENTD_CONTEXT_WINDOW"
+AGENT_WINDOW_SETTING = "agent context_window"
+"""The names ``agentctl context`` gives the two settings a window can come from."""
+
 
 class ProviderFactory:
     def __init__(self, settings: Settings, keys: ProviderKeys | None = None) -> None:
@@ -23,16 +27,19 @@ class ProviderFactory:
         self.keys = keys
         """Provider keys taken from the environment at start (``take_provider_keys``);
         without them litellm reads its variables from the environment itself."""
-        self._providers: dict[tuple[str, int | None], Provider] = {}
+        self._providers: dict[tuple[str, int | None, str | None], Provider] = {}
 
     def get(self, model: str | None = None, context_window: int | None = None) -> Provider:
         """The provider for ``model`` (default: the configured one); ``context_window``
         (an agent's override) wins over ``AGENTD_CONTEXT_WINDOW``."""
-        model = model or self.settings.model
-        window = context_window or self.settings.context_window
-        key = (model, window)
+        key = self._key(model, context_window)
         if key not in self._providers:
-            self._providers[key] = self._make(model, window)
+            model, window, setting = key
+            provider = self._make(model, window)
+            if setting is not None:
+                provider.context_window_source = "setting"
+                provider.context_window_setting = setting
+            self._providers[key] = provider
         return self._providers[key]
 
     async def get_off_loop(
@@ -40,10 +47,22 @@ class ProviderFactory:
     ) -> Provider:
         """:meth:`get` for async code: a provider not built yet is built in a thread, so
         the first turn on a litellm model (a ~5 s import) never stalls the event loop."""
-        key = (model or self.settings.model, context_window or self.settings.context_window)
+        key = self._key(model, context_window)
         if key in self._providers:
             return self._providers[key]
         return await asyncio.to_thread(self.get, model, context_window)
+
+    def _key(
+        self, model: str | None, context_window: int | None
+    ) -> tuple[str, int | None, str | None]:
+        """(model, window, the setting the window comes from): two settings with the same
+        number still answer ``agentctl context`` differently."""
+        model = model or self.settings.model
+        if context_window:
+            return (model, context_window, AGENT_WINDOW_SETTING)
+        if self.settings.context_window:
+            return (model, self.settings.context_window, GLOBAL_WINDOW_SETTING)
+        return (model, None, None)
 
     def _make(self, model: str, window: int | None) -> Provider:
         if model == MOCK_MODEL:

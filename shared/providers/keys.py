@@ -62,14 +62,15 @@ def take_provider_keys() -> ProviderKeys:
     Call it once at start, after ``Settings`` were read (``AGENTD_API_KEY`` is one) and
     before anything starts a child process.
     """
-    taken = {name: os.environ.pop(name) for name in list(os.environ) if _is_key(name)}
+    taken = {name: os.environ.pop(name) for name in list(os.environ) if is_key_name(name)}
     if taken:
         _wipe_initial_environment(taken)
     log.info("provider_keys_taken", names=sorted(taken))
     return ProviderKeys(taken)
 
 
-def _is_key(name: str) -> bool:
+def is_key_name(name: str) -> bool:
+    """A variable that holds a secret, by its name (``OPENAI_API_KEY``, not ``OLLAMA_API_BASE``)."""
     upper = name.upper()
     return any(part in upper for part in KEY_NAME_PARTS)
 

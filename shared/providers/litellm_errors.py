@@ -2,15 +2,22 @@
 
 Apart from the provider because recognising an exception is most of the work (litellm
 reports some failures as a type, some only as a status or a sentence), and the retry
-policy asks the same questions (an overflow or an unusable response is never retried).
-Every message names the model and says what to do.
+policy asks the same question (:func:`failure_of`): an overflow, an unusable response or
+a missing key is never retried. Every message names the model and says what to do.
+
+litellm wraps two client-side failures as ``InternalServerError`` (HTTP 500) although no
+request was ever answered: a missing API key, and a connection that could not be opened.
+Only the exception chain tells them apart from a server's own 500, which matters twice:
+neither is worth four attempts, and "HTTP 500" sends the user looking in the wrong place.
 """
 
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Literal
 
 from shared.errors import (
     AgentdError,
@@ -20,7 +27,9 @@ from shared.errors import (
     ProviderError,
     ProviderHTTPError,
     ProviderMisbehaved,
+    ProviderUnreachable,
 )
+from shared.providers.keys import is_key_name
 from shared.providers.litellm_import import import_litellm
 
 MODEL_STRING_HINT = "e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5 or ollama/llama3.1"
@@ -34,10 +43,33 @@ _BAD_MODEL_TEXT = re.compile(
 )
 _MISBEHAVED_TEXT = re.compile(r"Invalid response object|response with no 'choices'")
 """litellm's words for a 200 response it could not parse (it reports them as 500s)."""
+_MISSING_KEY_TEXT = re.compile(
+    r"missing credentials|api_key client option must be set|no key is set"
+    r"|missing \w+ api key|api key (is )?(required|missing|not set)",
+    re.IGNORECASE,
+)
+"""The SDKs' words for a call made without a key: the openai SDK raises a plain
+``OpenAIError`` before sending anything, which litellm then reports as a 500."""
+
+Failure = Literal[
+    "overflow",
+    "misbehaved",
+    "missing_key",
+    "auth",
+    "unreachable",
+    "rate_limited",
+    "timeout",
+    "connection_lost",
+    "refused",
+    "bad_request",
+    "server_error",
+    "other",
+]
+"""What went wrong with one call: the error mapping and the retry policy both ask."""
 
 
 @contextmanager
-def map_litellm_errors(model: str) -> Iterator[None]:
+def map_litellm_errors(model: str, api_base: str | None = None) -> Iterator[None]:
     """Turn any litellm/openai exception raised inside into a ``ProviderError`` (``from`` it).
 
     Wrap only the litellm call: everything raised there is the provider's problem.
@@ -47,38 +79,92 @@ def map_litellm_errors(model: str) -> Iterator[None]:
     except AgentdError:
         raise
     except Exception as exc:
-        raise _translate_error(exc, model) from exc
+        raise _translate_error(exc, model, api_base) from exc
 
 
-def _translate_error(exc: Exception, model: str) -> ProviderError:
+def failure_of(exc: Exception) -> Failure:
+    """Classify one litellm/openai exception; the first question that matches wins."""
+    import openai
+
+    status = http_status(exc)
+    if is_overflow(exc):
+        return "overflow"
+    if is_misbehaved(exc):
+        return "misbehaved"
+    if any(_MISSING_KEY_TEXT.search(str(link)) for link in _chain(exc)):
+        return "missing_key"
+    if _is_auth_failure(exc, status):
+        return "auth"
+    if _could_not_connect(exc):
+        return "unreachable"
+    if isinstance(exc, openai.RateLimitError) or status == 429:
+        return "rate_limited"
+    if any(isinstance(link, openai.APITimeoutError) for link in _chain(exc)):
+        return "timeout"
+    if any(isinstance(link, openai.APIConnectionError) for link in _chain(exc)):
+        return "connection_lost"
+    if _is_refusal(exc, status):
+        return "refused"
+    if _is_bad_request(exc, status):
+        return "bad_request"
+    if status is not None and status >= 500:
+        return "server_error"
+    return "other"
+
+
+def _translate_error(exc: Exception, model: str, api_base: str | None) -> ProviderError:
     """The agentd error for one litellm/openai exception; the message names the model."""
     text = detail(exc)
     status = http_status(exc)
-    if is_overflow(exc):
+    failure = failure_of(exc)
+    if failure == "overflow":
         return ContextOverflowError(
             f"{model}: the request is larger than the model's context window ({text})"
         )
-    if is_misbehaved(exc):
+    if failure == "misbehaved":
         return ProviderMisbehaved(f"{model}: the provider sent a response we cannot use ({text})")
-    if _is_auth_failure(exc, status):
+    if failure == "missing_key":
+        return ProviderAuthError(
+            f"{model}: no API key is set for this provider; set {api_key_variable(model, exc)} "
+            "(or AGENTD_API_KEY) in agentd's environment or its config file, then restart agentd"
+        )
+    if failure == "auth":
         return ProviderAuthError(
             f"{model}: the provider rejected the credentials ({text}); check "
-            f"{_api_key_env(exc, model)} / the provider's API key (or AGENTD_API_KEY)"
+            f"{api_key_variable(model, exc)} / the provider's API key (or AGENTD_API_KEY)"
         )
-    if _is_refusal(exc, status):
+    if failure == "unreachable":
+        url = endpoint(exc, api_base)
+        return ProviderUnreachable(
+            f"{model}: cannot reach the provider at {url} ({_connect_failure(exc)}); check "
+            "that the server is running and that AGENTD_API_BASE points at it",
+            url=url,
+        )
+    if failure == "refused":
         return ProviderHTTPError(
             f"{model}: the provider refused the request ({text})", status_code=status, model=model
         )
-    if _is_bad_request(exc, status):
+    if failure == "bad_request":
         return ProviderConfigError(
             f"{model}: the provider does not accept this model or request ({text}); check "
             f"the model string ({MODEL_STRING_HINT}) and the api_base"
         )
+    answered = failure not in ("timeout", "connection_lost")
     return ProviderHTTPError(
-        f"{model}: the model call failed ({_failure_kind(exc, status)}): {text}",
-        status_code=status,
+        f"{model}: the model call failed ({_failure_kind(failure, status, exc)}): {text}",
+        status_code=status if answered else None,
         model=model,
     )
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every exception it was raised from or while handling, outermost first."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ or link.__context__
 
 
 def _is_auth_failure(exc: Exception, status: int | None) -> bool:
@@ -86,6 +172,34 @@ def _is_auth_failure(exc: Exception, status: int | None) -> bool:
 
     auth_errors = (openai.AuthenticationError, openai.PermissionDeniedError)
     return isinstance(exc, auth_errors) or status in (401, 403)
+
+
+def _could_not_connect(exc: Exception) -> bool:
+    """No connection was ever opened: refused, or a host that does not resolve. (A connect
+    *timeout* stays a timeout: the host may only be slow.)"""
+    import httpx
+
+    connect_failures = (httpx.ConnectError, ConnectionRefusedError, socket.gaierror)
+    return any(isinstance(link, connect_failures) for link in _chain(exc))
+
+
+def _connect_failure(exc: Exception) -> str:
+    if any(isinstance(link, socket.gaierror) for link in _chain(exc)):
+        return "the host name does not resolve"
+    if any(isinstance(link, ConnectionRefusedError) for link in _chain(exc)):
+        return "connection refused"
+    return "could not connect"
+
+
+def endpoint(exc: Exception, api_base: str | None) -> str:
+    """Where the call went: the configured api_base, else the URL of the request itself."""
+    if api_base:
+        return api_base
+    for link in _chain(exc):
+        url = getattr(getattr(link, "request", None), "url", None)
+        if url is not None:
+            return str(url)
+    return "the provider's default address"
 
 
 def _is_refusal(exc: Exception, status: int | None) -> bool:
@@ -146,21 +260,29 @@ def http_status(exc: Exception) -> int | None:
     return status if isinstance(status, int) else None
 
 
-def _failure_kind(exc: Exception, status: int | None) -> str:
-    import openai
-
-    if isinstance(exc, openai.APITimeoutError):
+def _failure_kind(failure: Failure, status: int | None, exc: Exception) -> str:
+    if failure == "timeout":
         return "timed out; raise AGENTD_PROVIDER_TIMEOUT_S or check the server"
-    if isinstance(exc, openai.APIConnectionError):
-        return "could not reach the provider; check the api_base and the network"
-    if status == 429:
+    if failure == "connection_lost":
+        return "the connection broke off; check the api_base and the network"
+    if failure == "rate_limited":
         return "HTTP 429, rate limited even after retries"
     if status is not None:
         return f"HTTP {status}"
     return type(exc).__name__
 
 
-def _api_key_env(exc: Exception, model: str) -> str:
+def api_key_variable(model: str, exc: Exception | None = None) -> str:
+    """The variable holding this model's key: the one litellm reads (``OPENAI_API_KEY`` for
+    ``openai/…``, ``GEMINI_API_KEY`` for ``gemini/…``), else ``<PROVIDER>_API_KEY``."""
+    litellm = import_litellm()
+    try:
+        named = litellm.validate_environment(model=model)["missing_keys"]
+    except Exception:  # an unknown provider prefix
+        named = []
+    keys = [name for name in named if is_key_name(name)]
+    if keys:
+        return " or ".join(keys)
     provider = getattr(exc, "llm_provider", None) or (
         model.split("/", 1)[0] if "/" in model else ""
     )

@@ -61,11 +61,13 @@ class LiteLLMProvider(Provider):
         self._litellm = import_litellm()
         self.model = model
         self.api_base = api_base
-        self.context_window = (
-            context_window
-            if context_window is not None
-            else _known_context_window(self._litellm, model)
-        )
+        if context_window is not None:
+            self.context_window = context_window
+            self.context_window_source = "setting"
+        else:
+            known = _known_context_window(self._litellm, model)
+            self.context_window = known or DEFAULT_CONTEXT_WINDOW
+            self.context_window_source = "model map" if known else "default"
         self._credentials = _credentials(self._litellm, model, api_base, api_key, keys)
         """Passed on every call: litellm must not look for keys in the environment, which
         the daemon emptied of them (:mod:`shared.providers.keys`)."""
@@ -78,7 +80,7 @@ class LiteLLMProvider(Provider):
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         self._refuse_remote_in_tests()
-        with map_litellm_errors(self.model):
+        with map_litellm_errors(self.model, self.api_base):
             kwargs = self._call_kwargs(request)
             raw = await call_with_retries(
                 lambda: self._litellm.acompletion(**kwargs),
@@ -135,7 +137,8 @@ def _credentials(
     return credentials
 
 
-def _known_context_window(litellm: ModuleType, model: str) -> int:
+def _known_context_window(litellm: ModuleType, model: str) -> int | None:
+    """The window litellm's model map gives ``model``; None (logged) when it has none."""
     try:
         info = litellm.get_model_info(model)
     except Exception:  # litellm raises a bare Exception for models it has not mapped
@@ -149,7 +152,7 @@ def _known_context_window(litellm: ModuleType, model: str) -> int:
         default=DEFAULT_CONTEXT_WINDOW,
         hint="set AGENTD_CONTEXT_WINDOW to the model's context window in tokens",
     )
-    return DEFAULT_CONTEXT_WINDOW
+    return None
 
 
 def _is_loopback(api_base: str | None) -> bool:

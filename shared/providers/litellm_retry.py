@@ -1,13 +1,19 @@
 """Retries of a model call: which failures are worth another try, how long to wait, and
-the loop that waits and logs.
+the loop that waits, logs and announces each retry.
 
 They live here, not in litellm or the openai SDK (the provider passes ``max_retries=0``
 and never litellm's ``num_retries``, which stacks on the SDK's retries and needs
 tenacity), so each attempt is exactly one HTTP request, the provider's ``Retry-After`` is
-honoured (capped), every retry is logged, and tests inject a ``sleep`` that records
-instead of waiting. A plain loop rather than tenacity: the wait depends on the exception
-(Retry-After), so tenacity would need the same hand-written wait and logging hooks and
-would save nothing but the loop.
+honoured (capped), every retry is logged and announced to the waiting turn
+(:mod:`.retry_notices`), and tests inject a ``sleep`` that records instead of waiting. A
+plain loop rather than tenacity: the wait depends on the exception (Retry-After), so
+tenacity would need the same hand-written wait and logging hooks and would save nothing
+but the loop.
+
+Only what may pass by itself is retried with backoff: 429, 5xx, timeouts and a
+connection that broke off. A server that cannot be reached at all (refused, no such
+host) gets one more try, for a server that is just restarting; a missing or rejected
+key, a bad request or an overflow gets none.
 """
 
 from __future__ import annotations
@@ -20,13 +26,19 @@ from typing import TypeVar
 
 import structlog
 
-from shared.providers.litellm_errors import detail, http_status, is_misbehaved, is_overflow
+from shared.providers.litellm_errors import Failure, detail, failure_of, http_status
+from shared.providers.retry_notices import RetryNotice, announce
 
 log = structlog.get_logger(__name__)
 
 MAX_BACKOFF_S = 30.0
 MAX_RETRY_AFTER_S = 60.0
 BACKOFF_JITTER_S = 0.5
+UNREACHABLE_ATTEMPTS = 2
+"""A refused connection or an unknown host: one retry, then the user is told the URL."""
+_BACKED_OFF: frozenset[Failure] = frozenset(
+    {"rate_limited", "server_error", "timeout", "connection_lost"}
+)
 
 T = TypeVar("T")
 
@@ -38,37 +50,55 @@ async def call_with_retries(
     attempts: int,
     sleep: Callable[[float], Awaitable[None]],
 ) -> T:
-    """Await ``call()`` up to ``attempts`` times while it fails with a retryable error;
-    the last error (or the first that is not retryable) is raised as it is."""
+    """Await ``call()`` while it fails with a retryable error, up to ``attempts`` times
+    (fewer for an unreachable server); the last error, or the first that is not
+    retryable, is raised as it is."""
     attempt = 1
     while True:
         try:
             return await call()
         except Exception as exc:
-            if attempt >= attempts or not _is_retryable(exc):
+            failure = failure_of(exc)
+            allowed = _attempts_for(failure, attempts)
+            if attempt >= allowed:
                 raise
             delay_s = _retry_delay(exc, attempt)
+            reason = _reason(failure, exc)
             log.warning(
                 "provider_retry",
                 model=model,
                 attempt=attempt,
                 delay_s=round(delay_s, 3),
+                reason=reason,
                 error=detail(exc),
+            )
+            await announce(
+                RetryNotice(
+                    model=model, reason=reason, delay_s=delay_s, attempt=attempt, attempts=allowed
+                )
             )
             await sleep(delay_s)
             attempt += 1
 
 
-def _is_retryable(exc: Exception) -> bool:
-    """Rate limits, timeouts, lost connections and 5xx: worth another try."""
-    import openai
+def _attempts_for(failure: Failure, attempts: int) -> int:
+    if failure in _BACKED_OFF:
+        return attempts
+    if failure == "unreachable":
+        return min(attempts, UNREACHABLE_ATTEMPTS)
+    return 1
 
-    if is_overflow(exc) or is_misbehaved(exc):
-        return False
-    if isinstance(exc, openai.RateLimitError | openai.APIConnectionError):
-        return True  # APIConnectionError includes timeouts
+
+def _reason(failure: Failure, exc: Exception) -> str:
+    """The failure in a few words, as the retry line shows it."""
     status = http_status(exc)
-    return status is not None and status >= 500
+    if failure in ("rate_limited", "server_error") and status is not None:
+        return f"HTTP {status}"
+    return {
+        "timeout": "timed out",
+        "connection_lost": "connection lost",
+        "unreachable": "unreachable",
+    }.get(failure, failure.replace("_", " "))
 
 
 def _retry_delay(exc: Exception, attempt: int) -> float:

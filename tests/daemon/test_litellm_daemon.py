@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 
 from shared.models.messages import Message
-from tests.support.openai_server import FakeOpenAIServer, chat_completion, tool_call, usage
+from tests.support.openai_server import (
+    FakeOpenAIServer,
+    chat_completion,
+    error_body,
+    tool_call,
+    usage,
+)
 from tests.support.processes import AgentdProcess, run_agentctl
 
 pytestmark = pytest.mark.slow
@@ -97,7 +103,7 @@ def test_kill_9_mid_turn_loses_no_complete_message(
     restarted = AgentdProcess(**{k: v for k, v in agentd.env.items() if k.startswith("AGENTD_")})
     restarted.start()
     try:
-        listing = run_agentctl("messages", "--json", env=restarted.env)
+        listing = run_agentctl("messages", "--order", "asc", "--json", env=restarted.env)
         assert [m["id"] for m in json.loads(listing.stdout)] == [m.id for m in messages]
         server.enqueue(body=chat_completion("back again"))
         again = run_agentctl("chat", "-p", "are you there?", env=restarted.env)
@@ -106,3 +112,43 @@ def test_kill_9_mid_turn_loses_no_complete_message(
         assert [m["role"] for m in resent] == ["system", "user", "assistant", "tool", "user"]
     finally:
         restarted.stop()
+
+
+def test_a_rate_limit_shows_one_retry_line_and_the_answer_and_context_names_the_setting(
+    agentd: AgentdProcess, server: FakeOpenAIServer
+) -> None:
+    server.enqueue(status=429, body=error_body("slow down"), headers={"Retry-After": "1"})
+    server.enqueue(body=chat_completion("there you are"))
+
+    result = run_agentctl("chat", "-p", "hello", env=agentd.env)
+    context = run_agentctl("context", env=agentd.env)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "there you are"
+    assert result.stderr.splitlines() == ["  … retrying in 1 s (HTTP 429)"]
+    assert len(server.requests) == 2
+    assert "32,000 tokens (setting: AGENTD_CONTEXT_WINDOW)" in context.stdout
+
+
+def test_no_api_key_and_an_unknown_window_say_what_to_set_without_calling_the_server(
+    server: FakeOpenAIServer,
+) -> None:
+    process = AgentdProcess(AGENTD_MODEL="openai/test-model", AGENTD_API_BASE=server.url)
+    process.env = {k: v for k, v in process.env.items() if not k.endswith("_API_KEY")}
+    process.start()
+    try:
+        first = run_agentctl("chat", "-p", "hello", env=process.env)
+        second = run_agentctl("chat", "-p", "hello again", env=process.env)
+        context = run_agentctl("context", env=process.env)
+    finally:
+        process.stop()
+
+    assert first.returncode == 1
+    warning, error = first.stderr.splitlines()
+    assert warning.startswith("  ! the context window of openai/test-model is unknown")
+    assert "128,000 tokens is assumed; set AGENTD_CONTEXT_WINDOW" in warning
+    assert error.startswith("provider_auth: openai/test-model: no API key")
+    assert "set OPENAI_API_KEY" in error
+    assert second.stderr.splitlines() == [error]
+    assert server.requests == []
+    assert "128,000 tokens (default: the model's window is unknown" in context.stdout

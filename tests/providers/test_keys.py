@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from shared.errors import ProviderError
+from shared.errors import ProviderAuthError
 from shared.models.messages import Message
 from shared.providers.base import ModelRequest
 from shared.providers.factory import ProviderFactory
@@ -76,7 +76,7 @@ def test_a_provider_gets_the_taken_key_explicitly_and_its_call_succeeds(
     )
     with FakeOpenAIServer() as server:
         settings = Settings(model="openai/gpt-4o", api_base=server.url, provider_attempts=1)
-        with pytest.raises(ProviderError, match="Missing credentials"):
+        with pytest.raises(ProviderAuthError, match="set OPENAI_API_KEY"):
             asyncio.run(ProviderFactory(settings).get().complete(request))
         reply = asyncio.run(ProviderFactory(settings, keys).get().complete(request))
     assert reply.text

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Coroutine
@@ -27,11 +28,13 @@ from shared.errors import (
     ProviderConfigError,
     ProviderHTTPError,
     ProviderMisbehaved,
+    ProviderUnreachable,
 )
 from shared.models.messages import Message, ToolCall
 from shared.providers.base import ModelRequest, ModelResponse, ToolSchema
 from shared.providers.litellm_errors import map_litellm_errors
 from shared.providers.litellm_provider import DEFAULT_CONTEXT_WINDOW, LiteLLMProvider
+from shared.providers.retry_notices import RetryNotice, retries_announced_to
 from tests.support.messages import stop_payload, summary_payload
 from tests.support.openai_server import (
     FakeOpenAIServer,
@@ -240,14 +243,30 @@ def test_context_length_400_becomes_context_overflow_error(
     assert sleeps == []
 
 
-def test_rate_limit_then_success_retries_once_after_a_backoff(
+class Notices(list[RetryNotice]):
+    """A retry listener that records what the waiting turn would be told."""
+
+    async def __call__(self, notice: RetryNotice) -> None:
+        self.append(notice)
+
+
+def complete_announcing(provider: LiteLLMProvider, notices: Notices) -> ModelResponse:
+    async def call() -> ModelResponse:
+        with retries_announced_to(notices):
+            return await provider.complete(ask())
+
+    return run(call())
+
+
+def test_rate_limit_then_success_retries_once_after_a_backoff_and_announces_it(
     provider: LiteLLMProvider, openai_server: FakeOpenAIServer, sleeps: Sleeps
 ) -> None:
     openai_server.enqueue(status=429, body=error_body("slow down", type="rate_limit_error"))
     openai_server.enqueue(body=chat_completion("finally"))
+    notices = Notices()
 
     with capture_logs() as logs:
-        response = run(provider.complete(ask()))
+        response = complete_announcing(provider, notices)
 
     assert response.text == "finally"
     assert len(openai_server.requests) == 2
@@ -255,6 +274,9 @@ def test_rate_limit_then_success_retries_once_after_a_backoff(
     assert 1.0 <= sleeps[0] < 1.5
     retries = [entry for entry in logs if entry["event"] == "provider_retry"]
     assert [(r["attempt"], r["log_level"]) for r in retries] == [(1, "warning")]
+    assert [(n.reason, n.delay_s, n.attempt, n.attempts) for n in notices] == [
+        ("HTTP 429", sleeps[0], 1, 4)
+    ]
 
 
 def test_retry_after_header_is_honoured_and_capped_at_a_minute(
@@ -275,14 +297,80 @@ def test_server_error_on_every_attempt_becomes_provider_http_error_500(
     provider = make_provider(openai_server, sleeps, attempts=3)
     for _ in range(3):
         openai_server.enqueue(status=500, body=error_body("boom", type="server_error"))
+    notices = Notices()
 
     with pytest.raises(ProviderHTTPError, match=MODEL) as caught:
-        run(provider.complete(ask()))
+        complete_announcing(provider, notices)
 
     assert caught.value.status_code == 500
     assert caught.value.model == MODEL
     assert len(openai_server.requests) == 3
     assert len(sleeps) == 2
+    assert [n.reason for n in notices] == ["HTTP 500", "HTTP 500"]
+
+
+def test_a_missing_api_key_is_provider_auth_at_once_naming_the_variable(
+    openai_server: FakeOpenAIServer, sleeps: Sleeps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    provider = make_provider(openai_server, sleeps, api_key=None)
+
+    with pytest.raises(ProviderAuthError, match="set OPENAI_API_KEY") as caught:
+        run(provider.complete(ask()))
+
+    assert "HTTP 500" not in caught.value.message
+    assert openai_server.requests == []
+    assert sleeps == []
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_closed_port_is_provider_unreachable_naming_the_url_after_one_retry(
+    sleeps: Sleeps,
+) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    provider = LiteLLMProvider(
+        model=MODEL, api_base=url, api_key="sk-test", context_window=8192, sleep=sleeps
+    )
+    notices = Notices()
+
+    with pytest.raises(ProviderUnreachable, match="connection refused") as caught:
+        complete_announcing(provider, notices)
+
+    assert caught.value.url == url
+    assert url in caught.value.message and "AGENTD_API_BASE" in caught.value.message
+    assert len(sleeps) == 1
+    assert [n.reason for n in notices] == ["unreachable"]
+
+
+def test_a_host_that_does_not_resolve_is_provider_unreachable() -> None:
+    import litellm
+
+    try:
+        try:
+            try:
+                raise socket.gaierror(-2, "Name or service not known")
+            except socket.gaierror as lookup:
+                raise httpx.ConnectError("Cannot connect to host nosuch.invalid:80") from lookup
+        except httpx.ConnectError as connect:
+            raise litellm.InternalServerError(
+                "OpenAIException - Connection error.", llm_provider="openai", model=MODEL
+            ) from connect
+    except litellm.InternalServerError as wrapped:
+        error = _translated(wrapped, api_base="http://nosuch.invalid/v1")
+
+    assert isinstance(error, ProviderUnreachable)
+    assert "http://nosuch.invalid/v1 (the host name does not resolve)" in error.message
+
+
+def _translated(exc: Exception, api_base: str) -> AgentdError:
+    with pytest.raises(AgentdError) as caught, map_litellm_errors(MODEL, api_base):
+        raise exc
+    return caught.value
 
 
 def test_slow_server_times_out_into_provider_http_error_without_status(
@@ -398,15 +486,17 @@ def test_remote_api_base_is_refused_when_remote_models_are_blocked(
 def test_context_window_comes_from_argument_then_litellm_then_default(
     openai_server: FakeOpenAIServer, sleeps: Sleeps
 ) -> None:
-    assert make_provider(openai_server, sleeps, context_window=1000).context_window == 1000
-    assert (
-        make_provider(openai_server, sleeps, model="openai/gpt-3.5-turbo", context_window=None)
-    ).context_window == 16385
-
+    given = make_provider(openai_server, sleeps, context_window=1000)
+    mapped = make_provider(openai_server, sleeps, model="openai/gpt-3.5-turbo", context_window=None)
     with capture_logs() as logs:
         unknown = make_provider(openai_server, sleeps, context_window=None)
 
-    assert unknown.context_window == DEFAULT_CONTEXT_WINDOW
+    assert (given.context_window, given.context_window_source) == (1000, "setting")
+    assert (mapped.context_window, mapped.context_window_source) == (16385, "model map")
+    assert (unknown.context_window, unknown.context_window_source) == (
+        DEFAULT_CONTEXT_WINDOW,
+        "default",
+    )
     assert any("AGENTD_CONTEXT_WINDOW" in str(entry.get("hint")) for entry in logs)
 
 
