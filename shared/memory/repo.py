@@ -197,8 +197,16 @@ class MemoryRepo:
         return bool(self.uncommitted())
 
     def uncommitted(self) -> list[str]:
-        """Paths that differ from HEAD in the checkout, untracked files included."""
-        output = self._git("status", "--porcelain", "-z", "--untracked-files=all", "--no-renames")
+        """Paths that differ from HEAD in the checkout, untracked files included. A query
+        only: git does not refresh the index for it (``agentd doctor`` writes nothing)."""
+        output = self._git(
+            "--no-optional-locks",
+            "status",
+            "--porcelain",
+            "-z",
+            "--untracked-files=all",
+            "--no-renames",
+        )
         return sorted({entry[3:] for entry in output.split("\0") if len(entry) > 3})
 
     def log(self, limit: int = 20) -> list[CommitInfo]:
