@@ -51,6 +51,7 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 from agentd import instance
+from agentd.effective_config import redact_url
 from shared.coordination.broker import locate
 from shared.coordination.embedded import EmbeddedRedis, RedisUnavailable
 from shared.settings import Settings
@@ -205,7 +206,8 @@ class Stack:
     def _start_redis(self) -> None:
         location = locate(self.settings)
         if not location.embedded:
-            self._say(SUPERVISOR, "redis_external", f"using Redis at {location.redis_url}")
+            url = redact_url(location.redis_url)
+            self._say(SUPERVISOR, "redis_external", f"using Redis at {url}")
             return
         assert location.socket_path is not None
         layout = self.settings.layout
