@@ -30,8 +30,8 @@ PROMPT = "› "
 HISTORY_LINES = 1_000
 """How many lines the history file keeps; older ones are dropped."""
 COMMAND = re.compile(r"/[a-z]+")
-"""A line whose first word is one of these is a command. ``/usr/bin is …`` is not: the
-agent hears it."""
+"""A line whose first word is a slash and letters is a command; ``/usr/bin is …`` is
+not, and the agent hears it."""
 HELP = """\
 /new          start a new conversation with this agent
 /agent NAME   talk to agent NAME, in its default conversation
@@ -52,7 +52,7 @@ class LineEditor:
     what was typed, and the file is cut to :data:`HISTORY_LINES` as it grows."""
 
     def __init__(self, history: Path) -> None:
-        # Imported here: only a terminal needs it, and on a pipe it may write escapes.
+        # Imported here, not at the top: only a terminal needs it, not every command.
         import readline
 
         self.readline = readline
