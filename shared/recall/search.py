@@ -7,6 +7,8 @@ recomputed per query over the documents in scope, exactly as the reference scan 
 tests does, so the two agree on ids, order and scores. The scope is applied first: CJK
 frequencies come from the bigram postings where those settle them, and the text is only
 read (to count a CJK term or check a phrase) for the in-scope candidates that remain.
+Words are looked up by their index terms (stems); the text holds the tokens, so phrases
+and a query of stopwords alone (whose words have no postings) are found in the text.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ from itertools import repeat
 
 import numpy as np
 
-from shared.recall.ranking import ECHO_FACTOR, K1, PHRASE_BONUS, B, SearchRequest, idf
+from shared.recall.ranking import (
+    ECHO_FACTOR,
+    K1,
+    NEIGHBOUR_SHARE,
+    PHRASE_BONUS,
+    B,
+    SearchRequest,
+    idf,
+)
 from shared.recall.segments import (
     MAX_BIGRAM_TF,
     OFFSET_MODULUS,
@@ -31,7 +41,7 @@ from shared.recall.segments import (
     cjk_bigrams,
     word_key,
 )
-from shared.recall.text import Query, is_cjk, is_cjk_char
+from shared.recall.text import STOPWORDS, Query, index_term, is_cjk, is_cjk_char
 
 ROLES = ("user", "assistant", "tool")
 ROLE_CODE = {role: code for code, role in enumerate(ROLES)}
@@ -52,6 +62,9 @@ class IndexView:
     conversation: array[int]
     role: array[int]
     echo: array[int]
+    previous: array[int]
+    following: array[int]
+    """Each document's neighbours in its conversation (itself where it has none)."""
     segments: Sequence[Segment | SegmentBuilder]
     conversation_numbers: dict[str, int]
     message_id: Callable[[int], str]
@@ -74,6 +87,8 @@ class Search:
         self.lengths = np.frombuffer(index.lengths, dtype=np.uint32)
         self.conversation = np.frombuffer(index.conversation, dtype=np.uint32)
         self.role = np.frombuffer(index.role, dtype=np.uint8)
+        self.previous = np.frombuffer(index.previous, dtype=np.uint32)
+        self.following = np.frombuffer(index.following, dtype=np.uint32)
         self.segments: list[Segment | SegmentBuilder] = list(index.segments)
         self.scope: np.ndarray
         self.filtered = False
@@ -143,13 +158,14 @@ class Search:
     # --- terms -----------------------------------------------------------------------------
 
     def _term_scores(self, echo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """BM25 of the terms for every document (zero where none occurs) and the in-scope
-        documents holding at least one term, ascending.
+        """BM25 of the terms for every document (zero where none occurs), with the shares
+        its neighbours lend it, and the in-scope documents holding a term, ascending.
 
         The corpus statistics are the reference scan's: N and avgdl over the in-scope
         non-echo documents (all in-scope ones if that leaves none), df over the same.
         """
         scores = np.zeros(self.count)
+        shares = np.zeros(self.count)
         matched = np.zeros(self.count, dtype=bool)
         if not self.query.terms:
             return scores, np.flatnonzero(matched)
@@ -162,21 +178,39 @@ class Search:
             docs, tfs = self._postings(term)
             weight = idf(corpus_size, int(np.count_nonzero(corpus[docs])))
             tf = tfs.astype(np.float64)
-            scores[docs] += (
+            own = (
                 weight
                 * tf
                 * (K1 + 1)
                 / (tf + K1 * (1 - B + B * self.lengths[docs] / max(avgdl, 1.0)))
             )
+            scores[docs] += own
             matched[docs] = True
-        return scores, np.flatnonzero(matched)
+            self._lend(shares, docs, own, echo)
+        return scores + shares, np.flatnonzero(matched)
+
+    def _lend(
+        self, shares: np.ndarray, docs: np.ndarray, own: np.ndarray, echo: np.ndarray
+    ) -> None:
+        """Add a share of one term's scores (``own``, of ``docs``) to the neighbours of
+        ``docs`` that lack the term; echoes lend nothing. A document with no neighbour is
+        its own, and holds the term: it lends to nobody."""
+        holds = np.zeros(self.count, dtype=bool)
+        holds[docs] = True
+        lending = ~echo[docs]
+        for neighbours in (self.previous[docs], self.following[docs]):
+            takes = lending & ~holds[neighbours]
+            shares[neighbours[takes]] += NEIGHBOUR_SHARE * own[takes]
 
     def _postings(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         """In-scope documents containing ``term`` (ascending) and its exact frequency in each."""
+        if self.query.literal:
+            token = re.escape(term.encode())
+            return self._in_scope(*self._text_postings(re.compile(rb"(?<= )" + token + rb"(?= )")))
         if not is_cjk(term):
             return self._in_scope(*self._gather("word_postings", word_key(term)))
         if len(term) == 1:
-            return self._in_scope(*self._char_postings(term))
+            return self._in_scope(*self._text_postings(re.compile(re.escape(term.encode()))))
         if len(term) == 2:
             return self._bigram_term_postings(term)
         return self._substring_postings(term)
@@ -223,9 +257,9 @@ class Search:
         found = tfs > 0
         return docs[found], tfs[found]
 
-    def _char_postings(self, char: str) -> tuple[np.ndarray, np.ndarray]:
-        """A one-character CJK term has no bigram: find its occurrences in the text."""
-        pattern = re.compile(re.escape(char.encode()))
+    def _text_postings(self, pattern: re.Pattern[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """Documents by the occurrences of ``pattern`` in the text: for the terms without
+        postings, a one-character CJK term (no bigram) and a stopword (no index term)."""
         docs: list[np.ndarray] = [_NO_DOCS]
         tfs: list[np.ndarray] = [_NO_DOCS]
         for segment in self.segments:
@@ -242,19 +276,21 @@ class Search:
 
     def _phrase_matches(self) -> np.ndarray:
         """In-scope documents containing every phrase: the documents holding all of the
-        phrases' words and bigrams, each then checked with ``find`` in the text."""
+        phrases' words (stopwords have none) and bigrams, each then checked with ``find`` in
+        the text; every in-scope document where the phrases hold nothing else."""
         lists: list[np.ndarray] = []
         chars: list[str] = []
         for token in dict.fromkeys(t for p in self.query.phrases for t in p.split(" ")):
             if not is_cjk(token):
-                lists.append(self._gather("word_postings", word_key(token))[0])
+                if token not in STOPWORDS:
+                    lists.append(self._gather("word_postings", word_key(index_term(token)))[0])
             elif len(token) > 1:
                 lists += self._bigram_lists(token)
             else:
                 chars.append(token)
-        if not lists:
+        if not lists and chars:
             lists.append(self._postings(chars[0])[0])
-        numbers = self._intersect(lists)
+        numbers = self._intersect(lists) if lists else np.flatnonzero(self.scope)
         for phrase in self.query.phrases:
             numbers = numbers[self._each(numbers, "find", _phrase_pattern(phrase)) >= 0]
         return numbers

@@ -61,6 +61,10 @@ def test_english_recall_and_nothing_found(daemon: DaemonRunner) -> None:
     )
     missing = daemon.result("chat", {"text": "还记得火星基地吗？"})
     assert missing["text"] == "我在过去的对话里没有找到相关的内容。"
+    # English words are matched by their stems (agentctl search asks the same).
+    daemon.result("chat", {"text": "Last weekend we went hiking"})
+    hits = daemon.result("recall.search", {"query": "hike"})["hits"]
+    assert hits[0]["text"] == "Last weekend we went hiking"
 
 
 def test_the_index_is_rebuilt_from_the_logs_after_a_restart(

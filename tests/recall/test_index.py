@@ -37,7 +37,16 @@ WORDS = [
     "京都",
     "gpt4",
     "pose",
+    "deploys",
+    "deploying",
+    "hiking",
+    "the",
+    "it",
+    "to",
+    "s",
 ]
+"""Words that share a stem (deploy, deploys, deploying) or are stopwords (the, it, to, s:
+a query of those alone is matched in the text), besides CJK and exact-token cases."""
 SEPARATORS = [" ", "", ", ", "-", "。", "\n"]
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import numpy as np
 import pytest
 
+from shared.recall.dialogue import Neighbours
 from shared.recall.documents import Document
 from shared.recall.index import AgentIndex
 from shared.recall.ranking import SearchRequest
@@ -150,3 +152,56 @@ def test_filters_by_conversation_role_and_dates() -> None:
     assert _ids(index, "deploy", conversation_id="nope") == []
     assert _ids(index, "deploy", limit=1) == ["b"]
     assert _ids(index, "deploy", limit=0) == []
+
+
+def test_words_match_by_stem_and_phrases_stay_exact() -> None:
+    index = _index(
+        _doc("hiking", "Last weekend we went hiking in the hills.", at=1),
+        _doc("other", "We went to the cinema.", at=2),
+    )
+    assert _ids(index, "hike") == ["hiking"]
+    assert _ids(index, "Hikes") == ["hiking"]
+    assert _ids(index, '"went hiking"') == ["hiking"]
+    assert _ids(index, '"went hike"') == []
+    assert _ids(index, '"went to the"') == ["other"]
+
+
+def test_a_query_of_stopwords_alone_finds_the_messages_saying_them() -> None:
+    index = _index(
+        _doc("to-be", "To be or not to be", at=1),
+        _doc("other", "The cinema was closed", at=2),
+        _doc("none", "quartz", at=3),
+    )
+    assert _ids(index, "to be") == ["to-be"]
+    assert _ids(index, "the") == ["other"]
+    assert _ids(index, '"not to be"') == ["to-be"]
+
+
+def test_a_reply_ranks_by_the_question_before_it_too() -> None:
+    """ "reply" and "elsewhere" match "adoption" alike and "elsewhere" is newer, but "reply"
+    answers a question about research. "elsewhere" follows a research message by number,
+    not in its conversation: that lends it nothing."""
+    index = _index(
+        _doc("question", "What did you research last month?", at=1),
+        _doc("reply", "Adoption agencies, mostly.", at=2),
+        _doc("interleaved", "Research papers are due", at=3, conversation="c2"),
+        _doc("elsewhere", "Adoption forms, mostly.", at=4, conversation="c3"),
+    )
+    found = _ids(index, "research adoption")
+    assert found.index("reply") < found.index("elsewhere")
+
+
+def test_neighbours_link_within_conversations_and_rebuild_from_the_conversation_column() -> None:
+    conversations = [0, 1, 0, 2, 1, 0]
+    appended = Neighbours()
+    for conversation in conversations:
+        appended.append(conversation)
+    assert list(appended.previous) == [0, 1, 0, 3, 1, 2]
+    assert list(appended.following) == [2, 4, 5, 3, 4, 5]
+    rebuilt = Neighbours.from_conversations(np.array(conversations, dtype=np.uint32))
+    assert list(rebuilt.previous) == list(appended.previous)
+    assert list(rebuilt.following) == list(appended.following)
+    appended.append(1)
+    rebuilt.append(1)
+    assert list(rebuilt.previous) == list(appended.previous) == [0, 1, 0, 3, 1, 2, 4]
+    assert list(rebuilt.following) == list(appended.following)

@@ -1,10 +1,18 @@
-"""Tokens, term frequency and query parsing: the spec's vectors."""
+"""Tokens, index terms, term frequency and query parsing: the spec's vectors, and the
+analyzer for English that issue 13 added."""
 
 from __future__ import annotations
 
 import pytest
 
-from shared.recall.text import Query, parse_query, phrase_matches, term_frequency, tokenize
+from shared.recall.text import (
+    Query,
+    index_terms,
+    parse_query,
+    phrase_matches,
+    term_frequency,
+    tokenize,
+)
 
 
 @pytest.mark.parametrize(
@@ -46,8 +54,14 @@ def test_term_frequency(tokens: list[str], term: str, tf: int) -> None:
     [
         ('alpha "beta gamma" alpha delta', Query(("alpha", "delta"), ("beta gamma",))),
         ('ab"cd ef"gh', Query(("ab", "gh"), ("cd ef",))),
-        ('"unclosed phrase here', Query(("unclosed", "phrase", "here"), ())),
+        # Terms are index terms: "here" is a stopword, "unclosed" is stemmed.
+        ('"unclosed phrase here', Query(("unclos", "phrase"), ())),
         ('"" ,;', Query((), ())),
+        # Phrases stay as typed; stopwords outside them go.
+        ('the "Went Hiking" to', Query((), ("went hiking",))),
+        # Nothing but stopwords: they are matched as whole tokens rather than dropped.
+        ("The THE it", Query(("the", "it"), (), literal=True)),
+        ('"the"', Query((), ("the",))),
     ],
 )
 def test_parse_query(raw: str, query: Query) -> None:
@@ -59,3 +73,20 @@ def test_latin_phrase_edges_fall_on_tokens_and_cjk_edges_may_fall_inside() -> No
     assert not phrase_matches("the notree pose", "tree pose")
     assert phrase_matches("notree 世界", "世界")
     assert phrase_matches("你好世界", "世界")
+
+
+def test_index_terms_drop_stopwords_and_stem_latin_words_only() -> None:
+    tokens = tokenize("We went hiking; the adopted kids' adoption don't v2 数据库端口是 5433 мир")
+    assert index_terms(tokens) == [
+        "went",
+        "hike",
+        "adopt",
+        "kid",
+        "adopt",
+        "v2",
+        "数据库端口是",
+        "5433",
+        "мир",
+    ]
+    assert index_terms(tokenize("hike hikes hiked")) == ["hike"] * 3
+    assert index_terms(tokenize("export port")) == ["export", "port"]

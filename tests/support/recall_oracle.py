@@ -6,13 +6,20 @@ from __future__ import annotations
 from shared.recall.documents import Document
 from shared.recall.ranking import (
     ECHO_FACTOR,
+    NEIGHBOUR_SHARE,
     PHRASE_BONUS,
     SearchRequest,
     idf,
     order_key,
     term_score,
 )
-from shared.recall.text import parse_query, phrase_matches, term_frequency, tokenize
+from shared.recall.text import (
+    index_terms,
+    parse_query,
+    phrase_matches,
+    term_frequency,
+    tokenize,
+)
 
 
 def reference_search(documents: list[Document], request: SearchRequest) -> list[tuple[str, float]]:
@@ -21,7 +28,11 @@ def reference_search(documents: list[Document], request: SearchRequest) -> list[
     if query.empty or request.limit <= 0:
         return []
     tokens = {d.message_id: tokenize(d.text) for d in documents}
-    scope = [d for d in documents if tokens[d.message_id] and _in_scope(d, request)]
+    indexed = [d for d in documents if tokens[d.message_id]]
+    terms = {d.message_id: index_terms(tokens[d.message_id]) for d in indexed}
+    matched = tokens if query.literal else terms
+    """What the query's terms are counted in: index terms, or tokens for stopwords alone."""
+    scope = [d for d in indexed if _in_scope(d, request)]
     echoes = {d.message_id for d in scope if d.echo}
     if request.conversation_id is None and request.current_conversation_id is not None:
         asking = [
@@ -34,31 +45,54 @@ def reference_search(documents: list[Document], request: SearchRequest) -> list[
     corpus = [d for d in scope if d.message_id not in echoes] or scope
     if not corpus:
         return []
-    avgdl = sum(len(tokens[d.message_id]) for d in corpus) / len(corpus)
+    avgdl = sum(len(terms[d.message_id]) for d in corpus) / len(corpus)
     df = {
-        t: sum(1 for d in corpus if term_frequency(tokens[d.message_id], t) > 0)
+        t: sum(1 for d in corpus if term_frequency(matched[d.message_id], t) > 0)
         for t in query.terms
     }
+
+    def bm25(document: Document, among: tuple[str, ...] = query.terms) -> float:
+        words = matched[document.message_id]
+        return sum(
+            term_score(
+                idf(len(corpus), df[t]),
+                term_frequency(words, t),
+                len(terms[document.message_id]),
+                avgdl,
+            )
+            for t in among
+            if term_frequency(words, t) > 0
+        )
+
+    in_scope = {d.message_id for d in scope}
     results = []
     for document in scope:
-        words = tokens[document.message_id]
-        normalized = " ".join(words)
+        normalized = " ".join(tokens[document.message_id])
         if query.phrases:
             if not all(phrase_matches(normalized, p) for p in query.phrases):
                 continue
-        elif not any(term_frequency(words, t) > 0 for t in query.terms):
+        elif not any(term_frequency(matched[document.message_id], t) > 0 for t in query.terms):
             continue
-        score = sum(
-            term_score(idf(len(corpus), df[t]), term_frequency(words, t), len(words), avgdl)
-            for t in query.terms
-            if term_frequency(words, t) > 0
+        score = bm25(document)
+        lacking = tuple(
+            t for t in query.terms if term_frequency(matched[document.message_id], t) == 0
         )
+        for neighbour in _neighbours(indexed, document):
+            if neighbour.message_id in in_scope and neighbour.message_id not in echoes:
+                score += NEIGHBOUR_SHARE * bm25(neighbour, lacking)
         score += PHRASE_BONUS * len(query.phrases)
         if document.message_id in echoes:
             score *= ECHO_FACTOR
         results.append((document, score))
     results.sort(key=lambda r: order_key(r[1], r[0].created_at, r[0].message_id), reverse=True)
     return [(d.message_id, score) for d, score in results[: request.limit]]
+
+
+def _neighbours(indexed: list[Document], document: Document) -> list[Document]:
+    """The documents just before and after ``document`` in its conversation."""
+    same = [d for d in indexed if d.conversation_id == document.conversation_id]
+    at = next(i for i, d in enumerate(same) if d is document)
+    return same[max(at - 1, 0) : at] + same[at + 1 : at + 2]
 
 
 def _in_scope(document: Document, request: SearchRequest) -> bool:
