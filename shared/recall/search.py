@@ -100,9 +100,9 @@ class Search:
         self._restrict(scope)
         echo = np.frombuffer(self.index.echo, dtype=np.uint8).astype(bool)
         self._demote_question(echo)
-        scores, matched = self._term_scores(echo)
+        scores, shares, matched = self._term_scores(echo)
         numbers = self._phrase_matches() if self.query.phrases else matched
-        final = scores[numbers] + PHRASE_BONUS * len(self.query.phrases)
+        final = scores[numbers] + shares[numbers] + PHRASE_BONUS * len(self.query.phrases)
         final[echo[numbers]] *= ECHO_FACTOR
         return self._top(numbers, final)
 
@@ -157,9 +157,9 @@ class Search:
 
     # --- terms -----------------------------------------------------------------------------
 
-    def _term_scores(self, echo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """BM25 of the terms for every document (zero where none occurs), with the shares
-        its neighbours lend it, and the in-scope documents holding a term, ascending.
+    def _term_scores(self, echo: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """BM25 of the terms for every document (zero where none occurs), the shares its
+        neighbours lend it, and the in-scope documents holding a term, ascending.
 
         The corpus statistics are the reference scan's: N and avgdl over the in-scope
         non-echo documents (all in-scope ones if that leaves none), df over the same.
@@ -168,7 +168,7 @@ class Search:
         shares = np.zeros(self.count)
         matched = np.zeros(self.count, dtype=bool)
         if not self.query.terms:
-            return scores, np.flatnonzero(matched)
+            return scores, shares, np.flatnonzero(matched)
         corpus = self.scope & ~echo
         if not corpus.any():
             corpus = self.scope
@@ -187,7 +187,7 @@ class Search:
             scores[docs] += own
             matched[docs] = True
             self._lend(shares, docs, own, echo)
-        return scores + shares, np.flatnonzero(matched)
+        return scores, shares, np.flatnonzero(matched)
 
     def _lend(
         self, shares: np.ndarray, docs: np.ndarray, own: np.ndarray, echo: np.ndarray
