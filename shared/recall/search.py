@@ -8,7 +8,7 @@ tests does, so the two agree on ids, order and scores. The scope is applied firs
 frequencies come from the bigram postings where those settle them, and the text is only
 read (to count a CJK term or check a phrase) for the in-scope candidates that remain.
 Words are looked up by their index terms (stems); the text holds the tokens, so phrases
-and a query of stopwords alone (whose words have no postings) are found in the text.
+are checked in it as typed, stopwords included.
 """
 
 from __future__ import annotations
@@ -204,13 +204,10 @@ class Search:
 
     def _postings(self, term: str) -> tuple[np.ndarray, np.ndarray]:
         """In-scope documents containing ``term`` (ascending) and its exact frequency in each."""
-        if self.query.literal:
-            token = re.escape(term.encode())
-            return self._in_scope(*self._text_postings(re.compile(rb"(?<= )" + token + rb"(?= )")))
         if not is_cjk(term):
             return self._in_scope(*self._gather("word_postings", word_key(term)))
         if len(term) == 1:
-            return self._in_scope(*self._text_postings(re.compile(re.escape(term.encode()))))
+            return self._in_scope(*self._char_postings(term))
         if len(term) == 2:
             return self._bigram_term_postings(term)
         return self._substring_postings(term)
@@ -257,9 +254,9 @@ class Search:
         found = tfs > 0
         return docs[found], tfs[found]
 
-    def _text_postings(self, pattern: re.Pattern[bytes]) -> tuple[np.ndarray, np.ndarray]:
-        """Documents by the occurrences of ``pattern`` in the text: for the terms without
-        postings, a one-character CJK term (no bigram) and a stopword (no index term)."""
+    def _char_postings(self, char: str) -> tuple[np.ndarray, np.ndarray]:
+        """A one-character CJK term has no bigram: find its occurrences in the text."""
+        pattern = re.compile(re.escape(char.encode()))
         docs: list[np.ndarray] = [_NO_DOCS]
         tfs: list[np.ndarray] = [_NO_DOCS]
         for segment in self.segments:

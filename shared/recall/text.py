@@ -13,8 +13,10 @@ Ranking reads *index terms*, made from the tokens by an analyzer for English: st
 letters is reduced to its Snowball stem, so ``hiking`` finds ``hike`` and ``adopted``
 finds ``adoption``; CJK runs, numbers and other scripts are their own terms. Query and
 documents go through the same analyzer. Quoted phrases are matched on the tokens, exactly
-as typed. A query holding nothing but stopwords (``the``, ``to be``) matches them as whole
-tokens, so it still finds the messages that say them.
+as typed, stopwords included. A query of nothing but stopwords (``the``, ``to be``) finds
+nothing, as in Lucene's English analyzer: matching them would read most of the history
+(seconds at a million messages) to rank by words that say nothing; quoted (``"to be"``),
+they are found as a phrase.
 
 :data:`ANALYZER_VERSION` names these rules: an index stored with another version is stale.
 """
@@ -113,11 +115,9 @@ def phrase_matches(normalized: str, phrase: str) -> bool:
 @dataclass(frozen=True)
 class Query:
     terms: tuple[str, ...]
-    """Index terms, or tokens where ``literal``."""
+    """Index terms."""
     phrases: tuple[str, ...]
     """Token text (tokens joined by single spaces), matched exactly."""
-    literal: bool = False
-    """The query held only stopwords: its terms are tokens, matched whole in the text."""
 
     @property
     def empty(self) -> bool:
@@ -128,7 +128,7 @@ def parse_query(raw: str) -> Query:
     """Terms outside double quotes, phrases inside; an unclosed quote disables quoting."""
     text = raw.strip()
     if text.count('"') % 2:
-        return _query(tokenize(text), [])
+        return Query(tuple(_unique(index_terms(tokenize(text)))), ())
     tokens: list[str] = []
     phrases: list[str] = []
     for index, part in enumerate(text.split('"')):
@@ -138,14 +138,7 @@ def parse_query(raw: str) -> Query:
                 phrases.append(phrase)
         else:
             tokens.extend(tokenize(part))
-    return _query(tokens, phrases)
-
-
-def _query(tokens: list[str], phrases: list[str]) -> Query:
-    terms = index_terms(tokens)
-    if not terms and not phrases:
-        return Query(tuple(_unique(tokens)), (), literal=bool(tokens))
-    return Query(tuple(_unique(terms)), tuple(_unique(phrases)))
+    return Query(tuple(_unique(index_terms(tokens))), tuple(_unique(phrases)))
 
 
 def _unique(items: list[str]) -> list[str]:

@@ -46,7 +46,8 @@ WORDS = [
     "s",
 ]
 """Words that share a stem (deploy, deploys, deploying) or are stopwords (the, it, to, s:
-a query of those alone is matched in the text), besides CJK and exact-token cases."""
+a query of those alone finds nothing, a quoted one is a phrase), besides CJK and
+exact-token cases."""
 SEPARATORS = [" ", "", ", ", "-", "。", "\n"]
 
 

@@ -59,8 +59,8 @@ def test_term_frequency(tokens: list[str], term: str, tf: int) -> None:
         ('"" ,;', Query((), ())),
         # Phrases stay as typed; stopwords outside them go.
         ('the "Went Hiking" to', Query((), ("went hiking",))),
-        # Nothing but stopwords: they are matched as whole tokens rather than dropped.
-        ("The THE it", Query(("the", "it"), (), literal=True)),
+        # Nothing but stopwords: nothing to search for, unless quoted.
+        ("The THE it", Query((), ())),
         ('"the"', Query((), ("the",))),
     ],
 )

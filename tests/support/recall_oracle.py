@@ -30,8 +30,6 @@ def reference_search(documents: list[Document], request: SearchRequest) -> list[
     tokens = {d.message_id: tokenize(d.text) for d in documents}
     indexed = [d for d in documents if tokens[d.message_id]]
     terms = {d.message_id: index_terms(tokens[d.message_id]) for d in indexed}
-    matched = tokens if query.literal else terms
-    """What the query's terms are counted in: index terms, or tokens for stopwords alone."""
     scope = [d for d in indexed if _in_scope(d, request)]
     echoes = {d.message_id for d in scope if d.echo}
     if request.conversation_id is None and request.current_conversation_id is not None:
@@ -47,12 +45,11 @@ def reference_search(documents: list[Document], request: SearchRequest) -> list[
         return []
     avgdl = sum(len(terms[d.message_id]) for d in corpus) / len(corpus)
     df = {
-        t: sum(1 for d in corpus if term_frequency(matched[d.message_id], t) > 0)
-        for t in query.terms
+        t: sum(1 for d in corpus if term_frequency(terms[d.message_id], t) > 0) for t in query.terms
     }
 
     def bm25(document: Document, among: tuple[str, ...] = query.terms) -> float:
-        words = matched[document.message_id]
+        words = terms[document.message_id]
         return sum(
             term_score(
                 idf(len(corpus), df[t]),
@@ -71,11 +68,11 @@ def reference_search(documents: list[Document], request: SearchRequest) -> list[
         if query.phrases:
             if not all(phrase_matches(normalized, p) for p in query.phrases):
                 continue
-        elif not any(term_frequency(matched[document.message_id], t) > 0 for t in query.terms):
+        elif not any(term_frequency(terms[document.message_id], t) > 0 for t in query.terms):
             continue
         score = bm25(document)
         lacking = tuple(
-            t for t in query.terms if term_frequency(matched[document.message_id], t) == 0
+            t for t in query.terms if term_frequency(terms[document.message_id], t) == 0
         )
         for neighbour in _neighbours(indexed, document):
             if neighbour.message_id in in_scope and neighbour.message_id not in echoes:
