@@ -19,6 +19,9 @@ from agentd.outbox import outbox_dir
 from agentd.supervisor import up_is_running
 from shared.coordination import keys
 from shared.coordination.broker import RedisLocation
+from shared.errors import AgentdError
+from shared.memory.hand_edits import uncommitted_notice
+from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.reflection import events
 from shared.reflection.backoff import load_backoff
@@ -125,6 +128,7 @@ def agent_status(
         "backoff_until": backoff.retry_at.isoformat() if backoff.retry_at else None,
         "configuration_error": backoff.configuration_error,
         "pending_requests": len(list(outbox.glob("*.json"))) if outbox.is_dir() else 0,
+        **_uncommitted_memory(layout, agent),
         "last_idle_request": None
         if swept is None
         else {
@@ -132,4 +136,20 @@ def agent_status(
             "request_id": swept[1].request_id,
             "requested_at": swept[1].at.isoformat(),
         },
+    }
+
+
+def _uncommitted_memory(layout: Layout, agent: AgentRecord) -> dict[str, Any]:
+    """Files edited in the memory checkout and not committed, with what commits them; a
+    repo git cannot read right now (damaged, busy) is left out, not an error of status."""
+    try:
+        files = MemoryRepo(layout.memory_dir(agent.id)).uncommitted()
+    except AgentdError as exc:
+        log.debug("status_memory_unread", agent_id=agent.id, error=exc.message)
+        return {"uncommitted_memory": None}
+    if not files:
+        return {"uncommitted_memory": []}
+    return {
+        "uncommitted_memory": files,
+        "uncommitted_notice": uncommitted_notice(agent.name, files),
     }
