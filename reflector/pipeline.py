@@ -46,6 +46,7 @@ from shared.clock import Clock, utc_now
 from shared.coordination import jobs, keys
 from shared.coordination.lease import ReflectionLease, live_reflection_ids
 from shared.errors import AgentdError, ReflectionError
+from shared.memory.hand_edits import commit_command, files_named
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
@@ -266,7 +267,9 @@ class _Job:
         with MemoryRepo(memory_dir) as repo:
             uncommitted = repo.uncommitted()
         if uncommitted:
-            return self.skipped("parent_dirty", _waiting_for_commit(uncommitted, memory_dir))
+            return self.skipped(
+                "parent_dirty", _waiting_for_commit(agent.name, uncommitted, memory_dir)
+            )
         provider = self.ctx.provider_for(agent)
         limits = Limits.for_reader(
             context_window=provider.context_window,
@@ -372,6 +375,9 @@ class _Job:
             conversation_ids += self._recent(self.request.recent)
         slices: list[tuple[Path, Slice]] = []
         for conversation_id in dict.fromkeys(conversation_ids):
+            if not self._conversation_dir(conversation_id).is_dir():
+                log.info("reflection_conversation_gone", conversation_id=conversation_id)
+                continue  # deleted since the request: its state lock would recreate it
             log_path = self._log(conversation_id)
             state = load_state(self._conversation_dir(conversation_id))
             found = select_slice(log_path, state.watermark, until_offset=_size(log_path))
@@ -453,7 +459,9 @@ class _Job:
                 f"{run.error_message}; the transcript can be retried.",
             )
         return self.outcome(
-            "failed", reason, f"{_explain(reason, result)}; the transcript can be retried."
+            "failed",
+            reason,
+            f"{_explain(reason, result, self.request.agent_id)}; the transcript can be retried.",
         )
 
     def _conversation_dir(self, conversation_id: str) -> Path:
@@ -466,14 +474,11 @@ class _Job:
 NOT_MERGED = "the agent did not merge the proposal"
 
 
-def _waiting_for_commit(uncommitted: list[str], memory_dir: Path) -> str:
-    shown = ", ".join(uncommitted[:5]) + (
-        f" and {len(uncommitted) - 5} more" if len(uncommitted) > 5 else ""
-    )
+def _waiting_for_commit(agent: str, uncommitted: list[str], memory_dir: Path) -> str:
     return (
-        f"Reflection waits: the memory repo has uncommitted changes ({shown}). Commit them "
-        f"with `agentctl memory commit`, or discard them (`git -C {memory_dir} stash -u`); "
-        "it runs again after the next turn."
+        f"Reflection waits: the memory repo has uncommitted changes "
+        f"({files_named(uncommitted)}). Commit them with `{commit_command(agent)}`, or "
+        f"discard them (`git -C {memory_dir} stash -u`); it runs again after the next turn."
     )
 
 
@@ -492,14 +497,14 @@ def _commits(memory_dir: Path, base_head: str) -> list[str]:
     return merged
 
 
-def _explain(reason: str | None, result: FinalizeResult) -> str:
+def _explain(reason: str | None, result: FinalizeResult, agent: str) -> str:
     return {
         "not_read": "the reflector never read the transcript (no message of it came back in "
         "a tool result)",
         "empty_report": "the reflector gave no report",
         "max_steps": "the reflector ran out of steps",
         "parent_dirty": "the memory repo had uncommitted changes (commit them with "
-        "`agentctl memory commit`, or discard them)",
+        f"`{commit_command(agent)}`, or discard them)",
         "merge_conflict": "its updates conflicted with newer memory changes",
         "dirty_uncommitted": "its changes were not committed cleanly",
     }.get(reason or "", result.message or (reason or "failed"))

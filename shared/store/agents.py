@@ -19,6 +19,7 @@ import shlex
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import structlog
@@ -30,6 +31,7 @@ from shared.ids import ID_PATTERN
 from shared.models.agents import BASE_SYSTEM_PROMPT, AgentRecord
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.layout import AgentFiles, ConversationFiles, Layout
+from shared.store.trash import move_to_trash
 
 log = structlog.get_logger(__name__)
 
@@ -122,6 +124,10 @@ class AgentStore:
     def save(self, record: AgentRecord) -> None:
         record.updated_at = utc_now()
         write_model_atomic(self.layout.agent_file(record.id), record)
+
+    def trash(self, agent_id: str, when: datetime) -> Path:
+        """Move the agent's whole directory to the trash; where it went."""
+        return move_to_trash(self.layout, self.layout.agent_dir(agent_id), agent_id, when)
 
     @contextlib.contextmanager
     def creating(self, agent_id: str) -> Iterator[Path]:

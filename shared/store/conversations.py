@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from shared.models.messages import AnyMessage, Message, SummaryMessage
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.jsonl import MessageLog
 from shared.store.layout import ConversationFiles, Layout
+from shared.store.trash import move_to_trash
 
 log = structlog.get_logger(__name__)
 
@@ -210,6 +212,17 @@ def scan_conversations(layout: Layout, agent_id: str) -> ConversationScan:
         if record is not None:
             scan.records.append(record)
     return scan
+
+
+def trash_conversation(layout: Layout, agent_id: str, conversation_id: str, when: datetime) -> Path:
+    """Move the conversation's directory (its log and state) to the trash; where it went."""
+    directory = layout.conversation_dir(agent_id, conversation_id)
+    if not directory.is_dir():
+        raise UnknownConversation(
+            f"agent {agent_id} has no conversation {conversation_id}; "
+            "list them with `agentctl conversations`"
+        )
+    return move_to_trash(layout, directory, conversation_id, when)
 
 
 def list_conversations(layout: Layout, agent_id: str) -> list[ConversationRecord]:

@@ -25,6 +25,7 @@ from shared.reflection.backoff import load_backoff
 from shared.reflection.settings import ReflectionOverrides
 from shared.reflection.state import load_state, record_turn
 from shared.store.agents import AgentStore
+from shared.store.conversations import trash_conversation
 from shared.store.layout import Layout
 from tests.reflector.conftest import READ, World, watermark
 from tests.support.workers import RedisForTests
@@ -91,10 +92,22 @@ def test_reading_the_payload_but_leaving_edits_uncommitted_is_dirty_and_backs_of
     assert load_backoff(world.reflections).delay_s == 60
 
 
+def test_a_conversation_deleted_after_the_request_is_skipped_not_recreated(
+    world: World,
+) -> None:
+    directory = world.conversation.directory
+    trash_conversation(Layout(world.home), world.agent.id, world.conversation.id, world.clock())
+    outcome = world.reflect(MockReflector())
+    assert (outcome.status, outcome.reason) == ("skipped", "no_payload")
+    assert not directory.exists()
+
+
 def test_a_dirty_parent_is_not_touched_and_nothing_is_prepared(world: World) -> None:
     (world.memory / "scratch.md").write_text("the user's own edit\n")
     outcome = world.reflect(MockReflector())
     assert (outcome.status, outcome.reason) == ("skipped", "parent_dirty")
+    assert "scratch.md" in outcome.message
+    assert "`agentctl memory commit --agent ada`" in outcome.message
     assert (world.memory / "scratch.md").exists()
     assert not list((world.reflections / "worktrees").glob("*"))
     assert not (world.reflections / "payloads").exists()

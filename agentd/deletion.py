@@ -1,0 +1,185 @@
+"""Deleting an agent or one of its conversations: moved to the trash, never erased.
+
+A delete is refused (:class:`InUse`) while a turn of what it would move runs, or a
+reflection of the agent runs (its lease in Redis is held). For the time of the move the
+daemon holds that lease itself, so no worker starts a reflection of the agent meanwhile;
+the check of running turns and the rename happen with no ``await`` between them, so no
+turn of this daemon starts in between either.
+
+Then what refers to the agent is dropped: its recall index, the daemon's open
+conversations and memory repo, and its Redis keys (the lease, live-worktree markers, the
+state and try count of its jobs, and its jobs still waiting in the queue, which would
+otherwise run on an agent that is gone). The outbox goes with the agent's directory.
+With Redis unreachable nothing can be running a reflection (a worker needs the lease),
+so the delete goes ahead and says the keys were left to expire.
+
+Deleting the agent's default conversation is allowed: the agent then has none, and its
+next default-conversation turn starts a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import redis
+import structlog
+
+from agentd.agents import Agents
+from agentd.outbox import OutboxEntry
+from agentd.recall import RecallService
+from agentd.turns import Turns
+from shared.clock import Clock
+from shared.coordination import keys
+from shared.coordination.broker import RedisLocation
+from shared.coordination.lease import ReflectionLease
+from shared.errors import CorruptStateFile, InUse
+from shared.models.agents import AgentRecord
+from shared.reflection import events
+from shared.store.atomic import read_model
+from shared.store.conversations import trash_conversation
+from shared.store.layout import Layout, memory_lock
+from shared.store.locks import async_file_lock
+
+log = structlog.get_logger(__name__)
+
+REDIS_TIMEOUT_S = 1.0
+OUTCOMES_READ = 1_000
+"""How many of the agent's last outcomes name job keys to drop (older ones have expired)."""
+DELETE_OWNER = "agentd-delete"
+
+RedisState = Literal["dropped", "unreachable"]
+
+
+@dataclass(frozen=True)
+class Deleted:
+    agent_id: str
+    trash: Path
+    redis: RedisState
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"agent_id": self.agent_id, "trash": str(self.trash), "redis": self.redis}
+
+
+class Deletions:
+    def __init__(
+        self,
+        agents: Agents,
+        turns: Turns,
+        recall: RecallService,
+        location: RedisLocation,
+        clock: Clock,
+    ) -> None:
+        self.agents = agents
+        self.turns = turns
+        self.recall = recall
+        self.location = location
+        self.clock = clock
+
+    async def delete_agent(self, record: AgentRecord) -> Deleted:
+        layout = self.agents.layout
+        async with self._reflection_held_off(record) as held:
+            request_ids = await asyncio.to_thread(_request_ids, layout, record.id)
+            async with async_file_lock(memory_lock(layout.memory_dir(record.id))):
+                self._refuse_running_turns(record, None)
+                trash = self.agents.store.trash(record.id, self.clock())
+            self.agents.forget(record.id)
+            self.recall.drop(record.id)
+            if held is not None:
+                await asyncio.to_thread(_drop_keys, held, record.id, request_ids)
+        log.info("agent_deleted", agent_id=record.id, trash=str(trash))
+        return Deleted(record.id, trash, "dropped" if held is not None else "unreachable")
+
+    async def delete_conversation(self, record: AgentRecord, conversation_id: str) -> Deleted:
+        layout = self.agents.layout
+        async with self._reflection_held_off(record) as held:
+            self._refuse_running_turns(record, conversation_id)
+            trash = trash_conversation(layout, record.id, conversation_id, self.clock())
+            self.agents.forget(record.id, conversation_id)
+            if record.default_conversation_id == conversation_id:
+                record.default_conversation_id = None
+                self.agents.store.save(record)
+            self.recall.drop(record.id)
+            self.recall.start([record.id])
+        log.info(
+            "conversation_deleted",
+            agent_id=record.id,
+            conversation_id=conversation_id,
+            trash=str(trash),
+        )
+        return Deleted(record.id, trash, "dropped" if held is not None else "unreachable")
+
+    @contextlib.asynccontextmanager
+    async def _reflection_held_off(self, record: AgentRecord) -> AsyncIterator[redis.Redis | None]:
+        """Hold the agent's reflection lease for the body (a Redis client to drop keys
+        with), or None when Redis is unreachable; :class:`InUse` if a reflection runs."""
+        client = redis.Redis.from_url(
+            self.location.redis_url,
+            socket_connect_timeout=REDIS_TIMEOUT_S,
+            socket_timeout=REDIS_TIMEOUT_S,
+        )
+        lease = ReflectionLease(client, record.id, DELETE_OWNER)
+        try:
+            try:
+                acquired = await asyncio.to_thread(lease.acquire)
+            except redis.RedisError as exc:
+                log.warning("delete_without_redis", agent_id=record.id, error=str(exc))
+                yield None
+                return
+            if not acquired:
+                raise InUse(
+                    f"a reflection of agent {record.name!r} is running; nothing was deleted. "
+                    "Try again when it has finished (`agentctl status` shows it)"
+                )
+            try:
+                yield client
+            finally:
+                await asyncio.to_thread(lease.release)
+        finally:
+            client.close()
+
+    def _refuse_running_turns(self, record: AgentRecord, conversation_id: str | None) -> None:
+        running = self.turns.running(record.id)
+        if conversation_id is not None:
+            running = [c for c in running if c == conversation_id]
+        if running:
+            what = f"conversation {conversation_id}" if conversation_id else f"{record.name!r}"
+            raise InUse(
+                f"a turn of {what} is running (conversation {', '.join(running)}); nothing "
+                "was deleted. Try again when it has finished"
+            )
+
+
+def _request_ids(layout: Layout, agent_id: str) -> set[str]:
+    """The ids of the agent's reflection jobs Redis may still know: those in its outbox
+    and those its outcome log names."""
+    files = layout.reflection_files(agent_id)
+    found = {o.request_id for o in events.read(files.directory, tail=OUTCOMES_READ)}
+    for path in files.outbox.glob("*.json") if files.outbox.is_dir() else []:
+        with contextlib.suppress(CorruptStateFile):
+            entry = read_model(path, OutboxEntry)
+            if entry is not None:
+                found.add(entry.request.request_id)
+    return found
+
+
+def _drop_keys(client: redis.Redis, agent_id: str, request_ids: set[str]) -> None:
+    """Remove the agent's keys and its queued jobs (the lease is released by its holder)."""
+    doomed = [key for key in client.scan_iter(match=keys.live_reflections_pattern(agent_id))]
+    for request_id in request_ids:
+        doomed += [keys.job_state(request_id), keys.job_tries(request_id)]
+    if doomed:
+        client.delete(*doomed)
+    for raw in client.lrange(keys.REFLECTION_QUEUE, 0, -1):
+        try:
+            task_id = json.loads(raw)["headers"]["id"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if task_id in request_ids:
+            client.lrem(keys.REFLECTION_QUEUE, 1, raw)
+    log.info("agent_redis_keys_dropped", agent_id=agent_id, jobs=len(request_ids))
