@@ -8,6 +8,7 @@ window from disk on every turn.
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 from pathlib import Path
 
@@ -16,10 +17,17 @@ import structlog
 from agentd.requests import AgentCreate, AgentUpdate
 from shared.agent.prompts import DEFAULT_HUMAN, DEFAULT_PERSONA
 from shared.clock import Clock, utc_now
-from shared.errors import AgentdError, MemoryDamaged, MemoryRepoError, UnknownAgent
+from shared.errors import (
+    AgentdError,
+    AgentExists,
+    MemoryDamaged,
+    MemoryRepoError,
+    UnknownAgent,
+)
 from shared.ids import new_id
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import BASE_SYSTEM_PROMPT, AgentRecord
+from shared.protocol import DEFAULT_MODEL
 from shared.store.agents import AgentStore
 from shared.store.conversations import AppendListener, Conversation, list_conversations
 from shared.store.layout import Layout
@@ -55,7 +63,7 @@ class Agents:
         record = AgentRecord(
             id=new_id("agent"),
             name=params.name,
-            model=params.model,
+            model=None if params.model == DEFAULT_MODEL else params.model,
             system_prompt=params.system_prompt or BASE_SYSTEM_PROMPT,
             context_window=params.context_window,
         )
@@ -100,7 +108,9 @@ class Agents:
         if params.name is not None and params.name != record.name:
             self.store.ensure_name_free(params.name, except_id=record.id)
             record.name = params.name
-        for field in ("model", "system_prompt", "context_window"):
+        if params.model is not None:
+            record.model = None if params.model == DEFAULT_MODEL else params.model
+        for field in ("system_prompt", "context_window"):
             value = getattr(params, field)
             if value is not None:
                 setattr(record, field, value)
@@ -158,6 +168,28 @@ class Agents:
             {**c.model_dump(mode="json"), "default": c.id == record.default_conversation_id}
             for c in list_conversations(self.layout, record.id)
         ]
+
+    async def adopt(self, built: Path, record: AgentRecord) -> None:
+        """Move an agent directory built under the home (an import) into ``agents/``,
+        with its name and id checked under the lock creating an agent takes."""
+        async with self._create_lock:
+            self.store.ensure_name_free(record.name)
+            target = self.layout.agent_dir(record.id)
+            if target.exists():
+                raise AgentExists(f"an agent with id {record.id} exists already")
+            self.layout.agents_dir.mkdir(parents=True, exist_ok=True)
+            os.rename(built, target)
+
+    def forget(self, agent_id: str, conversation_id: str | None = None) -> None:
+        """Let go of what is kept open of a deleted agent, or of one of its conversations."""
+        if conversation_id is not None:
+            self._conversations.pop((agent_id, conversation_id), None)
+            return
+        repo = self._memory.pop(agent_id, None)
+        if repo is not None:
+            repo.close()
+        for key in [key for key in self._conversations if key[0] == agent_id]:
+            del self._conversations[key]
 
     def recover_memory(self) -> None:
         """Undo what a crash left in memory repos (an unfinished merge would otherwise be

@@ -1,43 +1,38 @@
 """``agentd doctor``: check the setup and say how to fix each problem.
 
-Each check returns a :class:`Finding`; the command prints one line per finding and exits
-1 if any failed. Checks are cheap and local: they never call a model (a configured model
-is checked for its credentials, not with a paid request).
+Each check returns a :class:`Finding`; the command prints one line per finding. It exits
+0 when every check passed and 1 when any found something to fix (a daemon that is not
+running included); invalid settings exit 2 before any check. Checks never call a model
+(a model's credentials are checked, and its API is asked for any answer at all).
+
+The local checks read the home and this machine; the service's (``doctor_service``) ask
+the running daemon for the settings it runs with. Doctor creates nothing, not even the
+home: a check that would need to write (is the home writable?) asks the system instead,
+and git's status leaves even ``.git/index`` as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-import socket
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from agentd.doctor_service import service_findings
+from agentd.effective_config import redact_url
+from agentd.findings import Finding
 from shared.coordination.broker import locate
 from shared.coordination.embedded import RedisUnavailable, ping, server_binary
-from shared.errors import MemoryDamaged
+from shared.errors import AgentdError, MemoryDamaged
 from shared.logging import configure
-from shared.providers.mock import MOCK_MODEL
+from shared.memory.hand_edits import commit_command, files_named
 from shared.settings import Settings
 from shared.store.agents import AgentStore
 from shared.store.conversations import scan_conversations
 from shared.store.layout import AgentFiles
 from shared.store.permissions import find_loose, repair
-
-
-@dataclass(frozen=True)
-class Finding:
-    ok: bool
-    what: str
-    detail: str
-    fix: str = ""
-
-    def line(self) -> str:
-        mark = "✓" if self.ok else "✗"
-        text = f"{mark} {self.what}: {self.detail}"
-        return text if self.ok or not self.fix else f"{text}\n    → {self.fix}"
 
 
 def check_git(_settings: Settings) -> Finding:
@@ -49,20 +44,21 @@ def check_git(_settings: Settings) -> Finding:
 
 
 def check_home(settings: Settings) -> Finding:
+    """Writable, or creatable by agentd's first start: asked of the system, not tried."""
     home = settings.home
-    try:
-        home.mkdir(parents=True, exist_ok=True)
-        probe = home / ".doctor-probe"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
+    fix = "set AGENTD_HOME to a directory you own, or fix its permissions"
+    if home.exists():
+        if not home.is_dir():
+            return Finding(False, "data directory", f"{home} is not a directory", fix)
+        if not os.access(home, os.W_OK | os.X_OK):
+            return Finding(False, "data directory", f"{home} is not writable", fix)
+        return Finding(True, "data directory", f"{home} (writable)")
+    parent = next(p for p in home.absolute().parents if p.exists())
+    if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
         return Finding(
-            False,
-            "data directory",
-            f"{home} is not writable ({exc.strerror})",
-            "set AGENTD_HOME to a directory you own, or fix its permissions",
+            False, "data directory", f"{home} cannot be created: {parent} is not writable", fix
         )
-    return Finding(True, "data directory", f"{home} (writable)")
+    return Finding(True, "data directory", f"{home} (not there yet: agentd creates it)")
 
 
 EXAMPLES = 3
@@ -71,6 +67,8 @@ EXAMPLES = 3
 
 def check_permissions(settings: Settings) -> Finding:
     """Group or other bits anywhere under the home: memory, transcripts, keys, logs."""
+    if not settings.home.exists():
+        return Finding(True, "permissions", "nothing to check yet (no data directory)")
     loose = find_loose(settings.home)
     if not loose:
         return Finding(True, "permissions", "private (directories 0700, files 0600)")
@@ -135,6 +133,28 @@ def check_memory_repos(settings: Settings) -> Finding:
     return Finding(True, "memory repos", f"{len(records)} readable")
 
 
+def check_uncommitted_memory(settings: Settings) -> Finding:
+    """Memory files edited in a checkout and left uncommitted: reflection waits on them."""
+    from shared.memory.repo import MemoryRepo
+
+    dirty: list[tuple[str, list[str]]] = []
+    for record in AgentStore(settings.layout).scan().records:
+        with contextlib.suppress(AgentdError):  # a damaged repo is the memory repos finding
+            files = MemoryRepo(settings.layout.memory_dir(record.id)).uncommitted()
+            if files:
+                dirty.append((record.name, files))
+    if not dirty:
+        return Finding(True, "memory edits", "every memory checkout is committed")
+    named = "; ".join(f"{name}: {files_named(files)}" for name, files in dirty)
+    commands = " and ".join(f"`{commit_command(name)}`" for name, _files in dirty)
+    return Finding(
+        False,
+        "memory edits",
+        f"uncommitted (the agent does not see them, and reflection waits): {named}",
+        f"commit them with {commands}, or discard them",
+    )
+
+
 def check_redis(settings: Settings) -> Finding:
     location = locate(settings)
     if location.embedded:
@@ -153,21 +173,10 @@ def check_redis(settings: Settings) -> Finding:
         return Finding(
             False,
             "redis",
-            f"{location.redis_url} is not reachable ({exc})",
+            f"{redact_url(location.redis_url)} is not reachable ({exc})",
             "start that Redis, fix AGENTD_REDIS_URL, or unset it to use the embedded Valkey",
         )
-    return Finding(True, "redis", f"{location.redis_url} reachable")
-
-
-def check_daemon(settings: Settings) -> Finding:
-    path = settings.layout.socket_path
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return Finding(True, "daemon", "not running (start it with `agentd up`)")
-    return Finding(True, "daemon", f"answering on {path}")
+    return Finding(True, "redis", f"{redact_url(location.redis_url)} reachable")
 
 
 def check_sandbox(_settings: Settings) -> Finding:
@@ -194,47 +203,17 @@ def check_agent_bash(settings: Settings) -> Finding:
     return Finding(shell.sandboxed, "agent bash", shell.detail, shell.fix)
 
 
-def check_model(settings: Settings) -> Finding:
-    model = settings.model
-    if model == MOCK_MODEL:
-        return Finding(True, "model", "mock (offline, deterministic)")
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
-    try:
-        import litellm
-
-        litellm.suppress_debug_info = True
-        report = litellm.validate_environment(model=model, api_base=settings.api_base)
-    except Exception as exc:  # an unknown provider prefix, say
-        return Finding(
-            False,
-            "model",
-            f"{model}: {exc}",
-            "use a litellm model string such as openai/gpt-4o or ollama/llama3.1",
-        )
-    missing = report.get("missing_keys") or []
-    if missing and not settings.api_key:
-        return Finding(
-            False,
-            "model",
-            f"{model}: missing {', '.join(missing)}",
-            f"export {missing[0]}=… (or set AGENTD_API_KEY)",
-        )
-    return Finding(True, "model", f"{model} (credentials present)")
-
-
 CHECKS: list[Callable[[Settings], Finding]] = [
     check_git,
     check_home,
     check_permissions,
     check_state_files,
     check_memory_repos,
-    check_redis,
-    check_daemon,
+    check_uncommitted_memory,
     check_sandbox,
     check_agent_bash,
-    check_model,
 ]
+"""The local checks; the service's follow (:func:`agentd.doctor_service.service_findings`)."""
 
 
 def run_doctor(settings: Settings, *, fix: bool = False) -> int:
@@ -242,9 +221,13 @@ def run_doctor(settings: Settings, *, fix: bool = False) -> int:
     configure("agentd-doctor", level="WARNING")  # findings go to stdout, log lines to stderr
     if fix:
         print("\n".join(fix_permissions(settings)))
-    findings = [check(settings) for check in CHECKS]
-    for finding in findings:
-        print(finding.line())
+    findings: list[Finding] = []
+    for check in CHECKS:
+        findings.append(check(settings))
+        print(findings[-1].line(), flush=True)
+    for finding in service_findings(settings, lambda: check_redis(settings)):
+        findings.append(finding)
+        print(finding.line(), flush=True)
     failed = [f for f in findings if not f.ok]
     print(f"{len(findings) - len(failed)} ok, {len(failed)} to fix" if failed else "all good")
     return 1 if failed else 0

@@ -7,21 +7,31 @@ import asyncio
 import os
 import time
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Any
 
-from agentd import __version__
+from agentd import __version__, archive
 from agentd.agents import Agents
+from agentd.deletion import Deletions
+from agentd.effective_config import effective_config
+from agentd.memory_edit import read_for_edit, write_by_hand
 from agentd.recall import RecallService
 from agentd.reflections import Reflections
 from agentd.requests import (
     AgentCreate,
+    AgentDelete,
+    AgentImport,
     AgentTarget,
     AgentUpdate,
+    ArchiveUpload,
     Chat,
+    ConversationDelete,
     ConversationTarget,
     MemoryCommit,
     MemoryLog,
+    MemoryRead,
     MemoryShow,
+    MemoryWrite,
     MessagesAround,
     MessagesList,
     Params,
@@ -33,7 +43,8 @@ from agentd.requests import RecallSearch as RecallSearchParams
 from agentd.status import agents_status, redis_status
 from agentd.turns import Turns
 from shared.agent.loop import Emit
-from shared.errors import PayloadTooLarge, UnknownMessage
+from shared.errors import PayloadTooLarge
+from shared.ids import find_message
 from shared.models.agents import AgentRecord, ReflectionOverrides
 from shared.models.messages import Message, SummaryMessage
 from shared.models.reflection import ReflectionOutcome
@@ -63,6 +74,7 @@ class Handlers:
         self.reflections = reflections
         self.started_at = time.time()
         self.connections = 0
+        self.deletions = Deletions(agents, turns, recall, reflections.location, agents.clock)
 
     async def hello(self, _params: Params, _emit: Emit) -> dict[str, Any]:
         return {
@@ -71,6 +83,10 @@ class Handlers:
             "protocol": PROTOCOL_VERSION,
             "pid": os.getpid(),
         }
+
+    async def config_show(self, _params: Params, _emit: Emit) -> dict[str, Any]:
+        """The settings this daemon runs with, for ``agentd doctor``; no secret in it."""
+        return effective_config(self.settings, self.turns.providers.keys).model_dump()
 
     async def status(self, _params: Params, _emit: Emit) -> dict[str, Any]:
         default_model = self.settings.model
@@ -86,13 +102,16 @@ class Handlers:
             "connections": self.connections,
             "redis": await redis_status(self.reflections.location, self.agents.layout),
             "idle_sweep": self.reflections.idle.status(),
-            "agents": await asyncio.to_thread(
-                agents_status,
-                self.agents.layout,
-                self.agents.store,
-                self.reflections.settings_for,
-                default_model,
-            ),
+            "agents": [
+                {**agent, "recall": self.recall.status(agent["id"])}
+                for agent in await asyncio.to_thread(
+                    agents_status,
+                    self.agents.layout,
+                    self.agents.store,
+                    self.reflections.settings_for,
+                    default_model,
+                )
+            ],
         }
 
     async def agent_create(self, params: AgentCreate, _emit: Emit) -> dict[str, Any]:
@@ -212,7 +231,10 @@ class Handlers:
             until=params.until,
         )
         hits = await self.recall.search(record.id, request)
-        return {"agent_id": record.id, "hits": [asdict(hit) for hit in hits]}
+        return {
+            "agent_id": record.id,
+            "hits": [{**asdict(hit), "created_at": _iso(hit.created_at)} for hit in hits],
+        }
 
     async def messages_around(self, params: MessagesAround, _emit: Emit) -> dict[str, Any]:
         record = await self.agents.resolve(params.agent)
@@ -254,30 +276,86 @@ class Handlers:
         committed = change.after if change.after != change.before else None
         return {"agent_id": record.id, "commit": committed}
 
+    async def memory_read(self, params: MemoryRead, _emit: Emit) -> dict[str, Any]:
+        """A memory file to edit by hand: its committed text and blob (or a new file's
+        frontmatter)."""
+        record = await self.agents.resolve(params.agent)
+        repo = self.agents.memory(record.id)
+        editable = await asyncio.to_thread(read_for_edit, repo, params.path)
+        return {"agent_id": record.id, **asdict(editable)}
+
+    async def memory_write(self, params: MemoryWrite, _emit: Emit) -> dict[str, Any]:
+        """A file edited by hand, written and committed as the user under the memory lock;
+        refused if it changed since :meth:`memory_read` (see :mod:`agentd.memory_edit`)."""
+        record = await self.agents.resolve(params.agent)
+        repo = self.agents.memory(record.id)
+        message = params.message or f"edit {params.path} by hand"
+        async with repo.edit(message, author_name=USER_AUTHOR, author_email=USER_EMAIL) as change:
+            await asyncio.to_thread(write_by_hand, repo, params.path, params.text, params.base)
+        committed = change.after if change.after != change.before else None
+        return {"agent_id": record.id, "path": params.path, "commit": committed}
+
+    async def agent_delete(self, params: AgentDelete, _emit: Emit) -> dict[str, Any]:
+        record = await self.agents.resolve(params.agent)
+        deleted = await self.deletions.delete_agent(record)
+        return {**deleted.to_dict(), "name": record.name}
+
+    async def conversation_delete(self, params: ConversationDelete, _emit: Emit) -> dict[str, Any]:
+        record = await self.agents.resolve(params.agent)
+        deleted = await self.deletions.delete_conversation(record, params.conversation)
+        return {**deleted.to_dict(), "conversation_id": params.conversation}
+
+    async def agent_export(self, params: AgentTarget, emit: Emit) -> dict[str, Any]:
+        return await archive.export(self.agents, await self.agents.resolve(params.agent), emit)
+
+    async def archive_upload(self, params: ArchiveUpload, _emit: Emit) -> dict[str, Any]:
+        upload, size = await asyncio.to_thread(
+            archive.append_upload, self.agents.layout, params.upload, params.offset, params.data
+        )
+        return {"upload": upload, "bytes": size}
+
+    async def agent_import(self, params: AgentImport, _emit: Emit) -> dict[str, Any]:
+        imported = await archive.import_agent(
+            self.agents, params.upload, keep_id=params.keep_id, name=params.name
+        )
+        self.recall.start([imported.record.id])
+        return {
+            **self._agent_view(imported.record),
+            "conversations": imported.conversations,
+            "memory_head": imported.memory_head,
+        }
+
     def _agent_view(self, record: AgentRecord) -> dict[str, Any]:
         return {
             **record.model_dump(mode="json"),
             "effective_model": record.model or self.settings.model,
+            "model_is_default": record.model is None,
             "memory_dir": str(self.agents.layout.memory_dir(record.id)),
         }
 
 
 def _page(messages: list[Message], params: MessagesList) -> list[Message]:
-    """Cut at the cursors (resolved against the whole log), then take ``limit`` from the
-    chosen end; the page is always oldest first."""
-    positions = {m.id: i for i, m in enumerate(messages)}
+    """Up to ``limit`` messages in the order asked (``desc``: newest first).
+
+    A cursor is where the page starts, so paging on from the last message shown never
+    skips one: ``after`` takes the messages right after it, ``before`` (alone) those right
+    before it; with neither, ``desc`` starts at the newest and ``asc`` at the oldest.
+    Cursors are full or short message ids of this conversation."""
+    ids = [m.id for m in messages]
     start, end = 0, len(messages)
-    for cursor, is_before in ((params.before, True), (params.after, False)):
-        if cursor is None:
-            continue
-        if cursor not in positions:
-            raise UnknownMessage(f"no message {cursor} in this conversation")
-        if is_before:
-            end = min(end, positions[cursor])
-        else:
-            start = max(start, positions[cursor] + 1)
+    if params.before is not None:
+        end = find_message(params.before, ids, "this conversation")
+    if params.after is not None:
+        start = find_message(params.after, ids, "this conversation") + 1
     window = messages[start:end] if start < end else []
-    return window[-params.limit :] if params.order == "desc" else window[: params.limit]
+    from_start = params.after is not None or (params.before is None and params.order == "asc")
+    page = window[: params.limit] if from_start else window[-params.limit :]
+    return page[::-1] if params.order == "desc" else page
+
+
+def _iso(timestamp: float) -> str:
+    """A POSIX time as the API writes every time: ISO 8601 in UTC, ``Z`` like pydantic."""
+    return datetime.fromtimestamp(timestamp, UTC).isoformat().replace("+00:00", "Z")
 
 
 def _outcome_event(outcome: ReflectionOutcome) -> dict[str, Any]:

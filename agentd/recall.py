@@ -1,10 +1,16 @@
-"""The daemon's recall: one in-memory index per agent, built at start, fed by every append.
+"""The daemon's recall: one index per agent, opened from disk at start, fed by every append.
 
-Building reads every conversation log once, in a background thread, so the daemon
-answers at once and turns are never blocked by it; a search waits until its agent's
-index is ready. Appends that happen while an index is being built are queued and applied
-after it (those the build already read are skipped by their byte offset), so no message
-is missed or counted twice.
+At start a background thread opens each agent's persisted segments
+(:mod:`shared.recall.persisted`: mapped, not read) and a search of that agent is answered
+from then on; then it reads from the logs what the segments do not cover (the tail
+written since the last segment was frozen, and whatever an unusable segment held), which
+is what status calls *catching up* or *rebuilding*. Appends that happen meanwhile are
+queued and applied after it (those it already read are skipped by their byte offset), so
+no message is missed or counted twice. Last, each segment's checksum is verified; a
+damaged one is dropped and the agent reopened, which reads its documents again.
+
+Every segment the index freezes is written to disk by one writer thread, which also
+merges them; a merge is swapped in when done, so appends and searches never wait for it.
 
 Searches run in threads of their own: a burst of them (each waiting for its agent's
 index, which one search at a time scans) must not take the threads the daemon's turns
@@ -20,6 +26,7 @@ import contextlib
 import contextvars
 import ctypes
 import functools
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,13 +35,25 @@ from pathlib import Path
 from typing import TypeVar
 
 import structlog
+from pydantic import ValidationError
 
-from shared.errors import UnknownMessage
+from shared.errors import AmbiguousMessage, UnknownMessage
 from shared.models.messages import Message
 from shared.priority import lower_this_thread
-from shared.recall.documents import Document, EchoTracker, read_documents, read_message_at
+from shared.protocol import names_message
+from shared.recall.documents import (
+    Document,
+    EchoTracker,
+    lines_before,
+    lines_from,
+    read_documents,
+    read_message_at,
+)
 from shared.recall.index import AgentIndex
+from shared.recall.persisted import Covered, Loaded, PersistedIndex
 from shared.recall.ranking import Hit, SearchRequest
+from shared.recall.segments import OPEN_SEGMENT_DOCS, SEGMENT_CAPACITY, Segment
+from shared.recall.text import ANALYZER_VERSION
 from shared.store.conversations import Conversation, scan_conversations
 from shared.store.jsonl import MessageLog
 from shared.store.layout import Layout
@@ -50,41 +69,118 @@ T = TypeVar("T")
 
 
 class _AgentRecall:
-    def __init__(self) -> None:
-        self.index = AgentIndex()
+    def __init__(self, persisted: PersistedIndex, index: AgentIndex) -> None:
+        self.persisted = persisted
+        self.index = index
+        self.searchable = threading.Event()
+        """Set once the persisted segments are open: searches are answered from then on."""
         self.ready = threading.Event()
+        """Set once everything the logs hold is indexed (appends then go in at once)."""
         self.read_up_to: dict[str, int] = {}
-        """Per conversation, the log size the build read (appends below it are in)."""
+        """Per conversation, past the last line the catch-up read (appends below it are in)."""
         self.pending: list[tuple[Conversation, list[Message], list[int]]] = []
+        self.rebuilding: str | None = None
+        self.to_read = 0
+        """Lines the catch-up has still to read (an estimate while it runs)."""
+
+    def state(self) -> str:
+        if self.ready.is_set():
+            return "ready"
+        if not self.searchable.is_set():
+            return "opening"
+        if self.rebuilding is not None:
+            return f"rebuilding: {self.rebuilding}"
+        return f"catching up {self.to_read} messages"
 
 
 class RecallService:
-    def __init__(self, layout: Layout) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        open_segment_docs: int = OPEN_SEGMENT_DOCS,
+        segment_capacity: int = SEGMENT_CAPACITY,
+    ) -> None:
+        """The sizes are parameters only so tests can exercise freezing and merging."""
         self.layout = layout
+        self._sizes = {"open_segment_docs": open_segment_docs, "segment_capacity": segment_capacity}
         self._agents: dict[str, _AgentRecall] = {}
         self._lock = threading.Lock()
         self._threads = ThreadPoolExecutor(
             SEARCH_THREADS, thread_name_prefix="recall", initializer=lower_this_thread
         )
+        self._manifest_locks: dict[str, threading.Lock] = {}
+        self._writes: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        threading.Thread(target=self._write_segments, name="recall-write", daemon=True).start()
+
+    def _new_state(self, agent_id: str) -> _AgentRecall:
+        """A fresh index for the agent (the caller holds ``_lock``), writing what it freezes."""
+        persisted = PersistedIndex(
+            self.layout.recall_files(agent_id),
+            lambda conversation_id: (
+                self.layout.conversation_files(agent_id, conversation_id).messages
+            ),
+            ANALYZER_VERSION,
+            self._manifest_locks.setdefault(agent_id, threading.Lock()),
+            capacity=self._sizes["segment_capacity"],
+        )
+
+        def on_freeze(segment: Segment) -> None:
+            self._writes.put(functools.partial(persisted.persist, index, segment))
+
+        index = AgentIndex(on_freeze=on_freeze, **self._sizes)
+        return _AgentRecall(persisted, index)
+
+    def wait_for_writes(self) -> None:
+        """Return once the segments frozen so far are written (and merged)."""
+        done = threading.Event()
+        self._writes.put(done.set)
+        done.wait()
+
+    def _write_segments(self) -> None:
+        """The writer thread: segments to disk and merges, one at a time, in order."""
+        lower_this_thread()
+        while True:
+            job = self._writes.get()
+            try:
+                job()
+            except Exception:
+                log.exception("recall_write_failed")
 
     def start(self, agent_ids: list[str]) -> threading.Thread:
-        """Build every agent's index in one background thread."""
+        """Open every agent's index in one background thread, then catch up on the logs."""
         states = []
-        with self._lock:
-            for agent_id in agent_ids:
-                states.append((agent_id, self._agents.setdefault(agent_id, _AgentRecall())))
+        for agent_id in agent_ids:
+            self.drop(agent_id)  # an index already open is opened again, not added to
+            with self._lock:
+                states.append(
+                    (agent_id, self._agents.setdefault(agent_id, self._new_state(agent_id)))
+                )
         thread = threading.Thread(
             target=self._build_all, args=(states,), name="recall-build", daemon=True
         )
         thread.start()
         return thread
 
+    def drop(self, agent_id: str) -> None:
+        """Forget the agent's index: it was deleted, or lost a conversation and is opened
+        again with :meth:`start`. A build still running fills a state nobody reads, and
+        its segments are no longer written."""
+        with self._lock:
+            state = self._agents.pop(agent_id, None)
+        if state is not None:
+            state.persisted.closed = True
+            state.searchable.set()
+
     def _build_all(self, states: list[tuple[str, _AgentRecall]]) -> None:
         lower_this_thread()
+        loaded: list[tuple[str, _AgentRecall, Loaded | None]] = []
         for agent_id, state in states:
+            loaded.append((agent_id, state, self._open(agent_id, state)))
+        for agent_id, state, opened in loaded:
             started = time.perf_counter()
             try:
-                self._build(agent_id, state)
+                self._catch_up(agent_id, state, opened.covered if opened else {})
             except Exception:
                 log.exception("recall_build_failed", agent_id=agent_id)
             finally:
@@ -101,26 +197,64 @@ class RecallService:
                 bytes=state.index.nbytes,
                 seconds=round(time.perf_counter() - started, 2),
             )
+        for agent_id, state, _ in loaded:
+            damaged = state.persisted.damaged()
+            if damaged and not state.persisted.closed:
+                log.warning("recall_segments_damaged", agent_id=agent_id, serials=damaged)
+                state.persisted.forget(damaged)
+                self.start([agent_id]).join()
 
-    def _build(self, agent_id: str, state: _AgentRecall) -> None:
-        """Index every conversation's log, including one whose ``conversation.json`` is
-        damaged (the scan logs it with what to do): the log, not the record, holds the
-        messages, so one bad record costs no search hits."""
+    def _open(self, agent_id: str, state: _AgentRecall) -> Loaded | None:
+        """Open the persisted segments; searches are answered from then on."""
+        started = time.perf_counter()
+        try:
+            loaded = state.persisted.load()
+            state.index.restore(loaded.conversations, loaded.parts)
+            state.rebuilding = loaded.rebuilding
+        except Exception:
+            log.exception("recall_open_failed", agent_id=agent_id)
+            loaded = None
+            state.rebuilding = "index unreadable"
+        finally:
+            state.searchable.set()
+        log.info(
+            "recall_index_opened",
+            agent_id=agent_id,
+            documents=len(state.index),
+            rebuilding=state.rebuilding,
+            seconds=round(time.perf_counter() - started, 3),
+        )
+        return loaded
 
+    def _catch_up(self, agent_id: str, state: _AgentRecall, covered: Covered) -> None:
+        """Index what the persisted segments do not cover, in every conversation's log,
+        including one whose ``conversation.json`` is damaged (the scan logs it with what to
+        do): the log, not the record, holds the messages."""
         scan = scan_conversations(self.layout, agent_id)
         scan.log_damaged()
+        work = []
+        for conversation_id in scan.ids:
+            path = self.layout.conversation_files(agent_id, conversation_id).messages
+            runs = covered.get(conversation_id, [])
+            work.append((conversation_id, path, _uncovered(runs)))
+            state.read_up_to[conversation_id] = runs[-1][1] + 1 if runs else 0
+        if state.rebuilding is None:
+            state.to_read = sum(_lines_in(path, ranges) for _, path, ranges in work)
 
         def documents() -> Iterator[Document]:
-            for conversation_id in scan.ids:
-                path = self.layout.conversation_files(agent_id, conversation_id).messages
-                tracker = state.index.tracker(conversation_id)
-                last = -1
-                for document in read_documents(path, tracker):
-                    last = document.offset
-                    yield document
-                state.read_up_to[conversation_id] = last + 1
+            for conversation_id, path, ranges in work:
+                for start, stop in ranges:
+                    tail = stop is None
+                    tracker = state.index.tracker(conversation_id) if tail else EchoTracker()
+                    for document in read_documents(path, tracker, start, stop):
+                        if tail:
+                            state.read_up_to[conversation_id] = document.offset + 1
+                        state.to_read = max(0, state.to_read - 1)
+                        yield document
 
         state.index.build(documents())
+        if any(stop is not None for _, _, ranges in work for _, stop in ranges):
+            state.index.relink()
 
     def on_append(
         self, conversation: Conversation, messages: list[Message], offsets: list[int]
@@ -128,8 +262,9 @@ class RecallService:
         """A ``Conversation`` listener: index what was just appended."""
         with self._lock:
             state = self._agents.get(conversation.agent_id)
-            if state is None:
-                state = self._agents[conversation.agent_id] = _AgentRecall()
+            if state is None:  # an agent created since the start: nothing to open
+                state = self._agents[conversation.agent_id] = self._new_state(conversation.agent_id)
+                state.searchable.set()
                 state.ready.set()
             if not state.ready.is_set():
                 state.pending.append((conversation, messages, offsets))
@@ -150,14 +285,25 @@ class RecallService:
                 state.index.add(document)
 
     async def _ready(self, agent_id: str) -> _AgentRecall:
+        """The agent's index once its persisted segments are open (not necessarily caught up)."""
         with self._lock:
             state = self._agents.get(agent_id)
             if state is None:
-                state = self._agents[agent_id] = _AgentRecall()
+                state = self._agents[agent_id] = self._new_state(agent_id)
+                state.searchable.set()
                 state.ready.set()
-        while not state.ready.is_set():
+        while not state.searchable.is_set():
             await asyncio.sleep(READY_POLL_S)
         return state
+
+    def status(self, agent_id: str) -> dict[str, object]:
+        """The index's state (``ready``, ``catching up N messages``, ``rebuilding: why``)
+        and the bytes its files take."""
+        with self._lock:
+            state = self._agents.get(agent_id)
+        if state is None:
+            return {"state": "not open", "bytes_on_disk": None}
+        return {"state": state.state(), "bytes_on_disk": state.persisted.bytes_on_disk}
 
     async def _in_thread(self, function: Callable[..., T], *args: object) -> T:
         """``function(*args)`` in one of recall's threads (with the caller's log context)."""
@@ -197,17 +343,26 @@ class RecallService:
     def _around(
         self, agent_id: str, index: AgentIndex, message_id: str, before: int, after: int
     ) -> list[Message]:
-        """In a thread: finding the id waits for a running search of the index."""
+        """In a thread: finding the id waits for a running search of the index.
+        ``message_id`` may be short (its last characters, as agentctl shows it)."""
         number = index.number_of(message_id)
-        if number is not None:  # a search hit: the index knows its conversation
-            conversations = [index.locate(number)[0]]
-        else:  # not searchable (a summary, say): look through every conversation
-            conversations = scan_conversations(self.layout, agent_id).ids
-        for conversation_id in conversations:
+        numbers = [number] if number is not None else index.numbers_ending(message_id)
+        if len(numbers) > 1:
+            raise AmbiguousMessage(
+                f"{message_id} is the end of {len(numbers)} message ids: give more of the id"
+            )
+        if numbers:  # a search hit: its line is where the index says
+            conversation_id, offset = index.locate(numbers[0])
+            path = self.layout.conversation_files(agent_id, conversation_id).messages
+            found = _lines_around(path, offset, message_id, before, after)
+            if found is not None:
+                return found
+        # not searchable (a summary, say): look through every conversation
+        for conversation_id in scan_conversations(self.layout, agent_id).ids:
             path = self.layout.conversation_files(agent_id, conversation_id).messages
             messages = list(MessageLog(path))
             for position, message in enumerate(messages):
-                if message.id == message_id:
+                if names_message(message_id, message.id):
                     return messages[max(0, position - before) : position + after + 1]
         raise UnknownMessage(f"no message {message_id} in this agent's conversations")
 
@@ -227,6 +382,58 @@ class AgentRecallAccess:
 
     async def around(self, message_id: str, before: int, after: int) -> list[Message]:
         return await self.service.around(self.agent_id, message_id, before, after)
+
+
+def _lines_around(
+    path: Path, offset: int, message_id: str, before: int, after: int
+) -> list[Message] | None:
+    """``message_id``, whose line starts at ``offset``, with up to ``before`` messages
+    before it and ``after`` after it, reading only their lines; None if the line there is
+    not that message's (or a line around it does not parse: then the caller scans)."""
+    try:
+        earlier = lines_before(path, offset, before)
+        later = lines_from(path, offset, after + 1)
+    except OSError:
+        return None
+    try:
+        messages = [Message.parse_line(line) for _, line in earlier + later]
+    except ValidationError:
+        return None
+    if not later or not names_message(message_id, messages[len(earlier)].id):
+        return None
+    return messages
+
+
+def _uncovered(runs: list[tuple[int, int]]) -> list[tuple[int, int | None]]:
+    """The ranges of line offsets [start, stop) the runs leave (the last one open-ended)."""
+    ranges: list[tuple[int, int | None]] = []
+    start = 0
+    for first, last in runs:
+        if first > start:
+            ranges.append((start, first))
+        start = max(start, last + 1)
+    ranges.append((start, None))
+    return ranges
+
+
+def _lines_in(path: Path, ranges: list[tuple[int, int | None]]) -> int:
+    """How many lines start in ``ranges`` of the log, roughly (newlines counted)."""
+    total = 0
+    try:
+        with open(path, "rb") as handle:
+            for start, stop in ranges:
+                handle.seek(start)
+                left = None if stop is None else stop - start
+                while left is None or left > 0:
+                    chunk = handle.read(1 << 20 if left is None else min(1 << 20, left))
+                    if not chunk:
+                        break
+                    total += chunk.count(b"\n")
+                    if left is not None:
+                        left -= len(chunk)
+    except FileNotFoundError:
+        return 0
+    return total
 
 
 def _document_at(path: Path, offset: int) -> Document | None:

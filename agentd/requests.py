@@ -21,7 +21,7 @@ from pydantic import (
 from shared.errors import MalformedRequest
 from shared.ids import validate_id
 from shared.models.agents import MAX_CONTEXT_WINDOW
-from shared.protocol import MergeMode, ReflectionTrigger
+from shared.protocol import MAX_ARCHIVE_BYTES, MAX_REQUEST_BYTES, MergeMode, ReflectionTrigger
 
 
 def _id(what: str) -> AfterValidator:
@@ -78,6 +78,8 @@ class AgentCreate(Params):
 class AgentUpdate(AgentTarget):
     name: AgentName | None = None
     model: str | None = Field(default=None, min_length=1, max_length=200)
+    """A litellm model string, or ``"default"`` (``protocol.DEFAULT_MODEL``) to follow the
+    global ``AGENTD_MODEL`` again."""
     system_prompt: str | None = Field(default=None, min_length=1, max_length=50_000)
     context_window: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_WINDOW)
 
@@ -98,12 +100,14 @@ class MessagesList(AgentTarget):
     after: MessageId | None = None
     limit: int = Field(default=20, ge=1, le=10_000)
     order: Literal["asc", "desc"] = "desc"
-    """``desc`` takes the newest ``limit`` messages; the page is returned oldest first."""
+    """The page's order, ``desc`` newest first; it starts at a cursor if one is given,
+    else at the newest (``desc``) or the oldest (``asc``) message."""
 
 
 def _moment(edge: Literal["start", "end"]) -> BeforeValidator:
     """ISO date or date-time; a bare date means the start (or end) of that day, in UTC
-    like every time without a zone."""
+    like every time without a zone (agentctl sends the user's local times with their
+    offset)."""
 
     def parse(value: object) -> object:
         if isinstance(value, str) and len(value.strip()) == 10:
@@ -168,9 +172,44 @@ class MemoryCommit(AgentTarget):
     message: ArgvText = Field(default=HAND_EDIT_MESSAGE, min_length=1, max_length=2000)
 
 
+class MemoryRead(AgentTarget):
+    path: str = Field(min_length=1, max_length=1000)
+
+
+class MemoryWrite(AgentTarget):
+    path: str = Field(min_length=1, max_length=1000)
+    text: str = Field(max_length=500_000)
+    base: str | None = Field(default=None, pattern=r"^[0-9a-f]{40,64}$")
+    """The file's blob at HEAD the edit started from (None: a new file)."""
+    message: ArgvText | None = Field(default=None, min_length=1, max_length=2000)
+
+
+class AgentDelete(Params):
+    agent: AgentRef
+
+
+class ConversationDelete(AgentTarget):
+    conversation: ConversationId
+
+
+class ArchiveUpload(Params):
+    upload: Annotated[str, _id("upload id")] | None = None
+    """None starts a new upload."""
+    offset: int = Field(ge=0, le=MAX_ARCHIVE_BYTES)
+    data: str = Field(min_length=1, max_length=MAX_REQUEST_BYTES)
+    """Base64 of the next piece of the archive."""
+
+
+class AgentImport(Params):
+    upload: Annotated[str, _id("upload id")]
+    keep_id: bool = False
+    name: AgentName | None = None
+
+
 PARAMS: dict[str, type[Params]] = {
     "hello": NoParams,
     "status": NoParams,
+    "config.show": NoParams,
     "agent.create": AgentCreate,
     "agent.list": NoParams,
     "agent.show": AgentTarget,
@@ -189,6 +228,13 @@ PARAMS: dict[str, type[Params]] = {
     "memory.path": AgentTarget,
     "memory.show": MemoryShow,
     "memory.commit": MemoryCommit,
+    "memory.read": MemoryRead,
+    "memory.write": MemoryWrite,
+    "agent.delete": AgentDelete,
+    "conversation.delete": ConversationDelete,
+    "agent.export": AgentTarget,
+    "archive.upload": ArchiveUpload,
+    "agent.import": AgentImport,
     "shutdown": NoParams,
 }
 

@@ -12,7 +12,12 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   ├── UnknownAgent
     │   ├── UnknownConversation
     │   ├── UnknownMessage
+    │   ├── AmbiguousMessage         a short message id that names more than one message
     │   ├── NameTaken
+    │   ├── AgentExists              an import with --keep-id whose agent id is taken
+    │   ├── InUse                    a turn or reflection runs on what is to be deleted
+    │   ├── InvalidArchive           an import archive that is not one agentd wrote
+    │   ├── MemoryConflict           a hand edit whose file changed while it was edited
     │   └── MemoryPathError          a memory file path outside the repo or not present
     ├── StoreError                   the data directory is not as we left it
     │   ├── CorruptStateFile
@@ -27,6 +32,7 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   ├── ContextOverflowError     the request is larger than the model's window
     │   ├── ProviderAuthError        missing or rejected credentials
     │   ├── ProviderConfigError      unknown model, bad api base, missing dependency
+    │   ├── ProviderUnreachable      nothing answers at the api base (refused, no such host)
     │   ├── ProviderHTTPError        any other HTTP failure, after our retries
     │   └── ProviderMisbehaved       a response we cannot use (no choices, bad shape)
     ├── ShuttingDown                 the daemon is stopping and takes no new turns
@@ -85,8 +91,36 @@ class UnknownMessage(RequestError):
     code = "unknown_message"
 
 
+class AmbiguousMessage(RequestError):
+    """A short message id (its last characters) that more than one message ends with."""
+
+    code = "ambiguous_message"
+
+
 class NameTaken(RequestError):
     code = "name_taken"
+
+
+class AgentExists(RequestError):
+    code = "agent_exists"
+
+
+class InUse(RequestError):
+    """A delete refused while a turn or a reflection works on what it would move away."""
+
+    code = "in_use"
+
+
+class InvalidArchive(RequestError):
+    """An import refused before it touched the home: a bad member, size or bundle."""
+
+    code = "invalid_archive"
+
+
+class MemoryConflict(RequestError):
+    """A hand edit refused because its file changed since the editor opened it."""
+
+    code = "memory_conflict"
 
 
 class MemoryPathError(RequestError):
@@ -200,6 +234,17 @@ class ProviderAuthError(ProviderError):
 
 class ProviderConfigError(ProviderError):
     code = "provider_config"
+
+
+class ProviderUnreachable(ProviderError):
+    """No connection to the provider at all: nothing listens there, or the host does not
+    resolve. Retried once (a server restarting), then reported with the URL to check."""
+
+    code = "provider_unreachable"
+
+    def __init__(self, message: str, *, url: str) -> None:
+        super().__init__(message)
+        self.url = url
 
 
 class ProviderHTTPError(ProviderError):

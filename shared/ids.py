@@ -12,8 +12,10 @@ import os
 import re
 import threading
 import time
+from collections.abc import Sequence
 
-from shared.errors import InvalidId
+from shared.errors import AmbiguousMessage, InvalidId, UnknownMessage
+from shared.protocol import names_message
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 REFLECTION_SUFFIX = "~reflection"
@@ -60,6 +62,23 @@ class _MonotonicUlid:
 
 
 _ULID = _MonotonicUlid()
+
+
+def find_message(ref: str, ids: Sequence[str], where: str) -> int:
+    """The position in ``ids`` of the one message ``ref`` names; :class:`UnknownMessage`
+    when none does, :class:`AmbiguousMessage` when a short form (the id's last characters,
+    which are random bits) names several."""
+    if ref in ids:
+        return ids.index(ref)
+    found = [position for position, message_id in enumerate(ids) if names_message(ref, message_id)]
+    if not found:
+        raise UnknownMessage(f"no message {ref} in {where}")
+    if len(found) > 1:
+        raise AmbiguousMessage(
+            f"{ref} is the end of {len(found)} message ids in {where}: give more of the id "
+            f"(--json shows it whole)"
+        )
+    return found[0]
 
 
 def new_id(prefix: str) -> str:

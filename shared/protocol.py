@@ -24,12 +24,30 @@ MAX_REQUEST_BYTES = 1024 * 1024
 """Largest request line the daemon reads (1 MiB); longer lines are discarded with an error."""
 
 SOCKET_NAME = "agentd.sock"
+HISTORY_NAME = "history"
 
 ReflectionTrigger = Literal["off", "step-count", "compaction-event"]
 """When an agent reflects: the one spelling the settings, the daemon's requests and
 ``agentctl sleeptime`` share."""
 MergeMode = Literal["auto", "explicit"]
 """How a reflection lands: ``auto`` merges; ``explicit`` waits for the agent's review."""
+DEFAULT_MODEL = "default"
+"""The model an agent update names to drop the agent's own model for the global one."""
+
+SHORT_ID_CHARS = 8
+"""How much of a message id people see: its last 8 characters (40 random bits, see
+:mod:`shared.ids`). Every request that takes a message id takes this short form too, while
+it names one message only."""
+
+
+def short_id(message_id: str) -> str:
+    return message_id[-SHORT_ID_CHARS:]
+
+
+def names_message(ref: str, message_id: str) -> bool:
+    """Whether ``ref`` names ``message_id``: the id itself, or its short form (its last
+    :data:`SHORT_ID_CHARS` or more characters)."""
+    return ref == message_id or (len(ref) >= SHORT_ID_CHARS and message_id.endswith(ref))
 
 
 EVENT_ASSISTANT = "assistant"
@@ -39,6 +57,16 @@ EVENT_MEMORY_UPDATE = "memory_update"
 EVENT_COMPACTION = "compaction"
 EVENT_REFLECTION = "reflection"
 EVENT_WAITING = "waiting"
+EVENT_PROVIDER_RETRY = "provider_retry"
+"""A model call failed in a way worth another try; ``data``: reason, delay_s, attempt."""
+EVENT_WARNING = "warning"
+"""Something the user should fix that does not stop the turn; ``data``: code, message."""
+EVENT_ARCHIVE = "archive"
+"""A piece of an export archive (``data``: base64), in order; the final line sums them."""
+ARCHIVE_CHUNK_BYTES = 512 * 1024
+"""Bytes per export event and per import upload (base64: ~700 KiB, under a request line)."""
+MAX_ARCHIVE_BYTES = 2 * 1024**3
+"""Largest archive an import takes (compressed)."""
 
 
 def agentd_home() -> Path:
@@ -49,6 +77,11 @@ def agentd_home() -> Path:
 
 def socket_path(home: Path | None = None) -> Path:
     return (home or agentd_home()) / "run" / SOCKET_NAME
+
+
+def history_path(home: Path | None = None) -> Path:
+    """``agentctl chat``'s line history (readline's format; private: it holds what was said)."""
+    return (home or agentd_home()) / HISTORY_NAME
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -1,36 +1,50 @@
 """agentctl: the thin client. Parse arguments, send one request, print, exit.
 
 Imports only the standard library and ``shared.protocol`` (never pydantic, litellm,
-Celery or git) so it starts in tens of milliseconds. Exit codes: 0 ok, 1 error (the
-daemon's typed error is printed as ``code: message``), 2 usage.
+Celery or git) so it starts in tens of milliseconds. Exit codes: 0 ok (also when whoever
+reads stdout stops reading, as ``agentctl messages | head -1`` does), 1 error (the
+daemon's typed error is printed as ``code: message``), 2 usage, 130 interrupted.
 
 Its parts: :mod:`.parser` (the command line), :mod:`.connection` (the socket),
-:mod:`.commands` (the request each command sends), :mod:`.chat` (streamed turns and the
-interactive loop) and :mod:`.render` (how answers look).
+:mod:`.commands` (the request each command sends), :mod:`.chat` (one streamed turn),
+:mod:`.repl` (``agentctl chat``'s interactive loop), :mod:`.render` (how answers look)
+and :mod:`.times` (how times look and are read).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 from agentd.client.connection import ClientError, Connection
-from agentd.client.parser import build_parser
+from agentd.client.parser import parse_args
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         conn = Connection()
         try:
-            return args.handler(conn, args)
+            status = args.handler(conn, args)
         finally:
             conn.close()
+        sys.stdout.flush()  # here, not at exit, so a closed stdout is caught below
+        return status
     except ClientError as exc:
         print(f"{exc.code}: {exc.message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return 130
-    except (BrokenPipeError, ConnectionResetError):
-        print("disconnected: agentd closed the connection", file=sys.stderr)
-        return 1
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _stdout_closed() -> int:
+    """Whoever read stdout stopped (``| head``): nothing is wrong, so exit 0 quietly. The
+    socket's own errors never get here (the connection turns them into ``disconnected``).
+    Point stdout at /dev/null, as the Python docs advise for SIGPIPE, or the interpreter's
+    last flush at exit fails again and prints "Exception ignored … BrokenPipeError"."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 0

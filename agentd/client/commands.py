@@ -12,7 +12,9 @@ import json
 from typing import Any
 
 from agentd.client import render
-from agentd.client.connection import ClientError, Connection
+from agentd.client.connection import Connection
+from agentd.client.delete import cmd_conversation_delete
+from agentd.client.memory_edit import cmd_memory_edit
 
 
 def cmd_status(conn: Connection, args: argparse.Namespace) -> int:
@@ -60,11 +62,17 @@ def cmd_agents(conn: Connection, args: argparse.Namespace) -> int:
         }
         render.print_json(conn.result("agent.update", params))
         return 0
-    render.print_json(conn.result("agent.show", {"agent": args.agent}))
+    agent = conn.result("agent.show", {"agent": args.agent})
+    if args.json:
+        render.print_json(agent)
+    else:
+        render.print_agent(agent)
     return 0
 
 
 def cmd_conversations(conn: Connection, args: argparse.Namespace) -> int:
+    if args.action == "delete":
+        return cmd_conversation_delete(conn, args)
     if args.action == "new":
         print(conn.result("conversation.create", {"agent": args.agent})["id"])
         return 0
@@ -77,7 +85,8 @@ def cmd_conversations(conn: Connection, args: argparse.Namespace) -> int:
 
 
 def _page_of_messages(conn: Connection, args: argparse.Namespace) -> list[dict[str, Any]]:
-    if not args.around:
+    """With ``--around``, ``--before``/``--after`` are counts (the parser made them so)."""
+    if args.around is None:
         params = {
             "agent": args.agent,
             "conversation": args.conversation,
@@ -87,12 +96,12 @@ def _page_of_messages(conn: Connection, args: argparse.Namespace) -> list[dict[s
             "order": args.order,
         }
         return conn.result("messages.list", params)["messages"]
-    try:
-        before = 5 if args.before is None else int(args.before)
-        after = 5 if args.after is None else int(args.after)
-    except ValueError:
-        raise ClientError("usage", "with --around, --before and --after are counts") from None
-    params = {"agent": args.agent, "message_id": args.around, "before": before, "after": after}
+    params = {
+        "agent": args.agent,
+        "message_id": args.around,
+        "before": args.before,
+        "after": args.after,
+    }
     return conn.result("messages.around", params)["messages"]
 
 
@@ -178,6 +187,8 @@ def cmd_memory(conn: Connection, args: argparse.Namespace) -> int:
     elif args.action == "log":
         commits = conn.result("memory.log", {"agent": args.agent, "limit": args.limit})["commits"]
         render.print_memory_log(commits)
+    elif args.action == "edit":
+        return cmd_memory_edit(conn, args)
     elif args.action == "commit":
         params = {"agent": args.agent, **({"message": args.message} if args.message else {})}
         commit = conn.result("memory.commit", params)["commit"]

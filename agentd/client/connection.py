@@ -53,16 +53,26 @@ class Connection:
             self._open()
         self._next_id += 1
         request_id = f"c{os.getpid()}-{self._next_id}"
-        with contextlib.suppress(BrokenPipeError):  # a daemon that refused us said why
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # it said why
             self.sock.sendall(protocol.request(request_id, op, _drop_none(params or {})))
-        for raw in self.reader:
-            message = json.loads(raw)
+        for message in self._messages():
             if message.get("id") not in (request_id, None):
                 continue
             yield message
             if "ok" in message:
                 return
         raise ClientError("disconnected", "agentd closed the connection before answering")
+
+    def _messages(self) -> Iterator[dict[str, Any]]:
+        """The daemon's lines until it closes; a reset socket is the daemon gone too. Only
+        the socket's errors become ``disconnected``: a closed stdout is not the daemon's."""
+        try:
+            for raw in self.reader:
+                yield json.loads(raw)
+        except ConnectionResetError:
+            raise ClientError(
+                "disconnected", "agentd reset the connection before answering"
+            ) from None
 
     def result(self, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         for message in self.call(op, params):

@@ -7,9 +7,12 @@ the README document) reads in one place.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any, get_args
 
-from agentd.client.chat import cmd_chat
+from agentd import __version__
+from agentd.client import times
+from agentd.client.archive import cmd_export, cmd_import
 from agentd.client.commands import (
     cmd_agents,
     cmd_context,
@@ -23,16 +26,51 @@ from agentd.client.commands import (
     cmd_sleeptime,
     cmd_status,
 )
+from agentd.client.delete import cmd_agent_delete
+from agentd.client.repl import cmd_chat
 from shared import protocol
+
+JSON_HELP = "print the daemon's answer as JSON (times in ISO 8601 with an offset)"
+
+
+def count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``minimum`` (a usage error otherwise)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}")
+        return value
+
+    return parse
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with the checks argparse cannot make alone; any usage error
+    exits 2 with the usage, like argparse's own."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "messages" and args.around is not None:
+        for flag in ("before", "after"):
+            value = getattr(args, flag)
+            try:
+                setattr(args, flag, count(0)(value) if value is not None else 5)
+            except argparse.ArgumentTypeError as exc:
+                args.usage_of.error(f"with --around, --{flag} is how many messages: {exc}")
+    return args
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentctl", description="Talk to the agentd daemon.")
+    parser.add_argument("--version", action="version", version=f"agentctl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Any, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
-        p.set_defaults(handler=handler)
+        p.set_defaults(handler=handler, usage_of=p)
         return p
 
     def agent_flag(p: argparse.ArgumentParser) -> None:
@@ -45,70 +83,113 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--json", action="store_true", help="print the turn result as JSON")
 
     status = command("status", cmd_status, "Show the daemon's status.")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help=JSON_HELP)
 
     agents = command("agents", cmd_agents, "List, create, show or update agents.")
     agents_sub = agents.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = agents_sub.add_parser("list", help="list agents")
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help=JSON_HELP)
     create = agents_sub.add_parser("create", help="create an agent")
-    create.add_argument("name")
+    create.add_argument("name", help="its name (letters, digits, '_' or '-')")
     create.add_argument("--model", help="litellm model string (default: AGENTD_MODEL)")
     create.add_argument("--persona", help="text of system/persona.md")
     create.add_argument("--human", help="text of system/human.md")
-    create.add_argument("--context-window", type=int)
+    create.add_argument(
+        "--context-window",
+        type=count(1),
+        metavar="TOKENS",
+        help="the model's window in tokens (default: as known for the model)",
+    )
     show = agents_sub.add_parser("show", help="show one agent")
-    show.add_argument("agent", nargs="?")
+    show.add_argument("agent", nargs="?", help="agent id or name (default: the default agent)")
+    show.add_argument("--json", action="store_true", help=JSON_HELP)
     update = agents_sub.add_parser("update", help="change an agent")
-    update.add_argument("agent")
-    update.add_argument("--name")
-    update.add_argument("--model")
-    update.add_argument("--context-window", type=int)
+    update.add_argument("agent", help="agent id or name")
+    update.add_argument("--name", help="a new name")
+    update.add_argument(
+        "--model",
+        help=f"litellm model string; {protocol.DEFAULT_MODEL!r}: back to AGENTD_MODEL",
+    )
+    update.add_argument(
+        "--context-window", type=count(1), metavar="TOKENS", help="the model's window in tokens"
+    )
+    delete = agents_sub.add_parser(
+        "delete", help="delete an agent (moved to $AGENTD_HOME/trash, not erased)"
+    )
+    delete.add_argument("agent", help="agent id or name")
+    delete.add_argument(
+        "--yes", "-y", action="store_true", help="do not ask (needed off a terminal)"
+    )
+    delete.set_defaults(handler=cmd_agent_delete)
 
     conversations = command("conversations", cmd_conversations, "List or start conversations.")
-    conversations.add_argument("action", nargs="?", choices=("list", "new"), default="list")
+    conversations.add_argument(
+        "action",
+        nargs="?",
+        choices=("list", "new", "delete"),
+        default="list",
+        help="list (the default; * marks the agent's default), new (prints its id) or "
+        "delete ID (moved to $AGENTD_HOME/trash, not erased)",
+    )
+    conversations.add_argument("conversation", nargs="?", help="with delete: the conversation id")
+    conversations.add_argument(
+        "--yes", "-y", action="store_true", help="with delete: do not ask (needed off a terminal)"
+    )
     agent_flag(conversations)
-    conversations.add_argument("--json", action="store_true")
+    conversations.add_argument("--json", action="store_true", help=JSON_HELP)
 
     messages = command("messages", cmd_messages, "List a conversation's messages.")
     agent_flag(messages)
-    messages.add_argument("--conversation", "-c")
+    messages.add_argument("--conversation", "-c", help="conversation id (default: the agent's)")
     messages.add_argument(
         "--around",
         metavar="ID",
-        help="the messages around this message id (with --before/--after N)",
+        help="the messages around this message id, in any conversation of the agent "
+        "(with --before/--after N)",
     )
     messages.add_argument(
         "--before",
-        help="only messages before this message id (with --around: how many before, default 5)",
+        metavar="ID",
+        help="the messages right before this message id (with --around: how many before, "
+        "default 5)",
     )
     messages.add_argument(
         "--after",
-        help="only messages after this message id (with --around: how many after, default 5)",
+        metavar="ID",
+        help="the messages right after this message id (with --around: how many after, default 5)",
     )
-    messages.add_argument("--limit", type=int, default=20)
+    messages.add_argument(
+        "--limit", type=count(1), default=20, help="at most this many (default 20)"
+    )
     messages.add_argument(
         "--order",
         choices=("asc", "desc"),
         default="desc",
-        help="desc: the newest LIMIT messages; asc: the oldest",
+        help="desc (default): newest first, from the newest (or from --before/--after); "
+        "asc: oldest first, from the oldest",
     )
-    messages.add_argument("--json", action="store_true")
+    messages.add_argument("--json", action="store_true", help=JSON_HELP)
 
     context = command("context", cmd_context, "Show a conversation's context budget.")
     agent_flag(context)
-    context.add_argument("--conversation", "-c")
-    context.add_argument("--json", action="store_true")
+    context.add_argument("--conversation", "-c", help="conversation id (default: the agent's)")
+    context.add_argument("--json", action="store_true", help=JSON_HELP)
 
     search = command("search", cmd_search, "Search an agent's past messages (best first).")
     search.add_argument("query", help='words to find; "quoted phrases" must match')
     agent_flag(search)
     search.add_argument("--conversation", "-c", help="only this conversation")
-    search.add_argument("--role", choices=("user", "assistant", "tool"))
-    search.add_argument("--since", help="ISO date or time, inclusive (UTC unless given)")
-    search.add_argument("--until", help="ISO date or time, inclusive (UTC unless given)")
-    search.add_argument("--limit", type=int, default=10)
-    search.add_argument("--json", action="store_true")
+    search.add_argument(
+        "--role", choices=("user", "assistant", "tool"), help="only messages of this role"
+    )
+    search.add_argument(
+        "--since", type=times.since, metavar="TIME", help=f"from this time on: {times.ZONE_HELP}"
+    )
+    search.add_argument(
+        "--until", type=times.until, metavar="TIME", help=f"up to this time: {times.ZONE_HELP}"
+    )
+    search.add_argument("--limit", type=count(1), default=10, help="at most this many hits")
+    search.add_argument("--json", action="store_true", help=JSON_HELP)
 
     sleeptime = command(
         "sleeptime",
@@ -116,9 +197,19 @@ def build_parser() -> argparse.ArgumentParser:
         "Show or set when an agent reflects (prints the resolved settings).",
     )
     agent_flag(sleeptime)
-    sleeptime.add_argument("--trigger", choices=get_args(protocol.ReflectionTrigger))
-    sleeptime.add_argument("--steps", type=int, help="with step-count: assistant steps between")
-    sleeptime.add_argument("--merge", choices=get_args(protocol.MergeMode))
+    sleeptime.add_argument(
+        "--trigger",
+        choices=get_args(protocol.ReflectionTrigger),
+        help="off; step-count: every --steps assistant steps; compaction-event: after a compaction",
+    )
+    sleeptime.add_argument(
+        "--steps", type=count(1), help="with step-count: assistant steps between"
+    )
+    sleeptime.add_argument(
+        "--merge",
+        choices=get_args(protocol.MergeMode),
+        help="auto: merge a reflection at once; explicit: wait for the agent's review",
+    )
 
     reflect = command("reflect", cmd_reflect, "Ask for a reflection now (manual).")
     agent_flag(reflect)
@@ -128,24 +219,50 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="a conversation to reflect on (repeatable; default: the agent's)",
     )
-    reflect.add_argument("--recent", type=int, help="the N most recently active conversations")
+    reflect.add_argument("--recent", type=count(1), help="the N most recently active conversations")
     reflect.add_argument("--instruction", help="what to focus on")
     reflect.add_argument("--wait", action="store_true", help="wait for the outcome")
     reflect.add_argument("--timeout", type=float, default=600.0, help="with --wait, in seconds")
 
     reflections = command("reflections", cmd_reflections, "List an agent's reflection outcomes.")
     agent_flag(reflections)
-    reflections.add_argument("--limit", type=int, default=20)
-    reflections.add_argument("--json", action="store_true")
+    reflections.add_argument(
+        "--limit", type=count(1), default=20, help="the newest N outcomes (default 20)"
+    )
+    reflections.add_argument("--json", action="store_true", help=JSON_HELP)
 
     memory = command(
         "memory", cmd_memory, "Look at an agent's memory repo, or commit edits made by hand."
     )
-    memory.add_argument("action", choices=("log", "path", "show", "commit"))
-    memory.add_argument("path", nargs="?", help="with show: one file, e.g. system/human.md")
+    memory.add_argument(
+        "action",
+        choices=("log", "path", "show", "edit", "commit"),
+        help="log: its history; path: where it is; show: its files; edit: edit one file in "
+        "$VISUAL/$EDITOR and commit it; commit: commit edits made in the checkout",
+    )
+    memory.add_argument("path", nargs="?", help="with show or edit: one file, e.g. system/human.md")
     agent_flag(memory)
-    memory.add_argument("--limit", type=int, default=20)
-    memory.add_argument("-m", "--message", help="with commit: the commit message")
+    memory.add_argument(
+        "--limit", type=count(1), default=20, help="with log: the newest N commits (default 20)"
+    )
+    memory.add_argument("-m", "--message", help="with edit or commit: the commit message")
+
+    export = command(
+        "export", cmd_export, "Write an agent (record, memory history, transcripts) as a .tar.gz."
+    )
+    agent_flag(export)
+    export.add_argument(
+        "-o", "--output", metavar="FILE", help="write to FILE (default: stdout, redirected)"
+    )
+
+    import_ = command("import", cmd_import, "Restore an agent from an export archive.")
+    import_.add_argument("file", help="the archive (.tar.gz from agentctl export; - for stdin)")
+    import_.add_argument(
+        "--keep-id",
+        action="store_true",
+        help="keep the agent's id (refused if it exists); default: a new id",
+    )
+    import_.add_argument("--name", help="its name here (default: the archive's; must be free)")
 
     command("shutdown", cmd_shutdown, "Stop the daemon.")
     return parser

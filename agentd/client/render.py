@@ -10,6 +10,7 @@ import json
 import sys
 from typing import Any
 
+from agentd.client.times import shown
 from shared import protocol
 
 _PREVIEW_CHARS = 200
@@ -31,6 +32,15 @@ def one_line(text: str) -> str:
 
 def print_json(value: Any) -> None:
     print(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+def print_chat_banner(agent_name: str, where: dict[str, Any]) -> None:
+    """Who the interactive chat talks to (``where`` is a ``context.show`` answer)."""
+    print(
+        f"{agent_name} · conversation {where['conversation_id']} · model {where['model']}"
+        "  (/help for commands)",
+        flush=True,
+    )
 
 
 def print_event(event: str, data: dict[str, Any]) -> None:
@@ -58,6 +68,14 @@ def print_event(event: str, data: dict[str, Any]) -> None:
         print("  ↻ memory changed — injected <memory_update> reminder", flush=True)
     elif event == protocol.EVENT_WAITING:
         print(f"  … waiting: {data.get('reason', 'busy')}", file=sys.stderr, flush=True)
+    elif event == protocol.EVENT_PROVIDER_RETRY:
+        print(
+            f"  … retrying in {data['delay_s']:.0f} s ({data['reason']})",
+            file=sys.stderr,
+            flush=True,
+        )
+    elif event == protocol.EVENT_WARNING:
+        print(f"  ! {data['message']}", file=sys.stderr, flush=True)
 
 
 def print_status(status: dict[str, Any]) -> None:
@@ -83,12 +101,29 @@ def print_status(status: dict[str, Any]) -> None:
             f" every {settings['stepCount']}" if settings["trigger"] == "step-count" else ""
         )
         last = agent["last_reflection"]
-        last_text = f"{last['status']} at {last['finished_at'][:19]}" if last else "never"
-        extra = f"  backoff until {agent['backoff_until'][:19]}" if agent["backoff_until"] else ""
+        last_text = f"{last['status']} at {shown(last['finished_at'])}" if last else "never"
+        backoff = agent["backoff_until"]
+        extra = f"  backoff until {shown(backoff)}" if backoff else ""
         print(
             f"agent    {agent['name']} ({agent['id']})  {trigger}  "
             f"{agent['steps_since_last_reflection']} steps since  last {last_text}{extra}"
         )
+        if agent.get("uncommitted_notice"):
+            print(f"         ! {agent['uncommitted_notice']}")
+        recall = agent.get("recall")
+        if recall:
+            size = recall["bytes_on_disk"]
+            on_disk = f", {size / 1e6:,.1f} MB on disk" if size is not None else ""
+            print(f"         recall index {recall['state']}{on_disk}")
+
+
+def _window_source(budget: dict[str, Any]) -> str:
+    source = budget.get("window_source")
+    if source == "setting":
+        return f"setting: {budget['window_setting']}"
+    if source == "default":
+        return "default: the model's window is unknown; set AGENTD_CONTEXT_WINDOW"
+    return source or "unknown"
 
 
 def print_context(budget: dict[str, Any]) -> None:
@@ -96,7 +131,7 @@ def print_context(budget: dict[str, Any]) -> None:
     position = f"{room:,} under the threshold" if room >= 0 else f"{-room:,} over the threshold"
     counted = "provider-reported usage + estimates" if budget["anchored"] else "estimated"
     print(f"model       {budget['model']}")
-    print(f"window      {budget['window']:>9,} tokens")
+    print(f"window      {budget['window']:>9,} tokens ({_window_source(budget)})")
     print(f"threshold   {budget['threshold']:>9,} tokens (compaction starts above this)")
     print(
         f"floor       {budget['floor']:>9,} tokens (system {budget['system_tokens']:,} + "
@@ -104,28 +139,49 @@ def print_context(budget: dict[str, Any]) -> None:
     )
     print(f"messages    {budget['messages']:>9,} in the window")
     print(f"request     ~{budget['request_tokens']:,} tokens ({counted}; {position})")
+    ratio = budget.get("token_ratio", 1.0)
+    if ratio != 1.0:
+        print(f"estimates   ×{ratio:.2f} (this model counts more tokens than 4 characters each)")
     last = budget.get("last_compaction")
     if last:
         print(
-            f"last compaction: {last['trigger']} at {last['at'][:19]}, "
+            f"last compaction: {last['trigger']} at {shown(last['at'])}, "
             f"{last['messages_before']} → {last['messages_after']} messages, "
             f"~{last['tokens_before']} → ~{last['tokens_after']} tokens"
         )
 
 
+def _model(agent: dict[str, Any]) -> str:
+    """The model an agent uses, and whether it is its own or the global default."""
+    if agent["model_is_default"]:
+        return f"{agent['effective_model']} (the default, AGENTD_MODEL)"
+    return agent["effective_model"]
+
+
 def print_agents(agents: list[dict[str, Any]]) -> None:
     for agent in agents:
-        print(f"{agent['id']}\t{agent['name']}\t{agent['effective_model']}")
+        print(f"{agent['id']}\t{agent['name']}\t{_model(agent)}")
+
+
+def print_agent(agent: dict[str, Any]) -> None:
+    window = agent["context_window"]
+    print(f"agent          {agent['name']} ({agent['id']})")
+    print(f"model          {_model(agent)}")
+    print(f"context window {f'{window:,} tokens' if window else 'as known for the model'}")
+    print(f"conversation   {agent['default_conversation_id'] or '-'} (the default)")
+    print(f"memory         {agent['memory_dir']}")
+    print(f"created        {shown(agent['created_at'])}")
 
 
 def print_conversations(conversations: list[dict[str, Any]]) -> None:
     for conversation in conversations:
         marker = "*" if conversation["default"] else " "
-        print(f"{marker} {conversation['id']}\t{conversation['created_at']}")
+        print(f"{marker} {conversation['id']}\t{shown(conversation['created_at'])}")
 
 
 def print_messages(messages: list[dict[str, Any]], around: str | None) -> None:
-    """One line per message; the message ``around`` (if any) is marked."""
+    """One line per message: local time, short id, role or kind, text; the message
+    ``around`` (if any) is marked."""
     for message in messages:
         label = message["role"] if message.get("kind", "message") == "message" else message["kind"]
         text = message.get("content", "")
@@ -134,14 +190,22 @@ def print_messages(messages: list[dict[str, Any]], around: str | None) -> None:
             text = (text + " " if text else "") + " ".join(
                 f"⚙ {c['name']}({c.get('arguments', '{}')})" for c in calls
             )
-        marker = "◀ " if message["id"] == around else ""
-        print(f"{message['created_at'][:19]}  {message['id']}  {label:<9} {marker}{one_line(text)}")
+        marker = "◀ " if around and protocol.names_message(around, message["id"]) else ""
+        print(
+            f"{shown(message['created_at'])}  {protocol.short_id(message['id'])}  "
+            f"{label:<9} {marker}{one_line(text)}"
+        )
 
 
 def print_hits(hits: list[dict[str, Any]]) -> None:
+    """One line per hit, best first: score, local time, short id (what ``messages
+    --around`` takes), role, text; ``no matches`` on stderr, so stdout stays a listing."""
+    if not hits:
+        print("no matches", file=sys.stderr)
     for hit in hits:
         print(
-            f"{hit['score']:.2f}\t{hit['conversation_id']}\t{hit['role']}\t{one_line(hit['text'])}"
+            f"{hit['score']:.2f}\t{shown(hit['created_at'])}\t"
+            f"{protocol.short_id(hit['message_id'])}\t{hit['role']}\t{one_line(hit['text'])}"
         )
 
 
@@ -149,15 +213,16 @@ def print_reflections(reflections: list[dict[str, Any]]) -> None:
     for r in reflections:
         commits = ",".join(r["commits"]) or "-"
         print(
-            f"{r['reflection_id']}\t{r['trigger']}\t{r['status']}\t{r.get('reason') or '-'}\t"
-            f"{commits}\t{r['duration_s']:.1f}s\t{r['message']}"
+            f"{shown(r['finished_at'])}\t{r['reflection_id']}\t{r['trigger']}\t{r['status']}\t"
+            f"{r.get('reason') or '-'}\t{commits}\t{r['duration_s']:.1f}s\t{r['message']}"
         )
 
 
 def print_memory_log(commits: list[dict[str, Any]]) -> None:
     for commit in commits:
         print(
-            f"{commit['short_sha']}  {commit['date'][:19]}  {commit['author']}: {commit['subject']}"
+            f"{commit['short_sha']}  {shown(commit['date'])}  "
+            f"{commit['author']}: {commit['subject']}"
         )
 
 

@@ -13,6 +13,7 @@ statistics, or every search would be won by the previous search for the same wor
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -80,6 +81,20 @@ class EchoTracker:
     def message(self, message: Message, offset: int = -1) -> Document | None:
         return self.document(message.model_dump(mode="json"), offset)
 
+    def seed(self, path: Path, before: int) -> None:
+        """Take up the state at byte ``before`` of the log, to read on from there: the
+        searches called by the last assistant message before it (a tool result answers a
+        call of the assistant message just before it, so no earlier one can be pending).
+        Reads the log backwards from ``before`` only as far as that message."""
+        for line in _lines_backwards(path, before):
+            fields = _fields(line)
+            if fields is not None and (fields.get("kind", "message"), fields.get("role")) == (
+                "message",
+                "assistant",
+            ):
+                self.document(fields)
+                return
+
 
 def _seconds(value: Any) -> float:
     if isinstance(value, datetime):
@@ -92,23 +107,99 @@ def _seconds(value: Any) -> float:
     return 0.0
 
 
-def read_documents(path: Path, tracker: EchoTracker | None = None) -> Iterator[Document]:
-    """Every document of one conversation log, in order, with its byte offset."""
-    if not path.exists():
+def read_documents(
+    path: Path, tracker: EchoTracker | None = None, start: int = 0, stop: int | None = None
+) -> Iterator[Document]:
+    """The documents of one conversation log whose lines start at byte ``start`` or later
+    (and before ``stop``), in order, with their byte offsets. Reading from the middle, a
+    new ``tracker`` is first brought to the echo state there (:meth:`EchoTracker.seed`)."""
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 (closed below; the generator may pause)
+    except FileNotFoundError:
         return
     tracker = tracker or EchoTracker()
-    with open(path, "rb") as handle:
+    with handle:
         offset = 0
+        if start > 0:  # the first line starting at or after ``start``
+            handle.seek(start - 1)
+            offset = start - 1 + len(handle.readline())
+            tracker.seed(path, offset)
         for line in handle:
-            start, offset = offset, offset + len(line)
-            try:
-                fields = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(fields, dict) and "id" in fields and "conversation_id" in fields:
-                document = tracker.document(fields, start)
+            begin, offset = offset, offset + len(line)
+            if stop is not None and begin >= stop:
+                return
+            fields = _fields(line)
+            if fields is not None:
+                document = tracker.document(fields, begin)
                 if document is not None:
                     yield document
+
+
+def _fields(line: bytes) -> dict[str, Any] | None:
+    try:
+        fields = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(fields, dict) and "id" in fields and "conversation_id" in fields:
+        return fields
+    return None
+
+
+def lines_before(path: Path, offset: int, count: int) -> list[tuple[int, bytes]]:
+    """Up to ``count`` complete lines ending at byte ``offset``, oldest first, each with
+    its offset: read backwards in blocks, no further than needed."""
+    found: list[tuple[int, bytes]] = []
+    if count <= 0:
+        return found
+    position = offset
+    for line in _lines_backwards(path, offset):
+        position -= len(line)
+        if line.strip():
+            found.append((position, line))
+            if len(found) == count:
+                break
+    return found[::-1]
+
+
+def lines_from(path: Path, offset: int, count: int) -> list[tuple[int, bytes]]:
+    """Up to ``count`` non-blank lines starting at byte ``offset``, each with its offset."""
+    found: list[tuple[int, bytes]] = []
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        position = offset
+        while len(found) < count:
+            line = handle.readline()
+            if not line:
+                break
+            if line.strip():
+                found.append((position, line))
+            position += len(line)
+    return found
+
+
+_BLOCK = 16 * 1024
+
+
+def _lines_backwards(path: Path, end: int) -> Iterator[bytes]:
+    """The complete lines before byte ``end`` (which starts a line), newest first, each
+    with its newline."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        position = min(end, os.fstat(fd).st_size)
+        carry = b""
+        while position > 0:
+            start = max(0, position - _BLOCK)
+            chunk = os.pread(fd, position - start, start) + carry
+            position = start
+            pieces = chunk.split(b"\n")
+            lines = [piece + b"\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
+            carry = lines.pop(0) if position > 0 and lines else b""
+            yield from reversed(lines)
+    finally:
+        os.close(fd)
 
 
 def read_message_at(path: Path, offset: int) -> dict[str, Any]:

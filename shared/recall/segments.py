@@ -6,7 +6,8 @@ in one CSR layout (``keys`` sorted, ``starts`` into ``docs``) with a parallel ar
 per-posting numbers, which keeps a posting at 3 or 4 bytes instead of a Python object.
 
 Two kinds of keys:
-- *words*: every non-CJK token, with its term frequency (``uint16``);
+- *words*: every non-CJK index term (see :mod:`shared.recall.text`: a stem; stopwords
+  have none), with its term frequency (``uint16``);
 - *bigrams*: every pair of adjacent characters inside a CJK token, with one byte (see
   :func:`bigram_code`) saying at how many positions it occurs in the document and, when
   that is one, where (the byte offset in the document's text, modulo 128).
@@ -16,9 +17,9 @@ Two kinds of keys:
   once in a document where one of its bigrams occurs once, and only there: a look at
   the few offsets that the code allows settles it. Anything else is counted in the text.
 
-The text is each document's tokens joined by spaces, padded with a space on both sides
-and ended by a newline, in one UTF-8 ``bytes``: UTF-8 never matches inside a character, so
-``count`` and ``find`` on it are exact for terms and phrases.
+The text is each document's tokens (not its terms) joined by spaces, padded with a space
+on both sides and ended by a newline, in one UTF-8 ``bytes``: UTF-8 never matches inside a
+character, so ``count`` and ``find`` on it are exact for CJK terms and phrases.
 
 :class:`SegmentBuilder` is the open segment new documents go to; it answers lookups by a
 linear scan, which is why it is frozen once it holds :data:`OPEN_SEGMENT_DOCS` documents.
@@ -28,8 +29,11 @@ from __future__ import annotations
 
 from array import array
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
+from hashlib import blake2b
 from itertools import accumulate
+from typing import Protocol
 
 import numpy as np
 
@@ -52,11 +56,27 @@ word or the code of a bigram)."""
 
 
 def word_key(token: str) -> int:
-    return hash(token) & 0xFFFF_FFFF_FFFF_FFFF
+    return _stable_key(token.encode())
 
 
 def bigram_key(bigram: str) -> int:
-    return hash("\x01" + bigram) & 0xFFFF_FFFF_FFFF_FFFF
+    return _stable_key(b"\x01" + bigram.encode())
+
+
+def _stable_key(data: bytes) -> int:
+    """The same in every process (unlike ``hash``), so persisted postings stay findable."""
+    return int.from_bytes(blake2b(data, digest_size=8).digest(), "little")
+
+
+class Text(Protocol):
+    """What a search reads of a segment's text: ``bytes`` or a mapped file's pages (both
+    also expose their bytes through the buffer protocol)."""
+
+    def count(self, sub: bytes, start: int, end: int, /) -> int: ...
+
+    def find(self, sub: bytes, start: int, end: int, /) -> int: ...
+
+    def __len__(self) -> int: ...
 
 
 def cjk_bigrams(token: str) -> set[str]:
@@ -136,7 +156,7 @@ class Segment:
     """A frozen segment."""
 
     def __init__(
-        self, base: int, words: _Postings, bigrams: _Postings, text: bytes, text_starts: np.ndarray
+        self, base: int, words: _Postings, bigrams: _Postings, text: Text, text_starts: np.ndarray
     ) -> None:
         self.base = base
         self.size = len(text_starts) - 1
@@ -155,6 +175,24 @@ class Segment:
     def nbytes(self) -> int:
         return self.words.nbytes + self.bigrams.nbytes + len(self.text) + self.text_starts.nbytes
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every array of the segment but its text, by name: what goes to disk."""
+        arrays = {"text_starts": self.text_starts}
+        for part in ("words", "bigrams"):
+            postings: _Postings = getattr(self, part)
+            for name in ("keys", "starts", "docs", "values"):
+                arrays[f"{part}.{name}"] = getattr(postings, name)
+        return arrays
+
+    @classmethod
+    def from_arrays(cls, base: int, arrays: Mapping[str, np.ndarray], text: Text) -> Segment:
+        """The segment :meth:`arrays` (and its text) describe, sharing their memory."""
+
+        def postings(part: str) -> _Postings:
+            return _Postings(*(arrays[f"{part}.{n}"] for n in ("keys", "starts", "docs", "values")))
+
+        return cls(base, postings("words"), postings("bigrams"), text, arrays["text_starts"])
+
 
 class SegmentBuilder:
     """The open segment: appends are cheap, lookups scan; freeze it to a :class:`Segment`."""
@@ -171,11 +209,12 @@ class SegmentBuilder:
         self._text = bytearray()
         self._text_starts = array("q", [0])
 
-    def add(self, tokens: list[str]) -> None:
+    def add(self, tokens: list[str], terms: list[str]) -> None:
+        """One document: its tokens (for the text and the bigrams) and its index terms."""
         if self.size >= SEGMENT_CAPACITY:
             raise OverflowError("segment is full")
         local = self.size
-        words = Counter(t for t in tokens if not is_cjk(t))
+        words = Counter(t for t in terms if not is_cjk(t))
         for token, count in words.items():
             self._word_keys.append(word_key(token))
             self._word_docs.append(local)

@@ -104,6 +104,21 @@ class ReflectionFiles:
 
 
 @dataclass(frozen=True)
+class RecallFiles:
+    """The agent's persisted recall index: a cache of its logs, rebuilt from them if lost."""
+
+    directory: Path
+
+    @property
+    def manifest(self) -> Path:
+        """The live segments, in order, and the log offsets each covers."""
+        return self.directory / "manifest.json"
+
+    def segment(self, serial: int) -> Path:
+        return self.directory / f"{serial:08d}.seg"
+
+
+@dataclass(frozen=True)
 class AgentFiles:
     """The files of one agent's directory (also for a directory found by a scan, whose
     name is not yet known to be a valid id)."""
@@ -129,6 +144,33 @@ class AgentFiles:
     @property
     def conversations(self) -> Path:
         return self.directory / "conversations"
+
+    @property
+    def token_ratios(self) -> Path:
+        """Provider tokens per estimated token, learned per model (a cache: relearned if lost)."""
+        return self.directory / "token-ratios.json"
+
+    @property
+    def recall(self) -> RecallFiles:
+        return RecallFiles(self.directory / "recall")
+
+
+@dataclass(frozen=True)
+class ArchiveFiles:
+    """The members of an export archive besides the agent's own files (its record and its
+    conversations' files keep the names :class:`AgentFiles` gives them)."""
+
+    directory: Path
+
+    @property
+    def manifest(self) -> Path:
+        """What the archive holds: format version, agent id, conversations, sizes."""
+        return self.directory / "manifest.json"
+
+    @property
+    def memory_bundle(self) -> Path:
+        """The memory repo's ``main`` branch as a git bundle (its whole history)."""
+        return self.directory / "memory.bundle"
 
 
 def memory_lock(memory_dir: Path) -> Path:
@@ -180,6 +222,21 @@ class Layout:
     def agents_dir(self) -> Path:
         return self.home / "agents"
 
+    @property
+    def trash_dir(self) -> Path:
+        """Deleted agents and conversations, moved here whole (``<time>-<id>``), never erased."""
+        return self.home / "trash"
+
+    @property
+    def staging_dir(self) -> Path:
+        """Exports and imports being built: inside the home, so the finished directory is
+        renamed into ``agents/`` atomically."""
+        return self.home / "staging"
+
+    def upload_file(self, upload_id: str) -> Path:
+        """An import archive on its way in from agentctl, piece by piece."""
+        return self.staging_dir / f"{validate_id(upload_id, 'upload id')}.upload"
+
     def agent_dir(self, agent_id: str) -> Path:
         return self.agents_dir / validate_agent_id(agent_id)
 
@@ -201,6 +258,9 @@ class Layout:
 
     def reflection_files(self, agent_id: str) -> ReflectionFiles:
         return self.agent_files(agent_id).reflections
+
+    def recall_files(self, agent_id: str) -> RecallFiles:
+        return self.agent_files(agent_id).recall
 
     def conversations_dir(self, agent_id: str) -> Path:
         return self.agent_files(agent_id).conversations

@@ -203,17 +203,17 @@ def test_messages_page_through_the_whole_log_with_cursors(daemon: DaemonRunner) 
     daemon.start()
     for i in range(3):
         daemon.result("chat", {"text": f"m{i}"})
-    everything = daemon.result("messages.list", {"limit": 100})["messages"]
+    everything = daemon.result("messages.list", {"limit": 100, "order": "asc"})["messages"]
     assert [m["content"] for m in everything][::2] == ["m0", "m1", "m2"]
     middle = everything[2]["id"]
 
-    before = daemon.result("messages.list", {"before": middle, "limit": 100})["messages"]
+    before = daemon.result("messages.list", {"before": middle, "order": "asc"})["messages"]
     after = daemon.result("messages.list", {"after": middle, "limit": 2, "order": "asc"})
     newest = daemon.result("messages.list", {"limit": 2})["messages"]
 
     assert [m["id"] for m in before] == [m["id"] for m in everything[:2]]
     assert [m["id"] for m in after["messages"]] == [m["id"] for m in everything[3:5]]
-    assert [m["id"] for m in newest] == [m["id"] for m in everything[-2:]]
+    assert [m["id"] for m in newest] == [m["id"] for m in everything[:-3:-1]]  # newest first
     unknown = daemon.call("messages.list", {"before": "msg-unknown"})[-1]
     assert unknown["error"]["code"] == "unknown_message"
 

@@ -1,33 +1,134 @@
-"""agentd doctor: a broken setup is named, with what to do about it."""
+"""agentd doctor: a broken setup is named, with what to do about it; while the daemon runs,
+its settings are the ones checked; and doctor leaves the home as it found it."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import pty
 import re
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
+from shared.providers.factory import ProviderFactory
+from shared.providers.keys import ProviderKeys
+from shared.settings import Settings
 from tests.support.daemon import DaemonRunner
+from tests.support.openai_server import FakeOpenAIServer
+
+DAEMON_DOWN = "✗ daemon: not running (start it with agentd up)"
+KEY_CANARY = "sk-doctor0canary0key0123456789"
+REDIS_PASSWORD = "hunter2canary"
+
+
+def _env(**env: str) -> dict[str, str]:
+    without_keys = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    return {**without_keys, **env}
 
 
 def _doctor(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    without_keys = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     return subprocess.run(
         [sys.executable, "-m", "agentd.cli", "doctor", *args],
-        env={**without_keys, **env},
+        env=_env(**env),
         capture_output=True,
         text=True,
         timeout=60,
     )
 
 
-def test_a_healthy_offline_setup_is_all_good() -> None:
+def _doctor_on_a_terminal(**env: str) -> tuple[int, str]:
+    """Doctor with stdout and stderr on a pseudo-terminal: its exit status, and every byte
+    it wrote there (spinner frames included)."""
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentd.cli", "doctor"],
+        env=_env(**env),
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=terminal,
+    )
+    os.close(terminal)
+    written = bytearray()
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # doctor exited and the terminal is closed
+            break
+        if not chunk:
+            break
+        written += chunk
+    os.close(controller)
+    return proc.wait(60), written.decode()
+
+
+def _snapshot(home: Path) -> dict[str, tuple[int, int, int, str]]:
+    """Every path under ``home`` with its mode, size, modification time and content."""
+    found = {}
+    for path in [home, *home.rglob("*")]:
+        info = path.lstat()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+        found[str(path)] = (info.st_mode, info.st_size, info.st_mtime_ns, digest)
+    return found
+
+
+def test_with_the_stack_down_doctor_says_so_exits_1_and_creates_no_home(tmp_path: Path) -> None:
+    absent = tmp_path / "not-yet" / "home"
+    result = _doctor(AGENTD_HOME=str(absent))
+    lines = result.stdout.splitlines()
+    assert DAEMON_DOWN in lines
+    assert [line for line in lines if line.startswith("✗")] == [DAEMON_DOWN]
+    assert "✓ model: mock (offline, deterministic)" in lines
+    assert (result.returncode, lines[-1]) == (1, f"{len(lines) - 2} ok, 1 to fix")
+    assert not (tmp_path / "not-yet").exists()
+
+
+def test_doctor_leaves_a_used_home_byte_for_byte_as_it_was(
+    daemon: DaemonRunner, agentd_home: Path
+) -> None:
+    daemon.start()
+    daemon.result("chat", {"text": "remember that I prefer tabs"})
+    daemon.stop()
+    before = _snapshot(agentd_home)
+
     result = _doctor()
-    assert result.returncode == 0, result.stdout
-    assert result.stdout.splitlines()[-1] == "all good"
-    assert "✓ model: mock" in result.stdout
+
+    assert DAEMON_DOWN in result.stdout and "✓ memory repos: 1 readable" in result.stdout
+    assert _snapshot(agentd_home) == before
+
+
+class _KeyedProviders(ProviderFactory):
+    """The daemon's providers, holding the key its environment had at start."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings, ProviderKeys({"OPENAI_API_KEY": KEY_CANARY}))
+
+
+def test_doctor_checks_the_running_daemons_settings_not_its_own_and_asks_its_api(
+    daemon: DaemonRunner,
+) -> None:
+    with FakeOpenAIServer() as provider:
+        daemon.start(
+            providers=_KeyedProviders,
+            model="openai/gpt-4o",
+            api_base=provider.url,
+            redis_url=f"redis://:{REDIS_PASSWORD}@127.0.0.1:1/0",
+        )
+        config = daemon.result("config.show", {})
+        status, written = _doctor_on_a_terminal()  # this shell: the mock model, no key
+
+    assert config["model"] == "openai/gpt-4o" and config["provider_keys"] == ["OPENAI_API_KEY"]
+    assert config["redis_url"] == "redis://:***@127.0.0.1:1/0"
+    assert "⠋ model: importing litellm" in written  # a spinner while litellm loads
+    lines = [line.rsplit("\r", 1)[-1].replace("\x1b[K", "") for line in written.splitlines()]
+    assert any(line.startswith("✓ daemon: answering on ") for line in lines)
+    assert "✗ redis: the daemon cannot reach redis://:***@127.0.0.1:1/0" in lines
+    assert "✓ model: openai/gpt-4o (the daemon's; credentials present)" in lines
+    assert f"✓ api base: {provider.url} answers (HTTP 501)" in lines
+    assert status == 1  # Redis
+    for secret in (KEY_CANARY, REDIS_PASSWORD):
+        assert secret not in written and secret not in str(config)
 
 
 def test_an_unreachable_redis_a_missing_key_and_a_corrupt_record_are_named(
@@ -36,18 +137,25 @@ def test_an_unreachable_redis_a_missing_key_and_a_corrupt_record_are_named(
     broken = agentd_home / "agents" / "agent-x"
     broken.mkdir(parents=True)
     (broken / "agent.json").write_text("{not json")
-    env = {"AGENTD_REDIS_URL": "redis://127.0.0.1:1/0", "AGENTD_MODEL": "openai/gpt-4o"}
+    env = {
+        "AGENTD_REDIS_URL": "redis://127.0.0.1:1/0",
+        "AGENTD_MODEL": "openai/gpt-4o",
+        "AGENTD_API_BASE": "http://127.0.0.1:1/v1",
+    }
     result = _doctor(**env)
     lines = result.stdout.splitlines()
     assert result.returncode == 1
     assert any(line.startswith("✗ redis: redis://127.0.0.1:1/0 is not reachable") for line in lines)
     assert any(line.startswith("✗ model: openai/gpt-4o: missing OPENAI_API_KEY") for line in lines)
+    assert "✗ api base: http://127.0.0.1:1/v1 refuses connections" in lines
+    assert "… model: importing litellm" in result.stderr  # not a terminal: one line says so
     assert any(
         line.startswith("✗ state files: damaged: ") and "agent.json" in line for line in lines
     )
     assert "    → export OPENAI_API_KEY=" in result.stdout
     assert any(line.startswith("✗ permissions: ") and "agents (0755)" in line for line in lines)
-    assert lines[-1] == "6 ok, 4 to fix"
+    assert DAEMON_DOWN in lines
+    assert lines[-1] == "6 ok, 6 to fix"
 
 
 def test_a_home_an_older_agentd_left_open_is_reported_then_closed_by_fix(
@@ -72,5 +180,4 @@ def test_a_home_an_older_agentd_left_open_is_reported_then_closed_by_fix(
     fixed = _doctor("--fix")
     assert fixed.stdout.startswith(f"fixed permissions of {loose} path(s) under {agentd_home}\n")
     assert "✓ permissions: private" in fixed.stdout
-    assert fixed.returncode == 0, fixed.stdout
     assert stat.S_IMODE(outside.stat().st_mode) == 0o644

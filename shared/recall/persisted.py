@@ -1,0 +1,324 @@
+"""One agent's index on disk: opening what was persisted, writing what is frozen, merging.
+
+Opening (:meth:`PersistedIndex.load`) maps every usable segment the manifest names and
+checks, cheaply, that the logs still hold what they cover: a segment is left out when its
+file is missing or its header is damaged, of another format or of another analyzer, and
+every segment covering a conversation whose log is gone, shorter than what was indexed,
+or holds another message where the last indexed one was (replaced). What the remaining
+segments do not cover is returned as ranges of log offsets for the caller to read again:
+the logs are the truth, the index only a cache of them.
+
+Every segment the index freezes is written (:meth:`persist`) by one background thread,
+in order, so the manifest always names a prefix of the index's documents. Merges happen
+in the same thread and only swap the merged segment in at the end, so appends and
+searches never wait for one; a merged or written segment replaces its in-memory original
+with its mapped twin, which hands its pages to the OS's cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import structlog
+
+from shared.recall.disk import (
+    FORMAT_VERSION,
+    TEXT,
+    OpenedSegment,
+    SegmentUnusable,
+    open_segment,
+    verify_body,
+    write_segment,
+)
+from shared.recall.documents import read_message_at
+from shared.recall.index import COLUMNS, ID_STARTS, IDS, AgentIndex
+from shared.recall.manifest import (
+    SEGMENT_FILE,
+    Manifest,
+    SegmentEntry,
+    read_manifest,
+    write_manifest,
+)
+from shared.recall.segments import SEGMENT_CAPACITY, Segment, merge
+from shared.store.layout import RecallFiles
+
+log = structlog.get_logger(__name__)
+
+MERGE_FANOUT = 8
+"""Consecutive segments that fit in one are merged once there are this many of them."""
+COLUMN_PREFIX = "doc."
+
+Covered = dict[str, list[tuple[int, int]]]
+"""Per conversation, the (first, last) line offsets of each persisted run, ascending."""
+
+
+@dataclass
+class Loaded:
+    parts: list[tuple[Segment, dict[str, np.ndarray]]]
+    conversations: list[str]
+    covered: Covered
+    rebuilding: str | None
+    """Why part of what was persisted is read again from the logs, or None."""
+
+
+@dataclass
+class _Live:
+    entry: SegmentEntry
+    segment: Segment
+    opened: OpenedSegment | None = None
+
+
+@dataclass
+class PersistedIndex:
+    files: RecallFiles
+    log_path: Callable[[str], Path]
+    """A conversation id → its ``messages.jsonl``."""
+    analyzer: int
+    lock: threading.Lock
+    """Shared by every ``PersistedIndex`` of one agent: one writer of its manifest."""
+    capacity: int = SEGMENT_CAPACITY
+    closed: bool = False
+    """Set when the index is dropped: its queued writes then do nothing."""
+    bytes_on_disk: int = 0
+    """What its files take, as last measured."""
+    _manifest: Manifest = field(init=False)
+    _live: list[_Live] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._manifest = Manifest(analyzer_version=self.analyzer)
+
+    # --- opening ---------------------------------------------------------------------------
+
+    def load(self) -> Loaded:
+        with self.lock:
+            return self._load()
+
+    def _load(self) -> Loaded:
+        manifest = read_manifest(self.files.manifest)
+        rebuilding = None if manifest is not None else "no index on disk"
+        if manifest is not None and manifest.analyzer_version != self.analyzer:
+            rebuilding, manifest = "analyzer changed", None
+        elif manifest is not None and manifest.format_version != FORMAT_VERSION:
+            rebuilding, manifest = "format changed", None
+        base = Manifest(analyzer_version=self.analyzer)
+        if manifest is not None:
+            base.conversations, base.next_serial = manifest.conversations, manifest.next_serial
+        opened: list[_Live] = []
+        for entry in manifest.segments if manifest is not None else []:
+            path = self.files.segment(entry.serial)
+            try:
+                segment = open_segment(path, analyzer=self.analyzer)
+            except SegmentUnusable as exc:
+                rebuilding = rebuilding or f"{exc.reason} segment"
+                log.warning("recall_segment_unusable", path=str(path), reason=exc.reason)
+                continue
+            if (segment.documents, segment.body_crc32) != (entry.documents, entry.body_crc32):
+                rebuilding = rebuilding or "damaged segment"
+                log.warning("recall_segment_unusable", path=str(path), reason="not the one named")
+                continue
+            opened.append(
+                _Live(entry, Segment.from_arrays(0, segment.arrays, segment.text), segment)
+            )
+        changed = self._changed_logs(opened)
+        if changed:
+            rebuilding = rebuilding or "conversation log changed"
+            log.warning("recall_logs_changed", conversations=sorted(changed))
+            opened = [live for live in opened if not changed & live.entry.covers.keys()]
+        number = 0
+        parts = []
+        for live in opened:
+            live.segment.base = number
+            number += live.entry.documents
+            parts.append((live.segment, _columns(live.opened)))
+        base.segments = [live.entry for live in opened]
+        self._manifest, self._live = base, opened
+        if manifest is None or base.segments != manifest.segments:
+            self._write_manifest()
+        self._remove_unnamed()
+        self._count_bytes()
+        covered: Covered = {}
+        for live in opened:
+            for conversation, (first, last, _) in live.entry.covers.items():
+                covered.setdefault(conversation, []).append((first, last))
+        for runs in covered.values():
+            runs.sort()
+        return Loaded(parts, list(base.conversations), covered, rebuilding)
+
+    def _changed_logs(self, opened: list[_Live]) -> set[str]:
+        """Conversations whose log no longer holds, at the last offset indexed, the message
+        indexed there: gone, truncated or replaced."""
+        last: dict[str, tuple[int, str]] = {}
+        for live in opened:
+            for conversation, (_, offset, message_id) in live.entry.covers.items():
+                if offset >= last.get(conversation, (-1, ""))[0]:
+                    last[conversation] = (offset, message_id)
+        changed = set()
+        for conversation, (offset, message_id) in last.items():
+            try:
+                fields = read_message_at(self.log_path(conversation), offset)
+            except (OSError, ValueError):
+                fields = None
+            if not isinstance(fields, dict) or fields.get("id") != message_id:
+                changed.add(conversation)
+        return changed
+
+    def _remove_unnamed(self) -> None:
+        """Files of segments the manifest does not name (dropped, or a write or merge cut
+        short) and temporary files."""
+        named = {self.files.segment(entry.serial).name for entry in self._manifest.segments}
+        with contextlib.suppress(FileNotFoundError):
+            for path in self.files.directory.iterdir():
+                leftover = path.name.startswith(".") and ".tmp" in path.name
+                if leftover or (SEGMENT_FILE.fullmatch(path.name) and path.name not in named):
+                    path.unlink(missing_ok=True)
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def persist(self, index: AgentIndex, segment: Segment) -> None:
+        """Write a segment the index froze, then merge what is due (in the writer thread)."""
+        with self.lock:
+            if self.closed:
+                return
+            columns = index.columns(segment)
+            live = self._write(segment, columns, index.conversations)
+            if live is None:
+                return
+            self._live.append(live)
+            self._manifest.segments.append(live.entry)
+            self._manifest.conversations = list(index.conversations)
+            self._write_manifest()
+            index.replace([segment], live.segment)
+        while (run := self._merge_plan()) is not None:
+            if not self._merge(index, run):
+                return
+
+    def _write(
+        self, segment: Segment, columns: dict[str, np.ndarray], conversations: list[str]
+    ) -> _Live | None:
+        serial = self._manifest.next_serial
+        self._manifest.next_serial += 1
+        path = self.files.segment(serial)
+        arrays: dict[str, object] = {TEXT: segment.text, **segment.arrays()}
+        arrays.update({COLUMN_PREFIX + name: value for name, value in columns.items()})
+        try:
+            self.files.directory.mkdir(exist_ok=True)  # not parents: a deleted agent stays gone
+            crc, _ = write_segment(path, arrays, documents=segment.size, analyzer=self.analyzer)
+            opened = open_segment(path, analyzer=self.analyzer)
+        except (OSError, SegmentUnusable) as exc:
+            log.warning("recall_segment_not_written", path=str(path), error=str(exc))
+            return None
+        entry = SegmentEntry(
+            serial=serial,
+            documents=segment.size,
+            body_crc32=crc,
+            covers=_covers(columns, conversations),
+        )
+        mapped = Segment.from_arrays(segment.base, opened.arrays, opened.text)
+        return _Live(entry, mapped, opened)
+
+    def _merge_plan(self) -> tuple[int, int] | None:
+        """The first run of at least :data:`MERGE_FANOUT` consecutive segments that fit in
+        one, extended as far as they still fit; None when there is none."""
+        sizes = [live.entry.documents for live in self._live]
+        for start in range(len(sizes) - MERGE_FANOUT + 1):
+            end = start
+            total = 0
+            while end < len(sizes) and total + sizes[end] <= self.capacity:
+                total += sizes[end]
+                end += 1
+            if end - start >= MERGE_FANOUT:
+                return start, end
+        return None
+
+    def _merge(self, index: AgentIndex, run: tuple[int, int]) -> bool:
+        """Merge ``run`` outside every lock but the manifest's, then swap it in."""
+        start, end = run
+        with self.lock:
+            if self.closed:
+                return False
+            olds = self._live[start:end]
+            merged = merge([live.segment for live in olds])
+            columns = index.columns(merged)
+            live = self._write(merged, columns, index.conversations)
+            if live is None:
+                return False
+            self._live[start:end] = [live]
+            self._manifest.segments[start:end] = [live.entry]
+            self._write_manifest()
+            index.replace([old.segment for old in olds], live.segment)
+            for old in olds:
+                self.files.segment(old.entry.serial).unlink(missing_ok=True)
+            self._count_bytes()
+        log.info("recall_segments_merged", segments=len(olds), documents=live.entry.documents)
+        return True
+
+    def _write_manifest(self) -> None:
+        self.files.directory.mkdir(exist_ok=True)
+        write_manifest(self.files.manifest, self._manifest)
+        self._count_bytes()
+
+    # --- checking --------------------------------------------------------------------------
+
+    def damaged(self) -> list[int]:
+        """Serials of the live segments whose body no longer matches its checksum (reads
+        every file once: run it in the background)."""
+        with self.lock:
+            live = list(self._live)
+        return [
+            item.entry.serial
+            for item in live
+            if item.opened is not None
+            and not verify_body(self.files.segment(item.entry.serial), item.opened)
+        ]
+
+    def forget(self, serials: list[int]) -> None:
+        """Drop segments from the manifest (their documents are read again at the next load)."""
+        with self.lock:
+            self._manifest.segments = [
+                s for s in self._manifest.segments if s.serial not in serials
+            ]
+            self._live = [live for live in self._live if live.entry.serial not in serials]
+            self._write_manifest()
+            for serial in serials:
+                self.files.segment(serial).unlink(missing_ok=True)
+            self._count_bytes()
+
+    def _count_bytes(self) -> None:
+        """Measure :attr:`bytes_on_disk` (after every change, in the writer's thread, so
+        status reads a number instead of listing files on the daemon's loop)."""
+        total = 0
+        with contextlib.suppress(FileNotFoundError):
+            for path in self.files.directory.iterdir():
+                with contextlib.suppress(FileNotFoundError):
+                    total += os.stat(path).st_size
+        self.bytes_on_disk = total
+
+
+def _columns(opened: OpenedSegment | None) -> dict[str, np.ndarray]:
+    assert opened is not None
+    names = (*COLUMNS, IDS, ID_STARTS)
+    return {name: opened.arrays[COLUMN_PREFIX + name] for name in names}
+
+
+def _covers(
+    columns: dict[str, np.ndarray], conversations: list[str]
+) -> dict[str, tuple[int, int, str]]:
+    """Per conversation: the offsets of its first and last document's lines, and the id
+    of the last (to tell, at the next start, that the log still holds it there)."""
+    numbers = columns["conversation"]
+    offsets = columns["offsets"]
+    ids, starts = columns[IDS], columns[ID_STARTS]
+    unique, first = np.unique(numbers, return_index=True)
+    _, from_end = np.unique(numbers[::-1], return_index=True)
+    last = len(numbers) - 1 - from_end
+    found = {}
+    for number, a, b in zip(unique.tolist(), first.tolist(), last.tolist(), strict=True):
+        message_id = ids[int(starts[b]) : int(starts[b + 1])].tobytes().decode()
+        found[conversations[number]] = (int(offsets[a]), int(offsets[b]), message_id)
+    return found

@@ -1,0 +1,282 @@
+"""The persisted recall index: a restart opens what was written and reads only the rest of
+the logs; whatever on disk cannot be trusted is read again from the logs, never lost."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from agentd.recall import RecallService
+from shared.ids import new_id
+from shared.models.messages import Message
+from shared.recall.documents import read_documents
+from shared.recall.index import AgentIndex
+from shared.recall.manifest import read_manifest, write_manifest
+from shared.recall.ranking import SearchRequest
+from shared.store.conversations import Conversation
+from shared.store.layout import Layout
+from tests.support.daemon import DaemonRunner
+
+AGENT = "a"
+QUERIES = ("apple", "banana cherry", "word7", '"apple banana"', "数据库", "端口 word3")
+
+
+def _message(conversation: Conversation, text: str, role: str = "user") -> Message:
+    return Message.of(
+        id=new_id("msg"),
+        agent_id=AGENT,
+        conversation_id=conversation.id,
+        role=role,
+        content=text,
+    )
+
+
+def _say(conversation: Conversation, start: int, count: int) -> None:
+    words = ("apple", "banana", "cherry", "数据库端口", "端口")
+    conversation.append(
+        [
+            _message(
+                conversation,
+                f"{words[n % 5]} {words[(n * 3) % 5]} word{n % 11} unique{n}",
+                "user" if n % 2 else "assistant",
+            )
+            for n in range(start, start + count)
+        ]
+    )
+
+
+def _service(layout: Layout) -> RecallService:
+    return RecallService(layout, open_segment_docs=4, segment_capacity=32)
+
+
+def _opened(service: RecallService) -> None:
+    service.start([AGENT]).join(30)
+    service.wait_for_writes()
+
+
+def _ranked(hits: list[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Hits best first, to 1e-9 (ties, which float rounding may order either way, by id)."""
+    return sorted(((i, round(score, 9)) for i, score in hits), key=lambda h: (-h[1], h[0]))
+
+
+def _search(service: RecallService, query: str) -> list[tuple[str, float]]:
+    hits = asyncio.run(service.search(AGENT, SearchRequest(query, limit=1000)))
+    return _ranked([(hit.message_id, hit.score) for hit in hits])
+
+
+def _fresh(layout: Layout, query: str) -> list[tuple[str, float]]:
+    """What an index built from the logs as they are now answers."""
+    index = AgentIndex()
+    for directory in sorted(layout.conversations_dir(AGENT).iterdir()):
+        index.build(read_documents(layout.conversation_files(AGENT, directory.name).messages))
+    ranked = index.search(SearchRequest(query, limit=1000))
+    return _ranked([(index.message_id(n), score) for n, score in ranked])
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    return Layout(tmp_path)
+
+
+@pytest.fixture
+def conversations(layout: Layout) -> list[Conversation]:
+    found = [Conversation.create(layout, AGENT, memory_head=None) for _ in range(2)]
+    _say(found[0], 0, 20)
+    _say(found[1], 100, 13)
+    return found
+
+
+def _every_line_blanked_but_the_last(path: Path) -> None:
+    """Make every line but the last unreadable (same length): a log read again loses them."""
+    lines = path.read_bytes().splitlines(keepends=True)
+    blank = [b" " * (len(line) - 1) + b"\n" for line in lines[:-1]]
+    path.write_bytes(b"".join(blank) + lines[-1])
+
+
+def test_a_restart_searches_the_persisted_segments_and_reads_only_the_tail(
+    layout: Layout, conversations: list[Conversation]
+) -> None:
+    first = _service(layout)
+    _opened(first)
+    expected = {query: _search(first, query) for query in QUERIES}
+    assert read_manifest(layout.recall_files(AGENT).manifest).segments
+    for conversation in conversations:  # what is persisted can no longer be read again
+        _every_line_blanked_but_the_last(conversation.log.path)
+    _say(conversations[0], 500, 3)  # the tail, written after the last segment
+
+    second = _service(layout)
+    _opened(second)
+
+    for query in QUERIES:  # every persisted hit is still found, though its line is blank
+        found = {message_id for message_id, _ in _search(second, query)}
+        assert found >= {message_id for message_id, _ in expected[query]}
+    assert len(_search(second, "unique500 unique501 unique502")) == 3
+    assert second.status(AGENT)["state"] == "ready"
+
+
+def test_results_after_restarts_and_appends_are_the_in_memory_index_s(
+    layout: Layout, conversations: list[Conversation]
+) -> None:
+    service = _service(layout)
+    _opened(service)
+    for round_ in range(3):
+        service = _service(layout)
+        _opened(service)
+        for n, conversation in enumerate(conversations):
+            messages = [_message(conversation, f"apple word{k} more{round_}") for k in range(5 + n)]
+            offsets = conversation.log.append(messages)
+            service.on_append(conversation, messages, offsets)
+        service.wait_for_writes()
+    service = _service(layout)
+    _opened(service)
+
+    for query in QUERIES:
+        assert _search(service, query) == _fresh(layout, query)
+    entries = read_manifest(layout.recall_files(AGENT).manifest).segments
+    assert sum(entry.documents for entry in entries) == 33 + 3 * 11
+    assert len(entries) < 8 + 3  # merged in the background, not one file per freeze
+
+
+def _restarted_when(layout: Layout, damage: object) -> RecallService:
+    service = _service(layout)
+    _opened(service)
+    damage()  # type: ignore[operator]
+    again = _service(layout)
+    _opened(again)
+    return again
+
+
+def _segment_files(layout: Layout) -> list[Path]:
+    return sorted(layout.recall_files(AGENT).directory.glob("*.seg"))
+
+
+@pytest.mark.parametrize("where", ["header", "body", "missing"])
+def test_a_damaged_or_missing_segment_is_read_again_from_the_logs(
+    layout: Layout, conversations: list[Conversation], where: str
+) -> None:
+    def damage() -> None:
+        path = _segment_files(layout)[0]
+        if where == "missing":
+            path.unlink()
+            return
+        data = bytearray(path.read_bytes())
+        data[40 if where == "header" else len(data) - 3] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+    service = _restarted_when(layout, damage)  # a damaged body is found after the opening
+
+    for query in QUERIES:
+        assert _search(service, query) == _fresh(layout, query)
+    assert service.status(AGENT)["state"] == "ready"
+
+
+def test_a_segment_of_another_analyzer_is_rebuilt_and_says_why(
+    layout: Layout, conversations: list[Conversation]
+) -> None:
+    def other_analyzer() -> None:
+        path = layout.recall_files(AGENT).manifest
+        manifest = read_manifest(path)
+        manifest.analyzer_version -= 1
+        write_manifest(path, manifest)
+
+    service = _service(layout)
+    _opened(service)
+    other_analyzer()
+    again = _service(layout)
+    states = []
+    again._agents.clear()
+    state = again._new_state(AGENT)
+    again._agents[AGENT] = state
+    opened = again._open(AGENT, state)
+    states.append(state.state())
+    again._catch_up(AGENT, state, opened.covered)
+
+    assert states == ["rebuilding: analyzer changed"]
+    state.ready.set()
+    for query in QUERIES:
+        assert _search(again, query) == _fresh(layout, query)
+
+
+@pytest.mark.parametrize("change", ["truncated", "replaced", "deleted"])
+def test_a_conversation_log_truncated_or_replaced_invalidates_what_covers_it(
+    layout: Layout, conversations: list[Conversation], change: str
+) -> None:
+    path = conversations[0].log.path
+
+    def rewrite() -> None:
+        lines = path.read_bytes().splitlines(keepends=True)
+        if change == "truncated":
+            path.write_bytes(b"".join(lines[:5]))
+        elif change == "replaced":
+            path.unlink()
+            _say(conversations[0], 900, 30)
+        else:
+            path.unlink()
+
+    service = _restarted_when(layout, rewrite)
+
+    for query in QUERIES:
+        assert _search(service, query) == _fresh(layout, query)
+
+
+def test_leftovers_of_a_write_cut_short_are_removed(
+    layout: Layout, conversations: list[Conversation]
+) -> None:
+    directory = layout.recall_files(AGENT).directory
+
+    def crash_leftovers() -> None:
+        (directory / ".00000099.seg.tmp").write_bytes(b"half a segment")
+        (directory / "00000099.seg").write_bytes(b"never named by the manifest")
+
+    service = _restarted_when(layout, crash_leftovers)
+
+    assert not (directory / ".00000099.seg.tmp").exists()
+    assert not (directory / "00000099.seg").exists()
+    assert _search(service, "apple") == _fresh(layout, "apple")
+
+
+def test_status_counts_the_bytes_on_disk(layout: Layout, conversations: list[Conversation]) -> None:
+    service = _service(layout)
+    _opened(service)
+    files = list(layout.recall_files(AGENT).directory.iterdir())
+    status = service.status(AGENT)
+    assert status == {"state": "ready", "bytes_on_disk": sum(f.stat().st_size for f in files)}
+    assert json.loads(layout.recall_files(AGENT).manifest.read_text())["segments"]
+
+
+def _bytes_read() -> int:
+    """Bytes this process has read through ``read``-like system calls so far."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+def test_messages_around_reads_only_the_lines_it_returns(
+    layout: Layout, conversations: list[Conversation]
+) -> None:
+    _say(conversations[0], 1000, 4000)  # a log of about 400 kB
+    service = _service(layout)
+    _opened(service)
+    target = next(m for m in conversations[0].log if m.content.endswith(" unique3000"))
+    asyncio.run(service.around(AGENT, target.id, 1, 1))  # warm up (imports, the loop)
+
+    before = _bytes_read()
+    around = asyncio.run(service.around(AGENT, target.id, 2, 3))
+    read = _bytes_read() - before
+
+    assert [m.content.split()[-1] for m in around] == [f"unique{n}" for n in range(2998, 3004)]
+    assert read < conversations[0].log.path.stat().st_size // 10
+
+
+def test_agentctl_status_shows_the_index_state_and_its_size(daemon: DaemonRunner) -> None:
+    daemon.start()
+    daemon.result("chat", {"text": "apple banana"})
+
+    (agent,) = daemon.result("status")["agents"]
+
+    assert agent["recall"]["state"] == "ready"
+    assert agent["recall"]["bytes_on_disk"] >= 0

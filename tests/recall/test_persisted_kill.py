@@ -1,0 +1,118 @@
+"""Kill -9 of the daemon while it writes a recall segment, then restart: what was persisted
+is searched at once, the rest is read again from the logs, nothing is lost or doubled.
+
+The kill lands inside the write without any hook in agentd: the daemon is killed the
+moment the segment's temporary file appears, and a segment of 8,000 messages takes long
+enough to write that the watch catches it (each attempt adds messages, so there is always
+a segment left to write)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from agentd.client.connection import Connection
+from shared.ids import new_id
+from shared.models.messages import Message
+from shared.store.jsonl import MessageLog
+from shared.store.layout import Layout
+from tests.support.processes import AgentdProcess, run_agentctl
+
+GROUP = 1_000
+"""Messages per group word: a search for it must find exactly these (its limit is 1,000)."""
+BATCH_GROUPS = 8
+ATTEMPTS = 4
+TIMEOUT_S = 120.0
+
+
+def _append_groups(log: MessageLog, agent_id: str, conversation_id: str, first: int) -> None:
+    log.append(
+        Message.of(
+            id=new_id("msg"),
+            agent_id=agent_id,
+            conversation_id=conversation_id,
+            role="user",
+            content=f"group{first + n // GROUP} item{n} some shared words",
+        )
+        for n in range(BATCH_GROUPS * GROUP)
+    )
+
+
+def _search(word: str) -> list[str]:
+    connection = Connection()
+    try:
+        hits = connection.result("recall.search", {"query": word, "limit": GROUP})["hits"]
+    finally:
+        connection.close()
+    return [hit["message_id"] for hit in hits]
+
+
+def _status(env: dict[str, str]) -> str:
+    shown = run_agentctl("status", "--json", env=env)
+    return json.loads(shown.stdout)["agents"][0]["recall"]["state"]
+
+
+def _wait_ready(env: dict[str, str]) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while _status(env) != "ready":
+        assert time.monotonic() < deadline, "the recall index never caught up"
+        time.sleep(0.1)
+
+
+def _kill_inside_a_write(daemon: AgentdProcess, directory: Path) -> bool:
+    """Start the daemon and kill -9 it once a segment's temporary file exists; False if
+    every write was over before the watch saw one."""
+    daemon.start(timeout_s=TIMEOUT_S)
+    deadline = time.monotonic() + TIMEOUT_S
+    next_status = time.monotonic()
+    while time.monotonic() < deadline:
+        if any(name.endswith(".tmp") for name in os.listdir(directory)):
+            daemon.kill()
+            return True
+        if time.monotonic() >= next_status:  # between looks, the watch only lists the directory
+            if _status(daemon.env) == "ready":
+                daemon.kill()
+                return False
+            next_status = time.monotonic() + 0.5
+    raise AssertionError("the daemon wrote no segment")
+
+
+def test_a_kill_during_a_segment_write_loses_and_doubles_nothing(agentd_home: Path) -> None:
+    daemon = AgentdProcess()
+    daemon.start(timeout_s=TIMEOUT_S)
+    assert run_agentctl("chat", "-p", "hello", env=daemon.env).returncode == 0
+    _wait_ready(daemon.env)
+    daemon.terminate()
+    layout = Layout(agentd_home)
+    (agent_dir,) = layout.agents_dir.iterdir()
+    (conversation_dir,) = layout.conversations_dir(agent_dir.name).iterdir()
+    log = MessageLog(layout.conversation_files(agent_dir.name, conversation_dir.name).messages)
+    _append_groups(log, agent_dir.name, conversation_dir.name, 0)
+    daemon.start(timeout_s=TIMEOUT_S)  # the first batch is persisted whole
+    _wait_ready(daemon.env)
+    daemon.terminate()
+
+    groups = BATCH_GROUPS
+    landed = False
+    for _ in range(ATTEMPTS):
+        _append_groups(log, agent_dir.name, conversation_dir.name, groups)
+        groups += BATCH_GROUPS
+        if _kill_inside_a_write(daemon, layout.recall_files(agent_dir.name).directory):
+            landed = True
+            break
+    assert landed, f"no kill of {ATTEMPTS} landed inside a segment write"
+
+    daemon.start(timeout_s=TIMEOUT_S)
+    try:
+        assert len(set(_search("group0"))) == GROUP  # persisted: found before the catch-up
+        _wait_ready(daemon.env)
+        found: list[str] = []
+        for group in range(groups):
+            ids = _search(f"group{group}")
+            assert len(ids) == GROUP, f"group{group}: {len(ids)} hits"
+            found += ids
+        assert len(found) == len(set(found)) == groups * GROUP
+    finally:
+        daemon.stop()
