@@ -110,7 +110,6 @@ class Daemon:
     async def serve(
         self, *, ready: asyncio.Event | None = None, install_signal_handlers: bool = False
     ) -> None:
-        favour_the_event_loop()
         path = self.settings.layout.socket_path
         _prepare_socket_dir(path)
         self._max_connections = _connection_cap(self.settings.max_connections)
@@ -122,6 +121,7 @@ class Daemon:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.request_shutdown)
+        favour_the_event_loop()
         log.info(
             "agentd_listening",
             socket=str(path),

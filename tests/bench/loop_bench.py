@@ -406,8 +406,10 @@ async def bench(args: argparse.Namespace, home: Path) -> None:
     serving = asyncio.create_task(daemon.serve(ready=ready))
     await ready.wait()
     started = time.perf_counter()
-    await daemon.recall.search(config["searcher"], SearchRequest(query="warm up"))
-    await daemon.recall.search(config["chatter"], SearchRequest(query="warm up"))
+    for agent_id in (config["searcher"], config["chatter"]):
+        while daemon.recall.status(agent_id)["state"] != "ready":  # searches answer before
+            await asyncio.sleep(0.5)
+        await daemon.recall.search(agent_id, SearchRequest(query="warm up"))
     print(f"recall index built in {time.perf_counter() - started:.0f} s", flush=True)
 
     env = {**os.environ, "AGENTD_HOME": str(home)}
