@@ -29,7 +29,7 @@ from shared.agent.loop import Emit, Turn, run_turn
 from shared.agent.request import shape_messages
 from shared.agent.tools.base import MemoryEdit, ToolContext
 from shared.agent.tools.registry import agent_shell, main_agent_tools
-from shared.context.budget import Budget, measure
+from shared.context.budget import Budget, comfortable_window, cramped_room, measure
 from shared.context.calibration import CalibratedProvider, TokenRatioStore
 from shared.ids import new_id
 from shared.memory.changes import memory_update_reminder
@@ -99,6 +99,8 @@ class Turns:
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._token_ratios: dict[str, TokenRatioStore] = {}
         self._warned_default_window: set[tuple[str, str]] = set()
+        self._warned_cramped_window: set[tuple[str, str, int]] = set()
+        """(agent, model, window) triples already told their window leaves little room."""
         """(agent, model) pairs already told their window is a guess."""
         self.active = 0
 
@@ -157,6 +159,7 @@ class Turns:
         seen_head = _SeenHead(head)
         provider = await self._provider(agent)
         await self._warn_if_window_guessed(agent, provider, emit)
+        await self._warn_if_window_cramped(agent, repo, provider, emit)
         turn = Turn(
             conversation=conversation,
             provider=provider,
@@ -221,6 +224,41 @@ class Turns:
                     f"{provider.context_window:,} tokens is assumed; set "
                     f"{GLOBAL_WINDOW_SETTING} (or `agentctl agents update {agent.name} "
                     "--context-window N`) to the model's real window"
+                ),
+            },
+        )
+
+    async def _warn_if_window_cramped(
+        self, agent: AgentRecord, repo: MemoryRepo, provider: Provider, emit: Emit
+    ) -> None:
+        """Once per daemon, agent, model and window: a window the system prompt and tools
+        nearly fill makes nearly every turn compact, and no compaction policy can help, so
+        the user hears it (with the learned token ratio, so from the second turn on a
+        tokenizer denser than the estimate)."""
+        key = (agent.id, provider.model, provider.context_window)
+        if key in self._warned_cramped_window:
+            return
+        request = ModelRequest(
+            system=await self.prompts.get(agent, repo),
+            messages=[],
+            tools=[tool.schema for tool in self.tools],
+        )
+        budget = measure(request, provider.context_window, provider.token_ratio)
+        room = cramped_room(budget)
+        if room is None:
+            return
+        self._warned_cramped_window.add(key)
+        setting = provider.context_window_setting or GLOBAL_WINDOW_SETTING
+        await emit(
+            EVENT_WARNING,
+            {
+                "code": "context_window_cramped",
+                "message": (
+                    f"the {budget.window:,}-token window of {provider.model} leaves ~{room:,} "
+                    f"tokens for the conversation after ~{budget.floor:,} of system prompt "
+                    "and tools, so nearly every turn will compact (and queue a reflection); "
+                    f"raise {setting} to {comfortable_window(budget.floor):,} or more if the "
+                    "model allows it"
                 ),
             },
         )

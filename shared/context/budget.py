@@ -164,6 +164,28 @@ def check_floor(budget: Budget, model: str) -> None:
     )
 
 
+CRAMPED_ROOM_TOKENS = 128
+"""Room for messages (threshold − floor) under which a summary and one short exchange
+barely fit, so nearly every turn compacts, and each compaction queues a reflection."""
+COMFORTABLE_ROOM_TOKENS = 2_048
+"""The room a suggested window leaves: a summary and several exchanges."""
+
+
+def cramped_room(budget: Budget) -> int | None:
+    """The room the floor leaves for messages when it is positive but cramped, else None
+    (no room at all is :func:`check_floor`'s refusal)."""
+    room = budget.threshold - budget.floor
+    return room if 0 < room < CRAMPED_ROOM_TOKENS else None
+
+
+def comfortable_window(floor: int) -> int:
+    """The smallest multiple of 1,024 whose threshold leaves comfortable room above ``floor``."""
+    window = 1_024
+    while compaction_threshold(window) - floor < COMFORTABLE_ROOM_TOKENS:
+        window += 1_024
+    return window
+
+
 def suggested_window(floor: int) -> int:
     """The smallest power of two from 8,192 whose threshold leaves room above ``floor``."""
     window = OLLAMA_MIN_SUGGESTED_WINDOW

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from shared.context.budget import measure
+from shared.context.budget import COMFORTABLE_ROOM_TOKENS, compaction_threshold, measure
 from shared.context.calibration import MAX_RATIO, TokenRatio, TokenRatioStore
 from shared.models.messages import Message
 from shared.providers.base import ModelRequest
@@ -76,18 +77,48 @@ def test_twenty_turns_on_a_dense_tokenizer_compact_at_most_four_times_and_it_is_
     }
     daemon.start(**settings)
     compactions = []
+    warnings = []
     for n in range(1, 21):
         lines = daemon.call("chat", {"text": f"第 {n} 个无关话题：{TOPIC}"})
         assert lines[-1]["result"]["stop_reason"] == "end_turn"
         compactions += [line["data"] for line in lines if line.get("event") == "compaction"]
+        warnings += [line["data"] for line in lines if line.get("event") == "warning"]
 
     assert 1 <= len(compactions) <= 4
+    assert not [w for w in warnings if w["code"] == "context_window_cramped"]
     assert all(c["tokens_after"] <= c["threshold"] for c in compactions)
     assert daemon.result("context.show")["token_ratio"] == pytest.approx(REPORTED_RATIO, abs=0.02)
 
     daemon.stop()
     daemon.start(**settings)
     assert daemon.result("context.show")["token_ratio"] == pytest.approx(REPORTED_RATIO, abs=0.02)
+
+
+def test_a_window_the_prompt_nearly_fills_is_named_once_with_a_window_that_has_room(
+    daemon: DaemonRunner, dense_server: FakeOpenAIServer
+) -> None:
+    """At 1,200 every turn must compact whatever the policy: the user is told so, once,
+    as soon as the learned ratio shows it (the second turn), with a window that fits."""
+    daemon.start(
+        model="openai/test-model",
+        api_base=dense_server.url,
+        api_key="sk-test",
+        context_window=1200,
+    )
+    cramped = []
+    for n in range(1, 5):
+        lines = daemon.call("chat", {"text": f"第 {n} 个无关话题：{TOPIC}"})
+        cramped += [
+            line["data"]["message"]
+            for line in lines
+            if line.get("event") == "warning" and line["data"]["code"] == "context_window_cramped"
+        ]
+
+    assert len(cramped) == 1
+    assert "AGENTD_CONTEXT_WINDOW" in cramped[0]
+    suggested = int(re.search(r"to ([\d,]+) or more", cramped[0]).group(1).replace(",", ""))
+    floor = daemon.result("context.show")["floor"]
+    assert compaction_threshold(suggested) - floor >= COMFORTABLE_ROOM_TOKENS
 
 
 # --- learning ----------------------------------------------------------------------------
