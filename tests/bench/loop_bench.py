@@ -18,28 +18,27 @@ connection feels. Two phases of ``--seconds`` each, with the clients in another 
 
 Targets: worst lag under load < 50 ms; chat p99 under load < 3× its idle p99.
 
-Measured on the 2-core development VM with the defaults, "before" on the commit before
-the fix (3d40da3), both with the machine otherwise quiet (load average under 3):
+Measured on the 2-core development VM with the defaults, the machine otherwise quiet (load
+average under 3). "before" is the commit before issue 11 (3d40da3); "loop freed" is after
+the blocking calls left the loop (7e4c7de); "priority" adds background priority for recall's
+threads and the workers, a 1 ms interpreter-lock switch interval and ``gc.freeze`` once the
+daemon is ready (``shared/priority.py``), over three runs (the 87 ms one before ``gc.freeze``):
 
-| figure | before | after |
-|---|---|---|
-| loop lag, idle: worst / p99 | 1,652 / 855 ms | 61 / 20 ms |
-| loop lag, loaded: worst / p99 | 1,923 / 858 ms | 80 / 63 ms |
-| chat p99, idle / loaded | 2,133 / 2,156 ms | 222 / 439 ms (1.98×) |
-| chat p50, idle / loaded | 362 / 390 ms | 137 / 294 ms |
-| search p50 / p99, loaded | 461 / 2,182 ms | 209 / 420 ms |
-| turns answered, idle / loaded (20 s each) | 856 / 676 | 2,835 / 1,347 |
+| figure | before | loop freed | priority |
+|---|---|---|---|
+| loop lag, idle: worst / p99 | 1,652 / 855 ms | 61 / 20 ms | 18–33 / 11–14 ms |
+| loop lag, loaded: worst / p99 | 1,923 / 858 ms | 80 / 63 ms | 56–87 / 41–48 ms |
+| chat p99, loaded / idle | 2,156 / 2,133 ms | 439 / 222 ms (1.98×) | 1.34–2.16× |
+| turns answered, idle / loaded (20 s each) | 856 / 676 | 2,835 / 1,347 | 2,404–3,131 / 1,382–1,822 |
 
-Before, every fsync of every turn (the log, ``context.json``, the reflection state) ran on
-the loop, a turn waited on the loop (``time.sleep``) for the state lock a worker held while
-it parsed 100,000 messages, and an index append waited for a running search. An earlier
-run on a busier machine had a loaded worst of 4,436 ms and chat p99 of 644 / 5,316 ms
-(8.3×). After, with a 250 ms model (``--model-latency-s 0.25``): loaded worst 55 ms, p99
-36 ms, chat p99 1.11× idle. What lag is left is CPU, not waiting: this load keeps more than
-two cores busy (the worker parses without pause, the searches share the daemon's
-interpreter lock), and a sampler of the loop thread whenever it ran 30 ms late found it in
-socket and file calls waiting to run again, never in a blocking call. Runs on this VM vary
-by 2× with what else runs on it.
+Before, every fsync of every turn ran on the loop, a turn waited on the loop
+(``time.sleep``) for the state lock a worker held while it parsed 100,000 messages, and an
+index append waited for a running search. What lag is left is CPU, not waiting: this load
+keeps more than two cores busy (the worker parses without pause, the client process runs
+25 threads, the searches share the daemon's interpreter lock). A sampler of the loop
+thread finds it in socket and file calls waiting to run again, never in a blocking call;
+full garbage collections (50–200 ms under load) were the single worst delays until
+``gc.freeze``. Runs on this VM vary by 2× with what else runs on it.
 
 The corpus is written straight to ``messages.jsonl`` (short generated messages, half of
 them Chinese), which takes seconds; the daemon then builds its recall index from it at
