@@ -39,8 +39,9 @@ import numpy as np
 from shared.store.writes import raise_if_disk_full
 
 MAGIC = b"AGDRECL\x00"
-FORMAT_VERSION = 1
-"""Bumped whenever the layout of a file, or what an array means, changes."""
+FORMAT_VERSION = 2
+"""Bumped whenever the layout of a file, or what an array means, changes (2: keys are
+XXH3, no longer BLAKE2b)."""
 TEXT = "text"
 """The array mapped as :class:`MappedText` rather than as numbers."""
 _PREFIX = struct.Struct("<8sIII")
