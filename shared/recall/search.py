@@ -47,6 +47,10 @@ ROLES = ("user", "assistant", "tool")
 ROLE_CODE = {role: code for code, role in enumerate(ROLES)}
 """How the index's role column spells a role (one byte per document)."""
 
+TEXT_BATCH = 1_024
+"""Documents whose text one ``count``/``find`` batch reads without letting go of the
+interpreter lock (about a millisecond's worth)."""
+
 Ranked = list[tuple[int, float]]
 """(document number, score), best first."""
 
@@ -330,24 +334,24 @@ class Search:
 
     def _each(self, numbers: np.ndarray, method: str, pattern: bytes) -> np.ndarray:
         """``text.<method>(pattern, start, end)`` over each document's stretch of its
-        segment's text (``count`` or ``find``), looped by ``map`` rather than in Python."""
+        segment's text (``count`` or ``find``), looped by ``map`` rather than in Python.
+
+        In batches of :data:`TEXT_BATCH` documents: a ``map`` consumed in C never lets
+        go of the interpreter lock, and a phrase over a whole segment's candidates would
+        hold the daemon's event loop for milliseconds; between batches it can run."""
         results = np.empty(len(numbers), dtype=np.int64)
         for segment in self.segments:
             lo, hi = np.searchsorted(numbers, (segment.base, segment.base + segment.size))
-            if lo == hi:
-                continue
-            local = numbers[lo:hi] - segment.base
             starts = segment.text_starts
-            results[lo:hi] = np.fromiter(
-                map(
-                    getattr(segment.text, method),
-                    repeat(pattern),
-                    starts[local].tolist(),
-                    starts[local + 1].tolist(),
-                ),
-                dtype=np.int64,
-                count=int(hi - lo),
-            )
+            look = getattr(segment.text, method)
+            for first in range(int(lo), int(hi), TEXT_BATCH):
+                last = min(first + TEXT_BATCH, int(hi))
+                local = numbers[first:last] - segment.base
+                results[first:last] = np.fromiter(
+                    map(look, repeat(pattern), starts[local].tolist(), starts[local + 1].tolist()),
+                    dtype=np.int64,
+                    count=last - first,
+                )
         return results
 
     def _seen_at(self, numbers: np.ndarray, starts: np.ndarray, pattern: bytes) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -114,6 +115,17 @@ def test_the_index_agrees_with_the_reference_scan(
     index = AgentIndex()
     index.build(documents)
     _assert_same(_index_results(index, request), reference_search(documents, request))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(corpora(), requests())
+def test_texts_read_in_batches_agree_too(documents: list[Document], request: SearchRequest) -> None:
+    """Phrases and CJK counts read the text a batch at a time (so a search lets the event
+    loop run between batches); batches of two cut every segment's candidates."""
+    index = AgentIndex()
+    index.build(documents)
+    with mock.patch("shared.recall.search.TEXT_BATCH", 2):
+        _assert_same(_index_results(index, request), reference_search(documents, request))
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
