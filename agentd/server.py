@@ -161,6 +161,7 @@ class Daemon:
             await asyncio.wait(list(self._connections), timeout=5)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+        await asyncio.to_thread(self.recall.write_open_segments)  # bounded: see its docstring
         self.agents.close()
         log.info("agentd_stopped")
 

@@ -280,3 +280,24 @@ def test_agentctl_status_shows_the_index_state_and_its_size(daemon: DaemonRunner
 
     assert agent["recall"]["state"] == "ready"
     assert agent["recall"]["bytes_on_disk"] >= 0
+
+
+def test_an_orderly_stop_writes_the_open_segment_so_a_restart_reads_no_tail(
+    daemon: DaemonRunner, agentd_home: Path
+) -> None:
+    daemon.start()
+    for text in ("apple banana", "cherry 数据库端口"):
+        daemon.result("chat", {"text": text})
+    (agent,) = daemon.result("status")["agents"]
+    layout = Layout(agentd_home)
+    conversation_ids = [d.name for d in layout.conversations_dir(agent["id"]).iterdir()]
+
+    daemon.stop()  # four messages: far fewer than a segment holds, so none was frozen
+
+    manifest = read_manifest(layout.recall_files(agent["id"]).manifest)
+    assert manifest is not None
+    assert sum(entry.documents for entry in manifest.segments) == 4
+    (log_path,) = [layout.conversation_files(agent["id"], c).messages for c in conversation_ids]
+    last_offset = log_path.stat().st_size - len(log_path.read_bytes().splitlines()[-1]) - 1
+    (covers,) = [entry.covers for entry in manifest.segments]
+    assert [last for _, last, _ in covers.values()] == [last_offset]
