@@ -230,10 +230,11 @@ class Handlers:
             since=params.since,
             until=params.until,
         )
-        hits = await self.recall.search(record.id, request)
+        found = await self.recall.search(record.id, request)
         return {
             "agent_id": record.id,
-            "hits": [{**asdict(hit), "created_at": _iso(hit.created_at)} for hit in hits],
+            "hits": [{**asdict(hit), "created_at": _iso(hit.created_at)} for hit in found.hits],
+            "incomplete": found.incomplete,
         }
 
     async def messages_around(self, params: MessagesAround, _emit: Emit) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import contextlib
 import contextvars
 import ctypes
 import functools
+import os
 import queue
 import threading
 import time
@@ -51,7 +52,7 @@ from shared.recall.documents import (
 )
 from shared.recall.index import AgentIndex
 from shared.recall.persisted import Covered, Loaded, PersistedIndex
-from shared.recall.ranking import Hit, SearchRequest
+from shared.recall.ranking import Found, Hit, SearchRequest
 from shared.recall.segments import OPEN_SEGMENT_DOCS, SEGMENT_CAPACITY, Segment
 from shared.recall.text import ANALYZER_VERSION
 from shared.store.conversations import Conversation, scan_conversations
@@ -83,8 +84,9 @@ class _AgentRecall:
         """Per conversation, past the last line the catch-up read (appends below it are in)."""
         self.pending: list[tuple[Conversation, list[Message], list[int]]] = []
         self.rebuilding: str | None = None
-        self.to_read = 0
-        """Lines the catch-up has still to read (an estimate while it runs)."""
+        self.to_read: int | None = None
+        """Lines the catch-up has still to read (counted when it starts, then counted
+        down); None until it starts, and while rebuilding (not counted)."""
 
     def state(self) -> str:
         if self.ready.is_set():
@@ -93,7 +95,19 @@ class _AgentRecall:
             return "opening"
         if self.rebuilding is not None:
             return f"rebuilding: {self.rebuilding}"
+        if self.to_read is None:
+            return "catching up"
         return f"catching up {self.to_read} messages"
+
+    def incomplete(self) -> str | None:
+        """What a search answered now may miss (see :attr:`Found.incomplete`), or None."""
+        if self.ready.is_set():
+            return None
+        if self.rebuilding is not None:
+            return f"index rebuilding ({self.rebuilding}): results may be incomplete"
+        if self.to_read is None:
+            return "index catching up: results may be incomplete"
+        return f"index catching up: {self.to_read:,} messages not searchable yet"
 
 
 class RecallService:
@@ -272,7 +286,8 @@ class RecallService:
                     for document in read_documents(path, tracker, start, stop):
                         if tail:
                             state.read_up_to[conversation_id] = document.offset + 1
-                        state.to_read = max(0, state.to_read - 1)
+                        if state.to_read is not None:
+                            state.to_read = max(0, state.to_read - 1)
                         yield document
 
         state.index.build(documents())
@@ -333,10 +348,14 @@ class RecallService:
         call = functools.partial(contextvars.copy_context().run, function, *args)
         return await asyncio.get_running_loop().run_in_executor(self._threads, call)
 
-    async def search(self, agent_id: str, request: SearchRequest) -> list[Hit]:
+    async def search(self, agent_id: str, request: SearchRequest) -> Found:
+        """The hits, and what they may miss: asked before the search, so a search that
+        began while the index was catching up says so even if it ended after."""
         state = await self._ready(agent_id)
+        incomplete = state.incomplete()
         ranked = await self._in_thread(state.index.search, request)
-        return await self._in_thread(self._hits, agent_id, state.index, ranked)
+        hits = await self._in_thread(self._hits, agent_id, state.index, ranked)
+        return Found(hits, incomplete)
 
     def _hits(self, agent_id: str, index: AgentIndex, ranked: list[tuple[int, float]]) -> list[Hit]:
         hits = []
@@ -400,7 +419,7 @@ class AgentRecallAccess:
         self.service = service
         self.agent_id = agent_id
 
-    async def search(self, request: SearchRequest) -> list[Hit]:
+    async def search(self, request: SearchRequest) -> Found:
         return await self.service.search(self.agent_id, request)
 
     async def around(self, message_id: str, before: int, after: int) -> list[Message]:
@@ -440,20 +459,27 @@ def _uncovered(runs: list[tuple[int, int]]) -> list[tuple[int, int | None]]:
 
 
 def _lines_in(path: Path, ranges: list[tuple[int, int | None]]) -> int:
-    """How many lines start in ``ranges`` of the log, roughly (newlines counted)."""
+    """How many lines start in ``ranges`` of the log: a line starts at 0 or after a
+    newline, so it is the newlines in the range moved back one byte. A range starts just
+    past the start of the last line indexed, whose newline must not count (it would make
+    every conversation of a caught-up index look one message behind)."""
     total = 0
     try:
         with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
             for start, stop in ranges:
-                handle.seek(start)
-                left = None if stop is None else stop - start
-                while left is None or left > 0:
-                    chunk = handle.read(1 << 20 if left is None else min(1 << 20, left))
+                end = size if stop is None else min(stop, size)
+                if start >= end:
+                    continue
+                total += start == 0  # the first line has no newline before it
+                handle.seek(max(start - 1, 0))
+                left = end - 1 - max(start - 1, 0)
+                while left > 0:
+                    chunk = handle.read(min(1 << 20, left))
                     if not chunk:
                         break
                     total += chunk.count(b"\n")
-                    if left is not None:
-                        left -= len(chunk)
+                    left -= len(chunk)
     except FileNotFoundError:
         return 0
     return total

@@ -173,11 +173,13 @@ def cmd_search(conn: Connection, args: argparse.Namespace) -> int:
         "until": args.until,
         "limit": args.limit,
     }
-    hits = conn.result("recall.search", params)["hits"]
+    found = conn.result("recall.search", params)
+    if found.get("incomplete"):
+        render.print_incomplete(found["incomplete"])
     if args.json:
-        render.print_json(hits)
+        render.print_json(found["hits"])
     else:
-        render.print_hits(hits)
+        render.print_hits(found["hits"])
     return 0
 
 

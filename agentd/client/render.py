@@ -209,6 +209,12 @@ def print_hits(hits: list[dict[str, Any]]) -> None:
         )
 
 
+def print_incomplete(why: str) -> None:
+    """Why a search's hits may miss messages (the index is catching up after a restart),
+    on stderr before them: a partial answer must not pass for a whole one."""
+    print(f"({why})", file=sys.stderr)
+
+
 def print_reflections(reflections: list[dict[str, Any]]) -> None:
     for r in reflections:
         commits = ",".join(r["commits"]) or "-"

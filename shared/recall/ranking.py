@@ -64,6 +64,18 @@ class Hit:
     text: str
 
 
+@dataclass(frozen=True)
+class Found:
+    """A search's hits, and whether they can be trusted to be all there is."""
+
+    hits: list[Hit]
+    incomplete: str | None = None
+    """Why some messages may be missing, while the index is catching up on the logs or
+    rebuilding (``index catching up: 12,000 messages not searchable yet``); None when
+    every message the logs held when the search began was searched. Shown with the hits,
+    so neither the model nor the user takes a partial answer for a whole one."""
+
+
 def order_key(score: float, created_at: float, message_id: str) -> tuple[float, float, str]:
     """Sort descending by this: score, then newer, then the later id."""
     return (score, created_at, message_id)

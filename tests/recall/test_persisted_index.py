@@ -63,8 +63,8 @@ def _ranked(hits: list[tuple[str, float]]) -> list[tuple[str, float]]:
 
 
 def _search(service: RecallService, query: str) -> list[tuple[str, float]]:
-    hits = asyncio.run(service.search(AGENT, SearchRequest(query, limit=1000)))
-    return _ranked([(hit.message_id, hit.score) for hit in hits])
+    found = asyncio.run(service.search(AGENT, SearchRequest(query, limit=1000)))
+    return _ranked([(hit.message_id, hit.score) for hit in found.hits])
 
 
 def _fresh(layout: Layout, query: str) -> list[tuple[str, float]]:

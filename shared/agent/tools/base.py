@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Protocol
 from shared.agent.tools.args import ToolArgs, parameters_schema, parse_args
 from shared.models.messages import Message
 from shared.providers.base import ToolSchema
-from shared.recall.ranking import Hit, SearchRequest
+from shared.recall.ranking import Found, SearchRequest
 
 MemoryEdit = Callable[[str], contextlib.AbstractAsyncContextManager[None]]
 """``async with memory_edit("what changed"):`` holds the agent's memory lock for the body,
@@ -38,7 +38,7 @@ async def no_memory_edit(_message: str) -> AsyncIterator[None]:
 class Recall(Protocol):
     """Search over one agent's whole message history (the daemon's recall index)."""
 
-    async def search(self, request: SearchRequest) -> list[Hit]: ...
+    async def search(self, request: SearchRequest) -> Found: ...
 
     async def around(self, message_id: str, before: int, after: int) -> list[Message]: ...
 

@@ -3,7 +3,9 @@
 The strategy taught to the model is letta's "needle, then expand": search with
 distinctive words, take a hit's message id, and read the messages before and after it.
 Both tools are echoes to recall itself (their calls and results score ×0.1), so earlier
-searches never outrank the conversations they found.
+searches never outrank the conversations they found. A search answered while the index
+is still catching up on the logs (after a restart) says so above its hits: the model must
+not take a partial answer for a whole one.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from shared.agent.tools.args import NonBlankStr, NonEmptyStr, ToolArgs, clamped
 from shared.agent.tools.base import Tool, ToolContext
 from shared.errors import AgentdError, ToolError
 from shared.models.messages import AssistantMessage, Message
-from shared.recall.ranking import Hit, SearchRequest
+from shared.recall.ranking import Found, SearchRequest
 
 DEFAULT_HITS = 5
 MAX_HITS = 20
@@ -58,14 +60,18 @@ class RecallSearch(Tool):
             current_conversation_id=ctx.conversation_id,
         )
         try:
-            hits: list[Hit] = await _recall(ctx).search(request)
+            found: Found = await _recall(ctx).search(request)
         except AgentdError as exc:
             raise ToolError(exc.message) from exc
-        if not hits:
-            return f"no past messages match {query!r}"
+        note = [f"({found.incomplete})"] if found.incomplete else []
+        if not found.hits:
+            return " ".join([f"no past messages match {query!r}", *note])
         return "\n".join(
-            f"{hit_line(h.created_at, h.conversation_id, h.role, h.text)} (id {h.message_id})"
-            for h in hits
+            note
+            + [
+                f"{hit_line(h.created_at, h.conversation_id, h.role, h.text)} (id {h.message_id})"
+                for h in found.hits
+            ]
         )
 
 

@@ -12,7 +12,7 @@ from shared.agent.tools.base import ToolContext
 from shared.agent.tools.recall import MessagesAround, RecallSearch
 from shared.errors import ToolError, UnknownMessage
 from shared.models.messages import Message, ToolCall
-from shared.recall.ranking import Hit, SearchRequest
+from shared.recall.ranking import Found, Hit, SearchRequest
 
 WHEN = datetime(2026, 10, 8, 16, 0, 49, 789000, tzinfo=UTC)
 
@@ -23,9 +23,9 @@ class FakeRecall:
         self.requests: list[SearchRequest] = []
         self.windows: list[tuple[int, int]] = []
 
-    async def search(self, request: SearchRequest) -> list[Hit]:
+    async def search(self, request: SearchRequest) -> Found:
         self.requests.append(request)
-        return self.hits
+        return Found(self.hits)
 
     async def around(self, message_id: str, before: int, after: int) -> list[Message]:
         self.windows.append((before, after))

@@ -1,0 +1,97 @@
+"""While the index catches up on the logs after a restart, a search answers over what is
+open and says what it may miss: the model reads it in the tool's result, the user on
+agentctl's stderr, and neither takes a partial answer for a whole one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.ids import new_id
+from shared.models.messages import Message
+from shared.recall.documents import Document, read_documents
+from shared.store.jsonl import MessageLog
+from shared.store.layout import Layout
+from tests.support.daemon import DaemonRunner
+from tests.support.processes import run_agentctl
+
+NOT_YET = "index catching up: 3 messages not searchable yet"
+
+
+def _wait_for(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def _recall_state(daemon: DaemonRunner) -> str:
+    (agent,) = daemon.result("status")["agents"]
+    return str(agent["recall"]["state"])
+
+
+def _written_after_the_stop(home: Path, agent_id: str) -> None:
+    """Three messages the stopped daemon never indexed (a tail to catch up on)."""
+    layout = Layout(home)
+    (conversation,) = layout.conversations_dir(agent_id).iterdir()
+    MessageLog(layout.conversation_files(agent_id, conversation.name).messages).append(
+        [
+            Message.of(
+                id=new_id("msg"),
+                agent_id=agent_id,
+                conversation_id=conversation.name,
+                role="user",
+                content=f"apple crumble {n}",
+            )
+            for n in range(3)
+        ]
+    )
+
+
+def test_a_search_while_the_index_catches_up_says_what_it_cannot_see_yet(
+    daemon: DaemonRunner, agentd_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon.start()
+    daemon.result("chat", {"text": "apple pie recipe"})
+    (agent,) = daemon.result("status")["agents"]
+    daemon.stop()
+    _written_after_the_stop(agentd_home, agent["id"])
+    release = threading.Event()
+
+    def held(*args: Any, **kwargs: Any) -> Iterator[Document]:
+        """The catch-up's reading of the logs, held until the test lets it go on."""
+        release.wait(60)
+        yield from read_documents(*args, **kwargs)
+
+    monkeypatch.setattr("agentd.recall.read_documents", held)
+    again = DaemonRunner(agentd_home)
+    again.start()
+    try:
+        _wait_for(lambda: _recall_state(again) == "catching up 3 messages")
+
+        found = again.result("recall.search", {"query": "apple"})
+        cli = run_agentctl("search", "apple")
+        turn = again.call("chat", {"text": "do you remember apple?"})
+
+        assert found["incomplete"] == NOT_YET
+        assert "apple pie recipe" in [hit["text"] for hit in found["hits"]]
+        assert cli.stderr.splitlines() == [f"({NOT_YET})"]
+        assert "apple pie recipe" in cli.stdout
+        (result,) = [line["data"] for line in turn if line.get("event") == "tool_result"]
+        assert result["content"].splitlines()[0] == f"({NOT_YET})"
+        assert "apple pie recipe" in result["content"].splitlines()[1]
+
+        release.set()
+        _wait_for(lambda: _recall_state(again) == "ready")
+        complete = again.result("recall.search", {"query": "crumble"})
+        assert complete["incomplete"] is None
+        assert len(complete["hits"]) == 3
+        assert "(index" not in run_agentctl("search", "crumble").stderr
+    finally:
+        release.set()
+        again.stop()
