@@ -16,7 +16,6 @@ a segment found unusable, the tail written since) is read again from the log.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import structlog
@@ -27,8 +26,6 @@ from shared.recall.disk import FORMAT_VERSION, sync_directory
 from shared.store.atomic import read_model, write_model_atomic
 
 log = structlog.get_logger(__name__)
-
-SEGMENT_FILE = re.compile(r"[0-9]{8}\.seg")
 
 
 class SegmentEntry(BaseModel):

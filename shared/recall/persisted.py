@@ -38,13 +38,7 @@ from shared.recall.disk import (
 )
 from shared.recall.documents import read_message_at
 from shared.recall.index import COLUMNS, ID_STARTS, IDS, AgentIndex
-from shared.recall.manifest import (
-    SEGMENT_FILE,
-    Manifest,
-    SegmentEntry,
-    read_manifest,
-    write_manifest,
-)
+from shared.recall.manifest import Manifest, SegmentEntry, read_manifest, write_manifest
 from shared.recall.segments import SEGMENT_CAPACITY, Segment, merge
 from shared.store.layout import RecallFiles
 
@@ -175,7 +169,7 @@ class PersistedIndex:
         with contextlib.suppress(FileNotFoundError):
             for path in self.files.directory.iterdir():
                 leftover = path.name.startswith(".") and ".tmp" in path.name
-                if leftover or (SEGMENT_FILE.fullmatch(path.name) and path.name not in named):
+                if leftover or (self.files.is_segment(path) and path.name not in named):
                     path.unlink(missing_ok=True)
 
     # --- writing ---------------------------------------------------------------------------

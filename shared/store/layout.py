@@ -10,6 +10,7 @@ line here and a test keeps the names out of every other module.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,6 +104,9 @@ class ReflectionFiles:
         return self.directory / "idle-sweep.json"
 
 
+_SEGMENT_NAME = re.compile(r"[0-9]{8}\.seg")
+
+
 @dataclass(frozen=True)
 class RecallFiles:
     """The agent's persisted recall index: a cache of its logs, rebuilt from them if lost."""
@@ -116,6 +120,11 @@ class RecallFiles:
 
     def segment(self, serial: int) -> Path:
         return self.directory / f"{serial:08d}.seg"
+
+    @staticmethod
+    def is_segment(path: Path) -> bool:
+        """Is ``path`` named as :meth:`segment` names a segment file, of any serial?"""
+        return _SEGMENT_NAME.fullmatch(path.name) is not None
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,23 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from shared.store.layout import AgentFiles, ConversationFiles, Layout, ReflectionFiles, memory_lock
+from shared.store.layout import (
+    AgentFiles,
+    ConversationFiles,
+    Layout,
+    RecallFiles,
+    ReflectionFiles,
+    memory_lock,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYOUT = ROOT / "shared/store/layout.py"
 
 
 def file_names() -> set[str]:
-    """The name of every file the layout knows (directories' generic names aside)."""
+    """The name of every file the layout knows (directories' generic names aside), and the
+    suffix of the files it numbers (a recall segment's), which no other module may spell
+    even in a pattern or a format string."""
     home = Layout(Path("/home"))
     paths = [
         home.config_file,
@@ -31,13 +40,15 @@ def file_names() -> set[str]:
         AgentFiles(Path("/a")),
         ConversationFiles(Path("/c")),
         ReflectionFiles(Path("/r")),
+        RecallFiles(Path("/i")),
     ):
         paths += [
             getattr(files, name)
             for name, value in vars(type(files)).items()
             if isinstance(value, property)
         ]
-    return {path.name for path in paths if isinstance(path, Path) and "." in path.name}
+    names = {path.name for path in paths if isinstance(path, Path) and "." in path.name}
+    return names | {RecallFiles(Path("/i")).segment(0).suffix}
 
 
 def docstrings(tree: ast.AST) -> set[int]:
@@ -54,6 +65,14 @@ def docstrings(tree: ast.AST) -> set[int]:
 
 def test_the_layout_names_the_files_every_part_of_agentd_uses() -> None:
     assert {"messages.jsonl", "log.jsonl", "compaction-event.json", "agent.json"} <= file_names()
+    assert {"manifest.json", ".seg"} <= file_names()
+
+
+def test_the_layout_tells_its_segment_files_from_others() -> None:
+    files = RecallFiles(Path("/i"))
+    assert files.is_segment(files.segment(12))
+    assert not files.is_segment(files.manifest)
+    assert not files.is_segment(files.directory / f".{files.segment(12).name}.tmp")
 
 
 def test_no_module_but_the_layout_spells_a_file_name() -> None:
