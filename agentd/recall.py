@@ -95,9 +95,8 @@ class _AgentRecall:
             return "opening"
         if self.rebuilding is not None:
             return f"rebuilding: {self.rebuilding}"
-        if self.to_read is None:
-            return "catching up"
-        return f"catching up {self.to_read} messages"
+        missing = self._missing()
+        return "catching up" if missing is None else f"catching up {missing} messages"
 
     def incomplete(self) -> str | None:
         """What a search answered now may miss (see :attr:`Found.incomplete`), or None."""
@@ -105,9 +104,19 @@ class _AgentRecall:
             return None
         if self.rebuilding is not None:
             return f"index rebuilding ({self.rebuilding}): results may be incomplete"
-        if self.to_read is None:
+        missing = self._missing()
+        if missing is None:
             return "index catching up: results may be incomplete"
-        return f"index catching up: {self.to_read:,} messages not searchable yet"
+        if missing == 0:  # every line read is indexed, and nothing was appended meanwhile
+            return None
+        return f"index catching up: {missing:,} messages not searchable yet"
+
+    def _missing(self) -> int | None:
+        """Lines the catch-up has still to index, and messages appended meanwhile (which
+        join the index when it is done); None before the catch-up has counted."""
+        if self.to_read is None:
+            return None
+        return self.to_read + sum(len(messages) for _, messages, _ in self.pending)
 
 
 class RecallService:
@@ -286,9 +295,9 @@ class RecallService:
                     for document in read_documents(path, tracker, start, stop):
                         if tail:
                             state.read_up_to[conversation_id] = document.offset + 1
-                        if state.to_read is not None:
-                            state.to_read = max(0, state.to_read - 1)
                         yield document
+                        if state.to_read is not None:  # indexed: the build asks for the
+                            state.to_read = max(0, state.to_read - 1)  # next one only then
 
         state.index.build(documents())
         if any(stop is not None for _, _, ranges in work for _, stop in ranges):

@@ -20,7 +20,9 @@ from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import run_agentctl
 
-NOT_YET = "index catching up: 3 messages not searchable yet"
+
+def not_yet(count: int) -> str:
+    return f"index catching up: {count} messages not searchable yet"
 
 
 def _wait_for(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
@@ -78,12 +80,13 @@ def test_a_search_while_the_index_catches_up_says_what_it_cannot_see_yet(
         cli = run_agentctl("search", "apple")
         turn = again.call("chat", {"text": "do you remember apple?"})
 
-        assert found["incomplete"] == NOT_YET
+        assert found["incomplete"] == not_yet(3)
         assert "apple pie recipe" in [hit["text"] for hit in found["hits"]]
-        assert cli.stderr.splitlines() == [f"({NOT_YET})"]
+        assert cli.stderr.splitlines() == [f"({not_yet(3)})"]
         assert "apple pie recipe" in cli.stdout
         (result,) = [line["data"] for line in turn if line.get("event") == "tool_result"]
-        assert result["content"].splitlines()[0] == f"({NOT_YET})"
+        # and the turn's question and tool call, appended meanwhile, are not in yet either
+        assert result["content"].splitlines()[0] == f"({not_yet(5)})"
         assert "apple pie recipe" in result["content"].splitlines()[1]
 
         release.set()
