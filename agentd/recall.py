@@ -219,10 +219,10 @@ class RecallService:
             state.searchable.set()
 
     def _build_all(self, states: list[tuple[str, _AgentRecall]]) -> None:
-        lower_this_thread()
         loaded: list[tuple[str, _AgentRecall, Loaded | None]] = []
-        for agent_id, state in states:
+        for agent_id, state in states:  # at the daemon's priority: searches wait for this
             loaded.append((agent_id, state, self._open(agent_id, state)))
+        lower_this_thread()  # the catch-up is background work
         for agent_id, state, opened in loaded:
             started = time.perf_counter()
             try:

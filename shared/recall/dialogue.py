@@ -49,12 +49,17 @@ class Neighbours:
         their numbers are not (a persisted index reads a damaged segment's documents
         again after the rest)."""
         count = len(conversation)
-        if offsets is None:
-            order = np.argsort(conversation, kind="stable")
+        if count and int(conversation.max()) < 1 << 16:  # sorted by radix then: ~10x faster
+            order = np.argsort(conversation.astype(np.uint16), kind="stable")
         else:
-            order = np.lexsort((offsets, conversation))
+            order = np.argsort(conversation, kind="stable")
         grouped = conversation[order]
         same = grouped[1:] == grouped[:-1]
+        if offsets is not None:  # numbers are nearly always in log order: sort only if not
+            ordered = offsets[order]
+            if not np.all(ordered[1:][same] > ordered[:-1][same]):
+                order = np.lexsort((offsets, conversation))
+                grouped = conversation[order]
         previous = np.arange(count, dtype=np.uint32)
         following = np.arange(count, dtype=np.uint32)
         previous[order[1:][same]] = order[:-1][same]
