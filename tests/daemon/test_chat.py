@@ -257,8 +257,10 @@ def _git(repo: Path, *args: str) -> None:
 
 
 def _last_logged(home: Path) -> dict[str, Any]:
+    """The conversation's newest logged message ({} while its log is still empty)."""
     (path,) = home.glob("agents/*/conversations/*/messages.jsonl")
-    return json.loads(path.read_text().splitlines()[-1])
+    lines = path.read_text().splitlines()
+    return json.loads(lines[-1]) if lines else {}
 
 
 def test_shutdown_cancels_a_turn_that_outlasts_the_grace_and_records_it(
