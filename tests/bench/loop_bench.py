@@ -29,7 +29,7 @@ daemon is ready (``shared/priority.py``), over three runs (the 87 ms one before 
 | loop lag, idle: worst / p99 | 1,652 / 855 ms | 61 / 20 ms | 18–33 / 11–14 ms |
 | loop lag, loaded: worst / p99 | 1,923 / 858 ms | 80 / 63 ms | 56–87 / 41–48 ms |
 | chat p99, loaded / idle | 2,156 / 2,133 ms | 439 / 222 ms (1.98×) | 1.34–2.16× |
-| turns answered, idle / loaded (20 s each) | 856 / 676 | 2,835 / 1,347 | 2,404–3,131 / 1,382–1,822 |
+| turns, idle / loaded (20 s each) | 856 / 676 | 2,835 / 1,347 | 2,404–3,131 / 1,382–1,822 |
 
 Before, every fsync of every turn ran on the loop, a turn waited on the loop
 (``time.sleep``) for the state lock a worker held while it parsed 100,000 messages, and an
