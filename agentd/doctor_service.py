@@ -21,9 +21,10 @@ from typing import Any
 from agentd.effective_config import EffectiveConfig
 from agentd.findings import Finding
 from agentd.progress import progress
-from agentd.reachability import KNOWN_BASES, is_loopback, probe
+from agentd.reachability import KNOWN_BASES, probe
 from shared import protocol
 from shared.providers.keys import KEY_NAME_PARTS
+from shared.providers.loopback import is_loopback
 from shared.providers.mock import MOCK_MODEL
 from shared.settings import Settings
 

@@ -8,13 +8,11 @@ means every chat turn would fail the same way. No key is sent, and no model is c
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 PROBE_TIMEOUT_S = 2.0
 KNOWN_BASES = {
@@ -62,16 +60,3 @@ def _why(reason: object, timeout_s: float) -> str:
     if isinstance(reason, ssl.SSLError):
         return f"TLS failed ({reason.reason or reason})"
     return f"is not reachable ({reason})"
-
-
-def is_loopback(url: str) -> bool:
-    """Whether ``url`` names this machine (``localhost``, ``127.0.0.1``, ``[::1]``)."""
-    host = urlsplit(url).hostname
-    if host is None:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

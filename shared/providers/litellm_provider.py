@@ -19,12 +19,10 @@ their own module, because each is a job of its own:
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import itertools
 from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any
-from urllib.parse import urlsplit
 
 import structlog
 
@@ -35,6 +33,7 @@ from shared.providers.litellm_errors import map_litellm_errors
 from shared.providers.litellm_import import import_litellm
 from shared.providers.litellm_retry import call_with_retries
 from shared.providers.litellm_wire import parse_response, to_openai_messages
+from shared.providers.loopback import is_loopback
 
 log = structlog.get_logger(__name__)
 
@@ -91,7 +90,7 @@ class LiteLLMProvider(Provider):
         return self._parse_response(raw)
 
     def _refuse_remote_in_tests(self) -> None:
-        if self._block_remote and not _is_loopback(self.api_base):
+        if self._block_remote and not is_loopback(self.api_base):
             raise ProviderConfigError(
                 "remote model requests are disabled in tests (AGENTD_BLOCK_REMOTE_MODELS=1): "
                 f"{self.model} with api_base {self.api_base!r}; point api_base at a local fake"
@@ -153,15 +152,3 @@ def _known_context_window(litellm: ModuleType, model: str) -> int | None:
         hint="set AGENTD_CONTEXT_WINDOW to the model's context window in tokens",
     )
     return None
-
-
-def _is_loopback(api_base: str | None) -> bool:
-    host = urlsplit(api_base).hostname if api_base else None
-    if host is None:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
