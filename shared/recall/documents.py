@@ -13,7 +13,6 @@ statistics, or every search would be won by the previous search for the same wor
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.models.messages import Message
+from shared.store.jsonl import lines_backwards
 
 RECALL_TOOLS = frozenset({"recall_search", "messages_around"})
 SEARCHABLE_ROLES = ("user", "assistant", "tool")
@@ -86,7 +86,7 @@ class EchoTracker:
         searches called by the last assistant message before it (a tool result answers a
         call of the assistant message just before it, so no earlier one can be pending).
         Reads the log backwards from ``before`` only as far as that message."""
-        for line in _lines_backwards(path, before):
+        for line in lines_backwards(path, before):
             fields = _fields(line)
             if fields is not None and (fields.get("kind", "message"), fields.get("role")) == (
                 "message",
@@ -152,7 +152,7 @@ def lines_before(path: Path, offset: int, count: int) -> list[tuple[int, bytes]]
     if count <= 0:
         return found
     position = offset
-    for line in _lines_backwards(path, offset):
+    for line in lines_backwards(path, offset):
         position -= len(line)
         if line.strip():
             found.append((position, line))
@@ -175,31 +175,6 @@ def lines_from(path: Path, offset: int, count: int) -> list[tuple[int, bytes]]:
                 found.append((position, line))
             position += len(line)
     return found
-
-
-_BLOCK = 16 * 1024
-
-
-def _lines_backwards(path: Path, end: int) -> Iterator[bytes]:
-    """The complete lines before byte ``end`` (which starts a line), newest first, each
-    with its newline."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        position = min(end, os.fstat(fd).st_size)
-        carry = b""
-        while position > 0:
-            start = max(0, position - _BLOCK)
-            chunk = os.pread(fd, position - start, start) + carry
-            position = start
-            pieces = chunk.split(b"\n")
-            lines = [piece + b"\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
-            carry = lines.pop(0) if position > 0 and lines else b""
-            yield from reversed(lines)
-    finally:
-        os.close(fd)
 
 
 def read_message_at(path: Path, offset: int) -> dict[str, Any]:

@@ -146,26 +146,10 @@ class MessageLog:
         Loading a context window walks back only as far as its oldest message, so opening
         a conversation costs the size of its window, not of its history.
         """
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return
-        try:
-            pos = os.fstat(fd).st_size
-            carry = b""
-            while pos > 0:
-                start = max(0, pos - _BLOCK)
-                chunk = os.pread(fd, pos - start, start) + carry
-                pos = start
-                lines = chunk.split(b"\n")
-                carry = lines[0] if pos > 0 else b""
-                body = lines[1:] if pos > 0 else lines
-                for line in reversed(body):
-                    message = self._parse(line, None)
-                    if message is not None:
-                        yield message
-        finally:
-            os.close(fd)
+        for line in lines_backwards(self.path):
+            message = self._parse(line, None)
+            if message is not None:
+                yield message
 
     def _parse(self, line: bytes, number: int | None) -> Message | None:
         if not line.strip():
@@ -180,3 +164,27 @@ class MessageLog:
                 error=exc.errors()[0]["msg"],
             )
             return None
+
+
+def lines_backwards(path: Path, end: int | None = None) -> Iterator[bytes]:
+    """The lines before byte ``end`` (the end of the file by default; otherwise the start
+    of a line), newest first, read backwards block by block; each ends with its newline
+    except an unterminated last one (a torn append)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        size = os.fstat(fd).st_size
+        position = size if end is None else min(end, size)
+        carry = b""
+        while position > 0:
+            start = max(0, position - _BLOCK)
+            chunk = os.pread(fd, position - start, start) + carry
+            position = start
+            pieces = chunk.split(b"\n")
+            lines = [piece + b"\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
+            carry = lines.pop(0) if position > 0 and lines else b""
+            yield from reversed(lines)
+    finally:
+        os.close(fd)

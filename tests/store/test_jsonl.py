@@ -12,7 +12,7 @@ import pytest
 from shared.errors import DiskFull
 from shared.ids import new_id
 from shared.models.messages import Message
-from shared.store.jsonl import MessageLog
+from shared.store.jsonl import MessageLog, lines_backwards
 
 
 def _message(text: str) -> Message:
@@ -78,6 +78,21 @@ def test_reverse_iteration_crosses_block_boundaries(tmp_path: Path) -> None:
     texts = [f"{i:05d} " + "长文本" * (i % 50) for i in range(3000)]
     log.append([_message(t) for t in texts])
     assert [m.content for m in log.iter_reversed()] == list(reversed(texts))
+
+
+def test_lines_before_an_offset_come_back_whole_even_when_longer_than_a_block(
+    tmp_path: Path,
+) -> None:
+    log = MessageLog(tmp_path / "messages.jsonl")
+    texts = ["short", "长" * 100_000, "middle", "x" * 200_000, "last"]
+    offsets = log.append([_message(t) for t in texts])
+    raw = log.path.read_bytes()
+    lines = raw.splitlines(keepends=True)
+
+    assert list(lines_backwards(log.path)) == lines[::-1]
+    assert list(lines_backwards(log.path, offsets[3])) == lines[:3][::-1]
+    assert list(lines_backwards(log.path, 0)) == []
+    assert list(lines_backwards(tmp_path / "missing.jsonl")) == []
 
 
 _os_write = os.write
