@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
+from tests.support.workers import RedisForTests
 
 
 @pytest.fixture(autouse=True)
@@ -48,3 +49,11 @@ def daemon(agentd_home: Path) -> Iterator[DaemonRunner]:
 def clock() -> FakeClock:
     """The test's clock: injected wherever messages, payloads and outcomes get a time."""
     return FakeClock()
+
+
+@pytest.fixture
+def redis_server(agentd_home: Path) -> Iterator[RedisForTests]:
+    """An embedded Valkey on the test's home (the one ``agentd up`` would start)."""
+    server = RedisForTests(agentd_home).start()
+    yield server
+    server.stop()

@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +37,6 @@ class HeldProvider(ScriptedProvider):
         while not self.release.is_set():
             await asyncio.sleep(0.01)
         return text_reply("done")
-
-
-@pytest.fixture
-def redis_server(agentd_home: Path) -> Iterator[RedisForTests]:
-    server = RedisForTests(agentd_home).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from agentd.reflections import Reflections
 from shared.coordination import keys
@@ -29,13 +26,6 @@ from tests.support.transcripts import say
 from tests.support.workers import RedisForTests
 
 IDLE_S = 86_400
-
-
-@pytest.fixture
-def redis_server(agentd_home: Path) -> Iterator[RedisForTests]:
-    server = RedisForTests(agentd_home).start()
-    yield server
-    server.stop()
 
 
 def _agent(home: Path, name: str, reflection: ReflectionOverrides | None = None) -> AgentRecord:

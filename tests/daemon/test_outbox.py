@@ -10,7 +10,6 @@ import json
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,13 +30,6 @@ from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.transcripts import say
 from tests.support.workers import RedisForTests
-
-
-@pytest.fixture
-def redis_server(agentd_home: Path) -> Iterator[RedisForTests]:
-    server = RedisForTests(agentd_home).start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

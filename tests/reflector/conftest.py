@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from shared.settings import Settings
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.clock import FakeClock
-from tests.support.workers import RedisForTests
 
 READ = json.dumps({"command": 'wc -c "$TRANSCRIPT_PATH" && cat "$TRANSCRIPT_PATH"'})
 SAID = ["帮我看下这个报错", "我更喜欢用 tabs 缩进", "今天我们决定以后一律用 pnpm"]
@@ -112,13 +110,6 @@ def world(agentd_home: Path, clock: FakeClock) -> World:
     world.say(*SAID)
     agents.close()
     return world
-
-
-@pytest.fixture
-def redis_server(agentd_home: Path) -> Iterator[RedisForTests]:
-    server = RedisForTests(agentd_home).start()
-    yield server
-    server.stop()
 
 
 def watermark(world: World) -> str | None:
