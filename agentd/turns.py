@@ -101,6 +101,9 @@ class Turns:
         self._warned_default_window: set[tuple[str, str]] = set()
         self._warned_cramped_window: set[tuple[str, str, int]] = set()
         """(agent, model, window) triples already told their window leaves little room."""
+        self._window_room_checked: dict[tuple[str, str, int], tuple[str, float]] = {}
+        """Per (agent, model, window), the (memory commit, token ratio) last measured: the
+        floor moves only with them, so a turn measures it again only when one has."""
         """(agent, model) pairs already told their window is a guess."""
         self.active = 0
 
@@ -159,7 +162,7 @@ class Turns:
         seen_head = _SeenHead(head)
         provider = await self._provider(agent)
         await self._warn_if_window_guessed(agent, provider, emit)
-        await self._warn_if_window_cramped(agent, repo, provider, emit)
+        await self._warn_if_window_cramped(agent, repo, head, provider, emit)
         turn = Turn(
             conversation=conversation,
             provider=provider,
@@ -229,15 +232,17 @@ class Turns:
         )
 
     async def _warn_if_window_cramped(
-        self, agent: AgentRecord, repo: MemoryRepo, provider: Provider, emit: Emit
+        self, agent: AgentRecord, repo: MemoryRepo, head: str, provider: Provider, emit: Emit
     ) -> None:
         """Once per daemon, agent, model and window: a window the system prompt and tools
         nearly fill makes nearly every turn compact, and no compaction policy can help, so
         the user hears it (with the learned token ratio, so from the second turn on a
         tokenizer denser than the estimate)."""
         key = (agent.id, provider.model, provider.context_window)
-        if key in self._warned_cramped_window:
+        measured = (head, provider.token_ratio)
+        if key in self._warned_cramped_window or self._window_room_checked.get(key) == measured:
             return
+        self._window_room_checked[key] = measured
         request = ModelRequest(
             system=await self.prompts.get(agent, repo),
             messages=[],

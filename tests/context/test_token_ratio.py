@@ -121,6 +121,31 @@ def test_a_window_the_prompt_nearly_fills_is_named_once_with_a_window_that_has_r
     assert compaction_threshold(suggested) - floor >= COMFORTABLE_ROOM_TOKENS
 
 
+def test_memory_that_grows_into_the_window_is_named_on_the_next_turn(
+    daemon: DaemonRunner, agentd_home: Path
+) -> None:
+    """The floor is measured again when memory moves: a window with room on the first turn
+    becomes cramped once a commit grows the system prompt, and the next turn says so."""
+    daemon.start(context_window=1000)  # the mock model: the ratio stays 1.0
+    first = daemon.call("chat", {"text": "hello"})
+    assert not [line for line in first if line.get("event") == "warning"]
+
+    memory_dir = Path(daemon.result("memory.path")["path"])
+    (memory_dir / "system" / "human.md").write_text(
+        "---\nname: human\ndescription: What I know about the user.\n---\n"
+        + "- the user keeps long notes about every project\n" * 12
+    )
+    daemon.result("memory.commit", {"message": "a long memory"})
+    later = daemon.call("chat", {"text": "hello again"})
+
+    cramped = [
+        line["data"]
+        for line in later
+        if line.get("event") == "warning" and line["data"]["code"] == "context_window_cramped"
+    ]
+    assert len(cramped) == 1
+
+
 # --- learning ----------------------------------------------------------------------------
 
 
