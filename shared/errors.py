@@ -18,7 +18,9 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   ├── InUse                    a turn or reflection runs on what is to be deleted
     │   ├── InvalidArchive           an import archive that is not one agentd wrote
     │   ├── MemoryConflict           a hand edit whose file changed while it was edited
-    │   └── MemoryPathError          a memory file path outside the repo or not present
+    │   │   └── RevertConflict       a memory revert whose lines later commits changed
+    │   ├── MemoryPathError          a memory file path outside the repo or not present
+    │   └── UnknownRevision          a memory revision that names no commit of the repo
     ├── StoreError                   the data directory is not as we left it
     │   ├── CorruptStateFile
     │   │   └── StateFileTooNew      written by a newer agentd (a later schema_version)
@@ -123,8 +125,21 @@ class MemoryConflict(RequestError):
     code = "memory_conflict"
 
 
+class RevertConflict(MemoryConflict):
+    """A revert refused because later commits changed the lines it would undo; memory is
+    left exactly as it was."""
+
+    code = "revert_conflict"
+
+
 class MemoryPathError(RequestError):
     code = "memory_path"
+
+
+class UnknownRevision(RequestError):
+    """A revision (sha, ``HEAD~2``) that is not a commit of the agent's memory repo."""
+
+    code = "unknown_revision"
 
 
 class StoreError(AgentdError):
