@@ -34,6 +34,7 @@ from shared.context.calibration import CalibratedProvider, TokenRatioStore
 from shared.ids import new_id
 from shared.memory.changes import memory_update_reminder
 from shared.memory.compile import compile_system_prompt
+from shared.memory.provenance import turn_trailers, with_trailers
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.models.messages import Message
@@ -175,7 +176,7 @@ class Turns:
                 bash_output_chars=self.settings.bash_output_chars,
                 bash_network=self.settings.tool_network,
                 bash_unsandboxed=self.settings.unsandboxed_bash,
-                memory_edit=_memory_edit(agent, repo, seen_head),
+                memory_edit=_memory_edit(agent, repo, conversation, seen_head),
                 conversation_id=conversation.id,
                 recall=self.recall.bind(agent.id),
             ),
@@ -294,8 +295,14 @@ def _retry_announcer(emit: Emit) -> Callable[[RetryNotice], Awaitable[None]]:
     return announce
 
 
-def _memory_edit(agent: AgentRecord, repo: MemoryRepo, seen: _SeenHead) -> MemoryEdit:
+def _memory_edit(
+    agent: AgentRecord, repo: MemoryRepo, conversation: Conversation, seen: _SeenHead
+) -> MemoryEdit:
     """A ``MemoryEdit`` committing as the agent; its own commits don't trigger a reminder.
+
+    The commit's trailers name the conversation and the assistant message whose tool call
+    made the edit (the newest in the window while its tools run), so ``agentctl memory
+    why`` can lead from a line to what the user said (:mod:`shared.memory.provenance`).
 
     The conversation moves past its own commit only if it had seen the HEAD the commit
     was made on, both read under the memory lock: a reflection that merged while this
@@ -304,8 +311,14 @@ def _memory_edit(agent: AgentRecord, repo: MemoryRepo, seen: _SeenHead) -> Memor
 
     @contextlib.asynccontextmanager
     async def edit(message: str) -> AsyncIterator[None]:
+        calling = next(
+            (m.id for m in reversed(conversation.context) if m.role == "assistant"), None
+        )
+        trailers = turn_trailers(agent.id, conversation.id, calling)
         async with repo.edit(
-            message, author_name=agent.name, author_email=f"{agent.id}@agentd.local"
+            with_trailers(message, trailers),
+            author_name=agent.name,
+            author_email=f"{agent.id}@agentd.local",
         ) as change:
             yield
         if change.before == seen.sha and change.after is not None:

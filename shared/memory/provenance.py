@@ -150,6 +150,14 @@ def with_trailers(message: str, trailers: Mapping[str, str | None]) -> str:
     return f"{message.rstrip()}\n\n" + "\n".join(lines) if lines else message
 
 
+def turn_trailers(
+    agent_id: str, conversation_id: str, message_id: str | None
+) -> dict[str, str | None]:
+    """The trailers of an edit a chat turn's tool makes: ``message_id`` is the assistant
+    message holding the tool call."""
+    return {AGENT_ID: agent_id, CONVERSATION_ID: conversation_id, MESSAGE_ID: message_id}
+
+
 def user_trailers(reverts: str | None = None) -> dict[str, str | None]:
     """The trailers of a commit the user makes through agentd."""
     return {EDITED_BY: USER_NAME, REVERTS: reverts}
