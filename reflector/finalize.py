@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from reflector.checkout import Worktree, branch_exists, fetch_locked, purge, secure
 from shared.errors import MemoryRepoError
 from shared.memory import git, git_locks
+from shared.memory.provenance import JOB_ID, with_trailers
 from shared.memory.repo import MemoryRepo
 from shared.store.locks import DEFAULT_LOCK_TIMEOUT_S, file_lock
 
@@ -190,7 +191,8 @@ def _merge(parent: MemoryRepo, worktree: Worktree, count: int) -> FinalizeResult
     if _is_ancestor(parent.path, "HEAD", worktree.branch):
         args = ["merge", "--ff-only", worktree.branch]
     else:
-        message = f"merge(reflection): {_merge_summary(parent.path, worktree.branch)}"
+        summary = f"merge(reflection): {_merge_summary(parent.path, worktree.branch)}"
+        message = with_trailers(summary, {JOB_ID: worktree.job_id})
         args = ["merge", "--no-ff", "--no-edit", "-m", message, worktree.branch]
     try:
         proc = git.run_once(parent.path, *args)

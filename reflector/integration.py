@@ -27,6 +27,7 @@ from shared.agent.tools.files import EditFile, ReadFile
 from shared.clock import Clock, utc_now
 from shared.memory import git
 from shared.memory.compile import compile_system_prompt
+from shared.memory.provenance import JOB_ID
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.providers.base import Provider
@@ -67,6 +68,10 @@ class IntegrationBash(Bash):
 def integration_task(
     *, worktree: Worktree, memory_dir: Path, reflection_id: str, instructions: str
 ) -> str:
+    merge = (
+        f"git -C {memory_dir} merge --no-ff {worktree.branch} "
+        f'-m "merge(reflection): <summary>" -m "{JOB_ID}: {worktree.job_id}"'
+    )
     task = f"""{INTEGRATION_MARKER} Reflection integration (reflection {reflection_id})
 A background reflection proposes memory changes for you to review before they land.
 - Proposal checkout: {worktree.path} (branch {worktree.branch}, based on {worktree.base_head[:12]})
@@ -77,8 +82,8 @@ proposal checkout (no amend) with subject `merge(reflection): <summary>` and the
 `Reflection-Subagent-ID: {reflection_id}`, then bring it over with
 `git -C {memory_dir} fetch --quiet {worktree.path} +HEAD:{worktree.branch}`. Then merge the
 proposal into your memory repo:
-`git -C {memory_dir} merge --no-ff {worktree.branch} -m "merge(reflection): <summary>"`; if it
-conflicts, resolve it so both repos end clean, or run `git -C {memory_dir} merge --abort`.
+`{merge}`;
+if it conflicts, resolve it so both repos end clean, or run `git -C {memory_dir} merge --abort`.
 If your memory repo has uncommitted changes that are not yours, stop and touch nothing.
 Do not push, do not delete the checkout or the branch, and do not ask questions: report
 what you merged, or why not."""

@@ -17,6 +17,7 @@ from reflector.finalize import NO_CHANGES_MESSAGE, finalize
 from reflector.snapshot import parent_snapshot
 from shared.errors import InvalidId, MemoryBusy, MemoryRepoError
 from shared.memory import frontmatter
+from shared.memory.provenance import commit_provenance
 from shared.memory.repo import MemoryRepo
 from tests.support.git_locks import live_git, plant_held_lock, plant_stale_lock
 
@@ -173,6 +174,7 @@ def test_parent_change_to_another_file_merges_both_with_a_merge_commit(
         "merge(reflection): remember the tea preference 🔮"
     )
     assert len(git(parent.path, "log", "-1", "--format=%P").split()) == 2
+    assert commit_provenance(parent, "HEAD").provenance.job_id == wt.job_id
     assert_cleaned_up(parent, wt)
 
 
