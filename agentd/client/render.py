@@ -235,3 +235,77 @@ def print_memory_log(commits: list[dict[str, Any]]) -> None:
 def print_memory_files(files: dict[str, str]) -> None:
     for path, text in files.items():
         print(f"── {path}\n{text.rstrip()}\n")
+
+
+def commit_label(commit: dict[str, Any]) -> str:
+    """A memory commit as history listings show it: short sha, local time, who made it
+    (turn, reflection, user, merge, initial) and the short id of its job or message."""
+    provenance = commit["provenance"]
+    if provenance.get("reverts"):
+        source = f"reverts {provenance['reverts'][:7]}"
+    elif provenance.get("job_id"):
+        source = f"job {protocol.short_id(provenance['job_id'])}"
+    elif provenance.get("message_id"):
+        source = f"msg {protocol.short_id(provenance['message_id'])}"
+    else:
+        source = "-"
+    return (
+        f"{commit['short_sha']}  {shown(commit['authored_at'])}  "
+        f"{provenance['kind']:<10}  {source:<15}"
+    )
+
+
+def print_blame(lines: list[dict[str, Any]]) -> None:
+    for line in lines:
+        print(f"{commit_label(line['commit'])}  {line['line_no']:>4}  {line['text']}")
+
+
+def print_why(matches: list[dict[str, Any]], more: int) -> None:
+    """Each matching memory line, its commit, and the messages it came from (with the
+    short ids ``messages --around`` takes); ``no memory line matches`` on stderr."""
+    if not matches:
+        print("no memory line matches", file=sys.stderr)
+    for match in matches:
+        commit = match["commit"]
+        print(f"{match['path']}:{match['line_no']}: {match['text']}")
+        print(f"  {commit_label(commit)}  {commit['subject']}")
+        provenance = commit["provenance"]
+        if provenance["kind"] == "reflection" and provenance.get("reflected_first"):
+            span = f"{provenance['reflected_first']}..{provenance['reflected_last']}"
+            if match["evidence"]:
+                print(f"  reflected on messages {span}; the user's words there closest to it:")
+            else:
+                print(f"  reflected on messages {span}; no user message there matches it")
+        elif provenance["kind"] == "turn" and match["evidence"]:
+            print("  the user's message in the turn that wrote it:")
+        for said in match["evidence"]:
+            print(
+                f"    {shown(said['created_at'])}  {protocol.short_id(said['message_id'])}  "
+                f"{one_line(said['text'])}"
+            )
+    if more:
+        print(f"(and {more} more matching lines: narrow the text)", file=sys.stderr)
+
+
+def print_memory_diff(diff: dict[str, Any]) -> None:
+    if not diff["commits"] and not diff["diff"]:
+        print(f"no memory changes since {diff['from'][:7]}")
+        return
+    print(f"memory changes {diff['from'][:7]}..{diff['to'][:7]}:")
+    for commit in diff["commits"]:
+        print(f"  {commit_label(commit)}  {commit['subject']}")
+    print()
+    print(diff["diff"], end="")
+    if diff["truncated"]:
+        print("(the diff is cut here; see the rest with `git diff` in `agentctl memory path`)")
+
+
+def print_reverted(done: dict[str, Any]) -> None:
+    reverted = done["reverted"]
+    if done["commit"] is None:
+        print(f"nothing to revert: the changes of {reverted['short_sha']} are already undone")
+        return
+    print(
+        f"reverted {reverted['short_sha']} ({reverted['subject']}) in "
+        f"{done['commit']['short_sha']}; every conversation's next turn is told"
+    )
