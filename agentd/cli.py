@@ -4,6 +4,7 @@ the whole stack (embedded Valkey, the daemon, the reflection workers)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -88,7 +89,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"agentd {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     sub.add_parser("serve", help="run the chat daemon in the foreground")
-    sub.add_parser("up", help="run the whole stack in the foreground (Ctrl-C stops it)")
+    up = sub.add_parser("up", help="run the whole stack in the foreground (Ctrl-C stops it)")
+    up.add_argument(
+        "--web",
+        nargs="?",
+        const="",
+        metavar="HOST:PORT",
+        help="also serve the web view (`agentctl web` opens it) at HOST:PORT, default "
+        "AGENTD_WEB or 127.0.0.1:8765",
+    )
     doctor = sub.add_parser("doctor", help="check the setup and say how to fix each problem")
     doctor.add_argument(
         "--fix",
@@ -104,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         settings = _settings()
         return 2 if settings is None else run_doctor(settings, fix=args.fix)
     if args.command == "up":
+        if args.web is not None:  # before the settings are read: the daemon inherits it
+            from agentd.web.address import DEFAULT_WEB_ADDRESS
+
+            named = args.web or os.environ.get("AGENTD_WEB") or DEFAULT_WEB_ADDRESS
+            os.environ["AGENTD_WEB"] = named
         settings = _settings()
         return 2 if settings is None else _up(settings)
     parser.error(f"unknown command {args.command}")

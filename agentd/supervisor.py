@@ -52,6 +52,7 @@ from typing import IO, Any
 
 from agentd import instance
 from agentd.effective_config import redact_url
+from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress, WebAddressError
 from shared.coordination.broker import locate
 from shared.coordination.embedded import EmbeddedRedis, RedisUnavailable
 from shared.settings import Settings
@@ -191,6 +192,8 @@ class Stack:
             for signum in (signal.SIGINT, signal.SIGTERM)
         }
         try:
+            if not self._announce_web():
+                return 1
             self._start_redis()
             self._spawn_all()
             return 0 if self._watch() else 1
@@ -202,6 +205,29 @@ class Stack:
             lock.close()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+
+    def _announce_web(self) -> bool:
+        """Say where the web view will be, and warn when it is open to other machines;
+        False, with nothing started, when ``AGENTD_WEB`` is not ``host:port``."""
+        if not self.settings.web:
+            return True
+        try:
+            address = WebAddress.parse(self.settings.web)
+        except WebAddressError as exc:
+            print(f"agentd up: {exc}", file=sys.stderr)
+            return False
+        url = f"http://{address.netloc(address.port)}"
+        self._say(SUPERVISOR, "web_view", f"web view at {url}: `agentctl web` logs you in")
+        if not address.loopback:
+            self._say(
+                SUPERVISOR,
+                "web_view_not_loopback",
+                f"the web view listens on {self.settings.web}, reachable from other machines "
+                f"(a login token is still needed); AGENTD_WEB={DEFAULT_WEB_ADDRESS} keeps it "
+                "on this one",
+                "warning",
+            )
+        return True
 
     def _start_redis(self) -> None:
         location = locate(self.settings)

@@ -104,6 +104,9 @@ class Settings(BaseSettings):
     """A client that takes no output for this long is dropped; its turn runs on to the log."""
     idle_timeout_s: float = Field(default=300.0, gt=0, le=86_400)
     """A connection with nothing in flight and no request for this long is closed."""
+    web: str | None = Field(default=None, pattern=r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$")
+    """Serve the web view at ``host:port`` (``AGENTD_WEB=127.0.0.1:8765``; ``agentd up
+    --web`` sets that); unset: no web view. Any address but loopback is warned about."""
 
     @field_validator("log_level", mode="before")
     @classmethod

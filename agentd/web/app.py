@@ -1,0 +1,77 @@
+"""The web view's aiohttp application: the guard, the error pages, the routes and the
+vendored static files (no CDN, no build step: it works offline)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from agentd.web import chat, pages
+from agentd.web.context import CONTEXT, STATIC, WebContext, render
+from agentd.web.guard import Handler, guard, security_headers
+from shared.errors import (
+    AgentdError,
+    InUse,
+    MemoryBusy,
+    RequestError,
+    ShuttingDown,
+    UnknownAgent,
+    UnknownConversation,
+    UnknownMessage,
+)
+
+if TYPE_CHECKING:
+    from agentd.web.server import WebServer
+
+_NOT_FOUND = (UnknownAgent, UnknownConversation, UnknownMessage)
+
+
+def build_app(server: WebServer) -> web.Application:
+    assert server.address is not None
+    address = server.address
+
+    def port() -> int:
+        assert server.port is not None
+        return server.port
+
+    app = web.Application(
+        middlewares=[
+            guard(server.sessions, lambda host: address.accepts_host(host, port()), port),
+            _typed_errors,
+        ],
+        client_max_size=chat.MAX_BODY_BYTES,
+    )
+    app[CONTEXT] = WebContext.build(server)
+    app.on_response_prepare.append(security_headers)
+    app.add_routes(pages.routes())
+    app.add_routes([web.post("/agents/{agent}/conversations/{conversation}/chat", chat.chat)])
+    app.router.add_static("/static", STATIC)
+    return app
+
+
+def status_of(exc: AgentdError) -> int:
+    """The HTTP status of a typed error."""
+    if isinstance(exc, _NOT_FOUND):
+        return 404
+    if isinstance(exc, InUse):
+        return 409
+    if isinstance(exc, RequestError):
+        return 400
+    if isinstance(exc, ShuttingDown | MemoryBusy):
+        return 503
+    return 500
+
+
+@web.middleware
+async def _typed_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A typed error as the socket would say it: an error page, or JSON for the page's
+    scripts (search, chat)."""
+    try:
+        return await handler(request)
+    except AgentdError as exc:
+        status = status_of(exc)
+        if request.method != "GET" or request.path.endswith("/search"):
+            return web.json_response({"error": exc.to_dict()}, status=status)
+        values = {"title": exc.code, "text": exc.message}
+        return render(request, "message.html", values, status=status)

@@ -1,0 +1,96 @@
+"""A chat turn from the browser, streamed as server-sent events while it runs.
+
+It is the socket's ``chat`` op (:meth:`agentd.handlers.Handlers.chat`) with the same
+events (``assistant``, ``tool_call``, ``tool_result``, ``reflection``, …), then one
+``result`` event with the turn's result or one ``error`` event with a typed error. The
+request is a POST (it changes the conversation), so it needs the CSRF token; the page's
+script reads the stream with ``fetch``, which unlike ``EventSource`` can POST.
+
+A browser that goes away does not stop the turn, as on the socket: it runs on to the
+transcript, which the next page load shows.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from agentd.requests import Chat, parse_params
+from agentd.web.context import WebContext
+from shared.errors import AgentdError, MalformedRequest, ShuttingDown
+
+log = structlog.get_logger(__name__)
+
+MAX_BODY_BYTES = 1_100_000
+"""The request body: a message of ``max_message_chars`` (checked by the handler) in JSON."""
+
+
+async def chat(request: web.Request) -> web.StreamResponse:
+    ctx = WebContext.of(request)
+    params = parse_params(
+        Chat,
+        {
+            "agent": request.match_info["agent"],
+            "conversation": request.match_info["conversation"],
+            "text": await _text(request),
+        },
+    )
+    assert isinstance(params, Chat)
+    if ctx.server.stopping:
+        raise ShuttingDown()
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
+    )
+    await response.prepare(request)
+    stream = _EventStream(response)
+    with structlog.contextvars.bound_contextvars(op="web.chat"):
+        try:
+            result = await ctx.handlers.chat(params, stream.send)
+        except AgentdError as exc:
+            await stream.send("error", exc.to_dict())
+        else:
+            await stream.send("result", result)
+    await stream.close()
+    return response
+
+
+async def _text(request: web.Request) -> str:
+    """The message from the JSON body ``{"text": ...}``."""
+    if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
+        raise MalformedRequest(f"the request body is over {MAX_BODY_BYTES:,} bytes")
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise MalformedRequest(f'the body must be JSON {{"text": "..."}}: {exc}') from exc
+    text = body.get("text") if isinstance(body, dict) else None
+    if not isinstance(text, str):
+        raise MalformedRequest('the body must be JSON {"text": "..."}')
+    return text
+
+
+class _EventStream:
+    """Server-sent events on ``response``; a browser gone away is noted, not raised."""
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        self.response = response
+        self.gone = False
+
+    async def send(self, event: str, data: dict[str, Any]) -> None:
+        if self.gone:
+            return
+        payload = json.dumps(data, ensure_ascii=False)
+        try:
+            await self.response.write(f"event: {event}\ndata: {payload}\n\n".encode())
+        except (ConnectionError, RuntimeError):  # reset, or the transport already closed
+            self.gone = True
+            log.info("web_chat_reader_gone", turn_runs_on=True)
+
+    async def close(self) -> None:
+        if not self.gone:
+            try:
+                await self.response.write_eof()
+            except (ConnectionError, RuntimeError):
+                self.gone = True

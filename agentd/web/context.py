@@ -1,0 +1,88 @@
+"""What every page handler needs: the daemon's handlers, the web server (sessions, port),
+the templates and the user's time zone, kept on the aiohttp application."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from agentd.web.guard import session_of
+from shared.clock import user_zone
+from shared.protocol import short_id
+
+if TYPE_CHECKING:
+    from agentd.handlers import Handlers
+    from agentd.web.server import WebServer
+
+TEMPLATES = Path(__file__).parent / "templates"
+STATIC = Path(__file__).parent / "static"
+
+
+@dataclass(frozen=True, slots=True)
+class WebContext:
+    server: WebServer
+    templates: Environment
+    zone: tzinfo
+    zone_name: str
+
+    @property
+    def handlers(self) -> Handlers:
+        return self.server.handlers
+
+    @property
+    def port(self) -> int:
+        assert self.server.port is not None, "requests arrive only once the site listens"
+        return self.server.port
+
+    @classmethod
+    def of(cls, request: web.Request) -> WebContext:
+        return request.app[CONTEXT]
+
+    @classmethod
+    def build(cls, server: WebServer) -> WebContext:
+        zone, zone_name = user_zone(server.settings.timezone)
+        templates = Environment(
+            loader=FileSystemLoader(TEMPLATES),
+            autoescape=select_autoescape(["html"]),
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        templates.filters["when"] = lambda value: _when(value, zone)
+        templates.filters["short_id"] = short_id
+        return cls(server, templates, zone, zone_name)
+
+
+CONTEXT = web.AppKey("agentd_web", WebContext)
+
+
+def render(
+    request: web.Request, template: str, values: dict[str, Any], *, status: int = 200
+) -> web.Response:
+    """``template`` with ``values``, the session's CSRF token (for the page's script) and
+    the user's zone name."""
+    ctx = WebContext.of(request)
+    session = session_of(request)
+    html = ctx.templates.get_template(template).render(
+        **values,
+        csrf=session.csrf if session is not None else "",
+        zone=ctx.zone_name,
+    )
+    return web.Response(text=html, content_type="text/html", status=status)
+
+
+async def no_events(_event: str, _data: dict[str, Any]) -> None:
+    """The ``emit`` of a handler call whose events nobody streams."""
+
+
+def _when(value: datetime | str | None, zone: tzinfo) -> str:
+    """A time as the user reads it: their zone, to the second."""
+    if value is None or value == "":
+        return "-"
+    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")

@@ -1,0 +1,234 @@
+"""The web view's pages: each reads through the daemon's own handlers and stores (the
+same validation as the socket: ids through the request models, memory paths through
+``validate_memory_path``) and renders one template. Git and file reads run in threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from aiohttp import web
+
+from agentd.requests import (
+    AgentTarget,
+    ConversationTarget,
+    MessagesAround,
+    MessagesList,
+    RecallSearch,
+    parse_params,
+)
+from agentd.web.charts import context_gauge, outcomes_per_day
+from agentd.web.context import WebContext, no_events, render
+from agentd.web.guard import cookie_name
+from agentd.web.memory_file import read_memory_file
+from agentd.web.sessions import SESSION_TTL_S
+from agentd.web.timeline import read_timeline
+from shared.ids import find_message
+from shared.memory import frontmatter
+from shared.models.agents import AgentRecord
+from shared.reflection import events
+
+TRANSCRIPT_MESSAGES = 100
+"""Messages a transcript page shows: the newest, or this many around the one linked to."""
+TIMELINE_COMMITS = 50
+REFLECTIONS_SHOWN = 200
+
+
+async def login(request: web.Request) -> web.StreamResponse:
+    """Trade a one-time token for the session cookie, then go to the agents."""
+    ctx = WebContext.of(request)
+    session = ctx.server.sessions.redeem(request.query.get("token", ""))
+    if session is None:
+        return render(
+            request,
+            "message.html",
+            {
+                "title": "Login link not valid",
+                "text": "This login link was used already or has expired. Run "
+                "`agentctl web` for a new one.",
+            },
+            status=403,
+        )
+    response = web.Response(status=303, headers={"Location": "/"})
+    response.set_cookie(
+        cookie_name(ctx.port),
+        session.id,
+        httponly=True,
+        samesite="Strict",
+        path="/",
+        max_age=int(SESSION_TTL_S),
+    )
+    return response
+
+
+async def agents(request: web.Request) -> web.StreamResponse:
+    ctx = WebContext.of(request)
+    records = await asyncio.to_thread(ctx.handlers.agents.store.list)
+    return render(request, "agents.html", {"agents": records})
+
+
+async def agent(request: web.Request) -> web.StreamResponse:
+    ctx = WebContext.of(request)
+    record = await _agent(request)
+    repo = ctx.handlers.agents.memory(record.id)
+    files = await asyncio.to_thread(repo.read_tree)
+    conversations = await asyncio.to_thread(ctx.handlers.agents.conversations, record)
+    return render(
+        request,
+        "agent.html",
+        {
+            "agent": record,
+            "files": [(path, _description(text)) for path, text in files.items()],
+            "conversations": conversations,
+        },
+    )
+
+
+async def memory_file(request: web.Request) -> web.StreamResponse:
+    ctx = WebContext.of(request)
+    record = await _agent(request)
+    path = request.query.get("path")
+    if not path:
+        raise web.HTTPSeeOther(f"/agents/{record.id}")
+    repo = ctx.handlers.agents.memory(record.id)
+    shown = await asyncio.to_thread(read_memory_file, repo, path)
+    return render(request, "memory_file.html", {"agent": record, "file": shown})
+
+
+async def timeline(request: web.Request) -> web.StreamResponse:
+    ctx = WebContext.of(request)
+    record = await _agent(request)
+    repo = ctx.handlers.agents.memory(record.id)
+    reflections_dir = ctx.handlers.agents.layout.reflections_dir(record.id)
+    entries = await asyncio.to_thread(read_timeline, repo, reflections_dir, TIMELINE_COMMITS)
+    return render(request, "timeline.html", {"agent": record, "entries": entries})
+
+
+async def reflections(request: web.Request) -> web.StreamResponse:
+    ctx = WebContext.of(request)
+    record = await _agent(request)
+    reflections_dir = ctx.handlers.agents.layout.reflections_dir(record.id)
+    outcomes = await asyncio.to_thread(events.read, reflections_dir, tail=REFLECTIONS_SHOWN)
+    return render(
+        request,
+        "reflections.html",
+        {
+            "agent": record,
+            "outcomes": outcomes[::-1],
+            "chart": outcomes_per_day(outcomes, ctx.zone),
+        },
+    )
+
+
+async def conversation(request: web.Request) -> web.StreamResponse:
+    ctx = WebContext.of(request)
+    target = parse_params(
+        ConversationTarget,
+        {"agent": request.match_info["agent"], "conversation": request.match_info["conversation"]},
+    )
+    assert isinstance(target, ConversationTarget)
+    record = await ctx.handlers.agents.resolve(target.agent)
+    at = request.query.get("at")
+    if at:
+        messages = await _around_in_conversation(ctx, record, target.conversation, at)
+    else:
+        listing = MessagesList(
+            agent=record.id,
+            conversation=target.conversation,
+            limit=TRANSCRIPT_MESSAGES,
+            order="desc",
+        )
+        messages = (await ctx.handlers.messages_list(listing, no_events))["messages"][::-1]
+    budget = await ctx.handlers.context_show(target, no_events)
+    return render(
+        request,
+        "conversation.html",
+        {
+            "agent": record,
+            "conversation_id": budget["conversation_id"],
+            "messages": messages,
+            "at": at,
+            "budget": budget,
+            "gauge": context_gauge(budget),
+        },
+    )
+
+
+async def message(request: web.Request) -> web.StreamResponse:
+    """A message by id, wherever it is: redirects to its conversation's transcript at it
+    (how a reflection's reviewed messages are linked from the gutter)."""
+    ctx = WebContext.of(request)
+    params = parse_params(
+        MessagesAround,
+        {
+            "agent": request.match_info["agent"],
+            "message_id": request.match_info["message_id"],
+            "before": 0,
+            "after": 0,
+        },
+    )
+    assert isinstance(params, MessagesAround)
+    record = await ctx.handlers.agents.resolve(params.agent)
+    found = await ctx.handlers.recall.around(record.id, params.message_id, 0, 0)
+    if not found:
+        raise web.HTTPNotFound(text=f"no message {params.message_id} in this agent's history")
+    target = found[0]
+    raise web.HTTPSeeOther(
+        f"/agents/{record.id}/conversations/{target.conversation_id}?at={target.id}#{target.id}"
+    )
+
+
+async def search(request: web.Request) -> web.StreamResponse:
+    """Search-as-you-type over recall: the hits as JSON (the page's script shows them)."""
+    ctx = WebContext.of(request)
+    query = request.query.get("q", "").strip()
+    if not query:
+        return web.json_response({"hits": [], "incomplete": None})
+    fields: dict[str, Any] = {"agent": request.match_info["agent"], "query": query, "limit": 20}
+    if request.query.get("conversation"):
+        fields["conversation"] = request.query["conversation"]
+    params = parse_params(RecallSearch, fields)
+    assert isinstance(params, RecallSearch)
+    found = await ctx.handlers.recall_search(params, no_events)
+    return web.json_response({"hits": found["hits"], "incomplete": found["incomplete"]})
+
+
+async def _agent(request: web.Request) -> AgentRecord:
+    target = parse_params(AgentTarget, {"agent": request.match_info["agent"]})
+    assert isinstance(target, AgentTarget)
+    return await WebContext.of(request).handlers.agents.resolve(target.agent)
+
+
+async def _around_in_conversation(
+    ctx: WebContext, record: AgentRecord, conversation_id: str | None, at: str
+) -> list[dict[str, Any]]:
+    """The transcript around message ``at`` (a full or short id) of this conversation."""
+    parse_params(MessagesAround, {"agent": record.id, "message_id": at})  # the id's check
+    conversation = ctx.handlers.agents.conversation(record, conversation_id)
+    messages = await asyncio.to_thread(list, conversation.log)
+    position = find_message(at, [m.id for m in messages], "this conversation")
+    half = TRANSCRIPT_MESSAGES // 2
+    return [m.to_api() for m in messages[max(0, position - half) : position + half]]
+
+
+def _description(text: str) -> str:
+    with contextlib.suppress(frontmatter.FrontmatterError):
+        described = frontmatter.parse(text)[0].get("description", "")
+        return described if isinstance(described, str) else ""
+    return ""
+
+
+def routes() -> list[web.RouteDef]:
+    return [
+        web.get("/login", login),
+        web.get("/", agents),
+        web.get("/agents/{agent}", agent),
+        web.get("/agents/{agent}/memory", memory_file),
+        web.get("/agents/{agent}/timeline", timeline),
+        web.get("/agents/{agent}/reflections", reflections),
+        web.get("/agents/{agent}/conversations/{conversation}", conversation),
+        web.get("/agents/{agent}/messages/{message_id}", message),
+        web.get("/agents/{agent}/search", search),
+    ]

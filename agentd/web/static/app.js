@@ -1,0 +1,164 @@
+// agentd web view: search-as-you-type over recall, and a chat box that streams a turn.
+// Plain JavaScript, no dependencies, nothing fetched from elsewhere. Everything shown
+// from the server is set as text (textContent), never parsed as HTML.
+"use strict";
+
+function csrfToken() {
+  const meta = document.querySelector('meta[name="csrf-token"]');
+  return meta ? meta.content : "";
+}
+
+function element(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function shortId(id) {
+  return id.slice(-8);
+}
+
+function setupSearch(form) {
+  const input = form.querySelector('input[name="q"]');
+  const all = form.querySelector('input[name="all"]');
+  const hits = document.getElementById("hits");
+  const note = document.getElementById("search-note");
+  const agent = form.dataset.agent;
+  let timer = null;
+  let latest = 0;
+
+  async function search() {
+    const query = input.value.trim();
+    const asked = ++latest;
+    if (!query) {
+      hits.replaceChildren();
+      note.textContent = "";
+      return;
+    }
+    const params = new URLSearchParams({ q: query });
+    if (!all.checked) params.set("conversation", form.dataset.conversation);
+    const response = await fetch(`/agents/${agent}/search?${params}`, {
+      credentials: "same-origin",
+    });
+    if (asked !== latest) return; // a newer keystroke's answer is coming
+    const body = await response.json();
+    if (!response.ok) {
+      note.textContent = body.error ? `${body.error.code}: ${body.error.message}` : "search failed";
+      hits.replaceChildren();
+      return;
+    }
+    note.textContent = body.incomplete || (body.hits.length ? "" : "no match");
+    hits.replaceChildren(
+      ...body.hits.map((hit) => {
+        const item = element("li", `hit role-${hit.role}`);
+        const link = element("a", "mono", shortId(hit.message_id));
+        link.href = `/agents/${agent}/messages/${hit.message_id}`;
+        item.append(link, " ", element("span", "role", hit.role), " ", element("span", "text", hit.text));
+        return item;
+      }),
+    );
+  }
+
+  input.addEventListener("input", () => {
+    clearTimeout(timer);
+    timer = setTimeout(search, 120);
+  });
+  all.addEventListener("change", search);
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    search();
+  });
+}
+
+// One server-sent event block ("event: x\ndata: {...}") as [name, data].
+function parseEvent(block) {
+  let name = "message";
+  const data = [];
+  for (const line of block.split("\n")) {
+    if (line.startsWith("event: ")) name = line.slice(7);
+    else if (line.startsWith("data: ")) data.push(line.slice(6));
+  }
+  return [name, data.length ? JSON.parse(data.join("\n")) : {}];
+}
+
+function setupChat(form) {
+  const transcript = document.getElementById("transcript");
+  const status = document.getElementById("chat-status");
+  const textarea = form.querySelector("textarea");
+  const button = form.querySelector("button");
+
+  function add(role, className, text) {
+    const article = element("article", `msg role-${role} ${className} live`);
+    const header = element("header");
+    header.append(element("span", "role", role));
+    article.append(header, element("div", "text", text));
+    transcript.append(article);
+    article.scrollIntoView({ block: "nearest" });
+    return article;
+  }
+
+  function show(name, data) {
+    if (name === "assistant") add("assistant", "streamed", data.text);
+    else if (name === "tool_call") add("assistant", "call mono", `⚙ ${data.name}(${data.arguments})`);
+    else if (name === "tool_result") add("tool", data.is_error ? "error" : "", data.content || "");
+    else if (name === "reflection") add("system", "reflection", data.line);
+    else if (name === "memory_update") add("system", "reminder", "memory changed: <memory_update> reminder sent");
+    else if (name === "warning") add("system", "warning", data.message);
+    else if (name === "waiting") status.textContent = `waiting: ${data.reason || "busy"}`;
+    else if (name === "provider_retry") status.textContent = `retrying (${data.reason})`;
+    else if (name === "result") status.textContent = `turn finished: ${data.stop_reason}`;
+    else if (name === "error") status.textContent = `${data.code}: ${data.message}`;
+  }
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const text = textarea.value;
+    if (!text.trim()) return;
+    button.disabled = true;
+    status.textContent = "running…";
+    add("user", "sent", text);
+    textarea.value = "";
+    try {
+      const response = await fetch(form.dataset.url, {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-CSRF-Token": csrfToken() },
+        body: JSON.stringify({ text }),
+      });
+      if (!response.ok) {
+        const body = await response.text();
+        let shown = body;
+        try {
+          const error = JSON.parse(body).error;
+          shown = `${error.code}: ${error.message}`;
+        } catch (_) { /* plain text */ }
+        status.textContent = `refused (${response.status}): ${shown}`;
+        return;
+      }
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let end;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          show(...parseEvent(buffer.slice(0, end)));
+          buffer = buffer.slice(end + 2);
+        }
+      }
+    } catch (error) {
+      status.textContent = `the connection failed: ${error}`;
+    } finally {
+      button.disabled = false;
+    }
+  });
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  const search = document.getElementById("search");
+  if (search) setupSearch(search);
+  const chat = document.getElementById("chat");
+  if (chat) setupChat(chat);
+});
