@@ -46,7 +46,7 @@ def site(daemon: DaemonRunner, clock: FakeClock) -> Site:
 
 @pytest.fixture
 def page(browser: sync_api.Browser) -> Iterator[sync_api.Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport={"width": 1100, "height": 560})
     context.set_default_timeout(TIMEOUT_MS)
     yield context.new_page()
     context.close()
@@ -59,10 +59,10 @@ def test_the_login_link_opens_the_dashboard_and_a_memory_line_leads_to_its_sourc
     assert page.url.endswith("/")
     (cookie,) = page.context.cookies()
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
-    page.screenshot(path=screenshot_path("agents"))
+    page.screenshot(path=screenshot_path("agents"), full_page=True)
 
     page.get_by_role("link", name="ada", exact=True).first.click()
-    page.screenshot(path=screenshot_path("agent"))
+    page.screenshot(path=screenshot_path("agent"), full_page=True)
     page.get_by_role("link", name="system/human.md").click()
     turn_mark = page.locator(".mark.kind-turn")
     reflection_mark = page.locator(".mark.kind-reflection")
@@ -72,18 +72,20 @@ def test_the_login_link_opens_the_dashboard_and_a_memory_line_leads_to_its_sourc
         row = page.locator(".memory .row", has=mark)
         assert line.removeprefix("- ") in row.locator(".content").inner_text()
 
+    reflection_mark.hover()
+    assert "job-7" in reflection_mark.locator(".pop").inner_text()
+    page.screenshot(path=screenshot_path("memory"), full_page=True)
     turn_mark.hover()
     popup = turn_mark.locator(".pop")
-    assert popup.is_visible()
+    assert popup.is_visible() and not reflection_mark.locator(".pop").is_visible()
     assert "turn" in popup.inner_text().lower() and "edit_file" in popup.inner_text()
-    page.screenshot(path=screenshot_path("memory"))
 
     popup.locator("a.source").click()
     page.wait_for_url(f"**#{site.tool_call_message_id}")
     target = page.evaluate("document.querySelector(':target').id")
     assert target == site.tool_call_message_id
     assert "Noted: pnpm everywhere." in page.locator(".transcript").inner_text()
-    page.screenshot(path=screenshot_path("source-message"))
+    page.screenshot(path=screenshot_path("source-message"), full_page=True)
 
     page.go_back()
     reflection_mark.hover()
@@ -96,12 +98,12 @@ def test_the_login_link_opens_the_dashboard_and_a_memory_line_leads_to_its_sourc
     assert "merged in 42.0 s" in reflection.inner_text()
     reflection.locator("summary").click()
     assert f"+{REFLECTION_LINE}" in reflection.locator("pre.diff .add").all_inner_texts()
-    page.screenshot(path=screenshot_path("timeline"))
+    page.screenshot(path=screenshot_path("timeline"), full_page=True)
 
     page.goto(f"http://127.0.0.1:{site.port}/agents/{site.agent_id}/reflections")
     assert page.locator("figure.chart rect.status-merged").count() == 1
     assert "compaction-event" in page.locator("table.list").inner_text()
-    page.screenshot(path=screenshot_path("reflections"))
+    page.screenshot(path=screenshot_path("reflections"), full_page=True)
 
 
 def test_a_chat_message_streams_its_reply_and_search_finds_as_you_type(
