@@ -4,7 +4,6 @@ the whole stack (embedded Valkey, the daemon, the reflection workers)."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -66,6 +65,21 @@ def _run_daemon(settings: Settings) -> int:
     return Daemon(settings, providers=providers).run()
 
 
+def _with_web(settings: Settings, address: str) -> Settings | None:
+    """``agentd up --web [HOST:PORT]``: the web view at HOST:PORT, else where ``AGENTD_WEB``
+    says, else on loopback's default port."""
+    from pydantic import ValidationError
+
+    from agentd.web.address import DEFAULT_WEB_ADDRESS
+    from shared.settings import Settings
+
+    try:
+        return Settings(web=address or settings.web or DEFAULT_WEB_ADDRESS)
+    except ValidationError as exc:
+        print(f"agentd: invalid --web address: {exc}", file=sys.stderr)
+        return None
+
+
 def _up(settings: Settings) -> int:
     """The whole stack; what ``agentd up`` itself logs goes out with its children's lines."""
     from agentd.supervisor import Stack, console_output
@@ -113,12 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = _settings()
         return 2 if settings is None else run_doctor(settings, fix=args.fix)
     if args.command == "up":
-        if args.web is not None:  # before the settings are read: the daemon inherits it
-            from agentd.web.address import DEFAULT_WEB_ADDRESS
-
-            named = args.web or os.environ.get("AGENTD_WEB") or DEFAULT_WEB_ADDRESS
-            os.environ["AGENTD_WEB"] = named
         settings = _settings()
+        if settings is not None and args.web is not None:
+            settings = _with_web(settings, args.web)
         return 2 if settings is None else _up(settings)
     parser.error(f"unknown command {args.command}")
     return 2

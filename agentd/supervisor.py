@@ -284,17 +284,24 @@ class Stack:
         child.start()
         self.children.append(child)
 
+    def child_env(self) -> dict[str, str]:
+        """The children's environment: ours, with how to log and, when ``agentd up --web``
+        turned it on, where the daemon serves the web view."""
+        log_format = "console" if self._console else "json"
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "AGENTD_LOG_FORMAT": log_format}
+        if self.settings.web:
+            env["AGENTD_WEB"] = self.settings.web
+        return env
+
     def _spawn(
         self, name: str, argv: list[str], color: str, on_our_death: signal.Signals
     ) -> subprocess.Popen[bytes]:
-        log_format = "console" if self._console else "json"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "AGENTD_LOG_FORMAT": log_format}
         process = subprocess.Popen(
             argv,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=env,
+            env=self.child_env(),
             start_new_session=True,  # Ctrl-C reaches us alone: we stop the children in order
             preexec_fn=dies_with_this_process(on_our_death),
         )

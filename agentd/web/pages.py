@@ -27,6 +27,7 @@ from agentd.web.sessions import SESSION_TTL_S
 from agentd.web.timeline import read_timeline
 from shared.ids import find_message
 from shared.memory import frontmatter
+from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.reflection import events
 
@@ -73,16 +74,10 @@ async def agent(request: web.Request) -> web.StreamResponse:
     ctx = WebContext.of(request)
     record = await _agent(request)
     repo = ctx.handlers.agents.memory(record.id)
-    files = await asyncio.to_thread(repo.read_tree)
+    files = await asyncio.to_thread(_described_files, repo)
     conversations = await asyncio.to_thread(ctx.handlers.agents.conversations, record)
     return render(
-        request,
-        "agent.html",
-        {
-            "agent": record,
-            "files": [(path, _description(text)) for path, text in files.items()],
-            "conversations": conversations,
-        },
+        request, "agent.html", {"agent": record, "files": files, "conversations": conversations}
     )
 
 
@@ -211,6 +206,12 @@ async def _around_in_conversation(
     position = find_message(at, [m.id for m in messages], "this conversation")
     half = TRANSCRIPT_MESSAGES // 2
     return [m.to_api() for m in messages[max(0, position - half) : position + half]]
+
+
+def _described_files(repo: MemoryRepo) -> list[tuple[str, str]]:
+    """Each memory file's path and the description its frontmatter gives (in a thread:
+    git, and YAML for every file)."""
+    return [(path, _description(text)) for path, text in repo.read_tree().items()]
 
 
 def _description(text: str) -> str:

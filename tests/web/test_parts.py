@@ -130,17 +130,21 @@ def test_outcomes_are_counted_on_the_users_days() -> None:
     assert (str(jan2.day), statuses) == ("2027-01-02", ["merged", "failed"])
 
 
-def test_up_with_web_serves_the_view_on_loopback_by_default(
+def test_up_with_web_has_its_daemon_serve_the_view_on_loopback_by_default(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     started: list[Settings] = []
     monkeypatch.setattr(cli, "_up", lambda settings: started.append(settings) or 0)
 
+    assert cli.main(["up"]) == 0
     assert cli.main(["up", "--web"]) == 0
-    assert cli.main(["up"]) == 0, "AGENTD_WEB stays set for the children"
-    monkeypatch.delenv("AGENTD_WEB")
     assert cli.main(["up", "--web", "[::1]:9000"]) == 0
-    assert [s.web for s in started] == ["127.0.0.1:8765", "127.0.0.1:8765", "[::1]:9000"]
+    assert Stack(started[1]).child_env()["AGENTD_WEB"] == "127.0.0.1:8765"
+    assert "AGENTD_WEB" not in Stack(started[0]).child_env()
+    monkeypatch.setenv("AGENTD_WEB", "127.0.0.1:9001")
+    assert cli.main(["up", "--web"]) == 0
+    assert cli.main(["up", "--web", "no-port"]) == 2
+    assert [s.web for s in started] == [None, "127.0.0.1:8765", "[::1]:9000", "127.0.0.1:9001"]
 
 
 def test_up_says_where_the_view_is_and_warns_when_other_machines_can_reach_it(
