@@ -32,7 +32,7 @@ import structlog
 
 from agentd.agents import Agents
 from agentd.outbox import OutboxEntry
-from agentd.recall import RecallService
+from agentd.recall_client import RecallClient
 from agentd.turns import Turns
 from shared.clock import Clock
 from shared.coordination import keys
@@ -71,7 +71,7 @@ class Deletions:
         self,
         agents: Agents,
         turns: Turns,
-        recall: RecallService,
+        recall: RecallClient,
         location: RedisLocation,
         clock: Clock,
     ) -> None:

@@ -15,7 +15,8 @@ from agentd.agents import Agents
 from agentd.deletion import Deletions
 from agentd.effective_config import effective_config
 from agentd.memory_edit import read_for_edit, write_by_hand
-from agentd.recall import RecallService
+from agentd.memory_history import MemoryHistory
+from agentd.recall_client import RecallClient
 from agentd.reflections import Reflections
 from agentd.requests import (
     AgentCreate,
@@ -27,10 +28,14 @@ from agentd.requests import (
     Chat,
     ConversationDelete,
     ConversationTarget,
+    MemoryBlame,
     MemoryCommit,
+    MemoryDiff,
     MemoryLog,
     MemoryRead,
+    MemoryRevert,
     MemoryShow,
+    MemoryWhy,
     MemoryWrite,
     MessagesAround,
     MessagesList,
@@ -42,9 +47,11 @@ from agentd.requests import (
 from agentd.requests import RecallSearch as RecallSearchParams
 from agentd.status import agents_status, redis_status
 from agentd.turns import Turns
+from agentd.web.server import WebServer
 from shared.agent.loop import Emit
 from shared.errors import PayloadTooLarge
 from shared.ids import find_message
+from shared.memory.provenance import USER_EMAIL, USER_NAME, user_trailers, with_trailers
 from shared.models.agents import AgentRecord, ReflectionOverrides
 from shared.models.messages import Message, SummaryMessage
 from shared.models.reflection import ReflectionOutcome
@@ -53,10 +60,6 @@ from shared.recall.ranking import SearchRequest
 from shared.reflection import events
 from shared.settings import Settings
 
-USER_AUTHOR = "user"
-USER_EMAIL = "user@agentd.local"
-"""Who commits memory edits made by hand (``agentctl memory commit``)."""
-
 
 class Handlers:
     def __init__(
@@ -64,7 +67,7 @@ class Handlers:
         settings: Settings,
         agents: Agents,
         turns: Turns,
-        recall: RecallService,
+        recall: RecallClient,
         reflections: Reflections,
     ) -> None:
         self.settings = settings
@@ -75,6 +78,9 @@ class Handlers:
         self.started_at = time.time()
         self.connections = 0
         self.deletions = Deletions(agents, turns, recall, reflections.location, agents.clock)
+        self.history = MemoryHistory(agents, recall)
+        self.web = WebServer(settings, self)
+        """The web view (``AGENTD_WEB``); the daemon starts and stops it with the socket."""
 
     async def hello(self, _params: Params, _emit: Emit) -> dict[str, Any]:
         return {
@@ -83,6 +89,11 @@ class Handlers:
             "protocol": PROTOCOL_VERSION,
             "pid": os.getpid(),
         }
+
+    async def web_login(self, _params: Params, _emit: Emit) -> dict[str, Any]:
+        """A one-time login URL for the web view (``agentctl web``): only a caller of this
+        private socket, so only this user, can get one."""
+        return self.web.login()
 
     async def config_show(self, _params: Params, _emit: Emit) -> dict[str, Any]:
         """The settings this daemon runs with, for ``agentd doctor``; no secret in it."""
@@ -102,17 +113,21 @@ class Handlers:
             "connections": self.connections,
             "redis": await redis_status(self.reflections.location, self.agents.layout),
             "idle_sweep": self.reflections.idle.status(),
-            "agents": [
-                {**agent, "recall": self.recall.status(agent["id"])}
-                for agent in await asyncio.to_thread(
+            "agents": await self._with_recall_status(
+                await asyncio.to_thread(
                     agents_status,
                     self.agents.layout,
                     self.agents.store,
                     self.reflections.settings_for,
                     default_model,
                 )
-            ],
+            ),
         }
+
+    async def _with_recall_status(self, agents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each agent's status with its recall index's, asked of the recall process at once."""
+        states = await asyncio.gather(*(self.recall.status(agent["id"]) for agent in agents))
+        return [{**agent, "recall": state} for agent, state in zip(agents, states, strict=True)]
 
     async def agent_create(self, params: AgentCreate, _emit: Emit) -> dict[str, Any]:
         return self._agent_view(await self.agents.create(params))
@@ -270,9 +285,8 @@ class Handlers:
         never runs over uncommitted changes), under the memory lock, as the user."""
         record = await self.agents.resolve(params.agent)
         repo = self.agents.memory(record.id)
-        async with repo.edit(
-            params.message, author_name=USER_AUTHOR, author_email=USER_EMAIL
-        ) as change:
+        message = with_trailers(params.message, user_trailers())
+        async with repo.edit(message, author_name=USER_NAME, author_email=USER_EMAIL) as change:
             pass
         committed = change.after if change.after != change.before else None
         return {"agent_id": record.id, "commit": committed}
@@ -290,11 +304,24 @@ class Handlers:
         refused if it changed since :meth:`memory_read` (see :mod:`agentd.memory_edit`)."""
         record = await self.agents.resolve(params.agent)
         repo = self.agents.memory(record.id)
-        message = params.message or f"edit {params.path} by hand"
-        async with repo.edit(message, author_name=USER_AUTHOR, author_email=USER_EMAIL) as change:
+        message = with_trailers(params.message or f"edit {params.path} by hand", user_trailers())
+        async with repo.edit(message, author_name=USER_NAME, author_email=USER_EMAIL) as change:
             await asyncio.to_thread(write_by_hand, repo, params.path, params.text, params.base)
         committed = change.after if change.after != change.before else None
         return {"agent_id": record.id, "path": params.path, "commit": committed}
+
+    async def memory_blame(self, params: MemoryBlame, _emit: Emit) -> dict[str, Any]:
+        return await self.history.blame(params)
+
+    async def memory_why(self, params: MemoryWhy, _emit: Emit) -> dict[str, Any]:
+        return await self.history.why(params)
+
+    async def memory_diff(self, params: MemoryDiff, _emit: Emit) -> dict[str, Any]:
+        return await self.history.diff(params)
+
+    async def memory_revert(self, params: MemoryRevert, _emit: Emit) -> dict[str, Any]:
+        """Undo one memory commit as the user; every conversation's next turn is told."""
+        return await self.history.revert(params)
 
     async def agent_delete(self, params: AgentDelete, _emit: Emit) -> dict[str, Any]:
         record = await self.agents.resolve(params.agent)

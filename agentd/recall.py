@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import structlog
 from pydantic import ValidationError
@@ -82,7 +82,7 @@ class _AgentRecall:
         """Set once everything the logs hold is indexed (appends then go in at once)."""
         self.read_up_to: dict[str, int] = {}
         """Per conversation, past the last line the catch-up read (appends below it are in)."""
-        self.pending: list[tuple[Conversation, list[Message], list[int]]] = []
+        self.pending: list[tuple[str, list[Message], list[int]]] = []
         self.rebuilding: str | None = None
         self.to_read: int | None = None
         """Lines the catch-up has still to read (counted when it starts, then counted
@@ -232,8 +232,8 @@ class RecallService:
             finally:
                 with self._lock:
                     pending, state.pending = state.pending, []
-                    for conversation, messages, offsets in pending:
-                        self._add(state, conversation, messages, offsets)
+                    for conversation_id, messages, offsets in pending:
+                        self._add(state, conversation_id, messages, offsets)
                     state.ready.set()
             _release_build_memory()
             log.info(
@@ -307,23 +307,29 @@ class RecallService:
         self, conversation: Conversation, messages: list[Message], offsets: list[int]
     ) -> None:
         """A ``Conversation`` listener: index what was just appended."""
+        self.appended(conversation.agent_id, conversation.id, messages, offsets)
+
+    def appended(
+        self, agent_id: str, conversation_id: str, messages: list[Message], offsets: list[int]
+    ) -> None:
+        """Index ``messages``, just appended to the conversation's log at ``offsets``."""
         with self._lock:
-            state = self._agents.get(conversation.agent_id)
+            state = self._agents.get(agent_id)
             if state is None:  # an agent created since the start: nothing to open
-                state = self._agents[conversation.agent_id] = self._new_state(conversation.agent_id)
+                state = self._agents[agent_id] = self._new_state(agent_id)
                 state.searchable.set()
                 state.ready.set()
             if not state.ready.is_set():
-                state.pending.append((conversation, messages, offsets))
+                state.pending.append((conversation_id, messages, offsets))
                 return
-            self._add(state, conversation, messages, offsets)
+            self._add(state, conversation_id, messages, offsets)
 
     @staticmethod
     def _add(
-        state: _AgentRecall, conversation: Conversation, messages: list[Message], offsets: list[int]
+        state: _AgentRecall, conversation_id: str, messages: list[Message], offsets: list[int]
     ) -> None:
-        read = state.read_up_to.get(conversation.id, 0)
-        tracker = state.index.tracker(conversation.id)
+        read = state.read_up_to.get(conversation_id, 0)
+        tracker = state.index.tracker(conversation_id)
         for message, offset in zip(messages, offsets, strict=True):
             if offset < read:
                 continue
@@ -421,10 +427,21 @@ class RecallService:
         return AgentRecallAccess(self, agent_id)
 
 
+class Recall(Protocol):
+    """What answers an agent's recall: the service itself, or the daemon's link to the
+    process it runs in (:class:`agentd.recall_client.RecallClient`)."""
+
+    async def search(self, agent_id: str, request: SearchRequest) -> Found: ...
+
+    async def around(
+        self, agent_id: str, message_id: str, before: int, after: int
+    ) -> list[Message]: ...
+
+
 class AgentRecallAccess:
     """Recall for one agent's tools (the ``Recall`` protocol of ``ToolContext``)."""
 
-    def __init__(self, service: RecallService, agent_id: str) -> None:
+    def __init__(self, service: Recall, agent_id: str) -> None:
         self.service = service
         self.agent_id = agent_id
 

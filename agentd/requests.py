@@ -184,6 +184,31 @@ class MemoryWrite(AgentTarget):
     message: ArgvText | None = Field(default=None, min_length=1, max_length=2000)
 
 
+MemoryRev = Annotated[str, Field(min_length=1, max_length=200)]
+"""A memory revision (sha, ``HEAD~1``); whether it names a commit is checked against the
+repo (:func:`shared.memory.provenance.resolve_commit`)."""
+
+
+class MemoryBlame(AgentTarget):
+    path: str = Field(min_length=1, max_length=1000)
+    rev: MemoryRev = "HEAD"
+
+
+class MemoryWhy(AgentTarget):
+    text: str = Field(min_length=1, max_length=1000)
+    limit: int = Field(default=20, ge=1, le=200)
+    """At most this many matching lines, each with its evidence."""
+
+
+class MemoryDiff(ConversationTarget):
+    rev: MemoryRev | None = None
+    """None: where the conversation's previous turn ended (see ``agentd.memory_history``)."""
+
+
+class MemoryRevert(AgentTarget):
+    commit: MemoryRev
+
+
 class AgentDelete(Params):
     agent: AgentRef
 
@@ -230,11 +255,16 @@ PARAMS: dict[str, type[Params]] = {
     "memory.commit": MemoryCommit,
     "memory.read": MemoryRead,
     "memory.write": MemoryWrite,
+    "memory.blame": MemoryBlame,
+    "memory.why": MemoryWhy,
+    "memory.diff": MemoryDiff,
+    "memory.revert": MemoryRevert,
     "agent.delete": AgentDelete,
     "conversation.delete": ConversationDelete,
     "agent.export": AgentTarget,
     "archive.upload": ArchiveUpload,
     "agent.import": AgentImport,
+    "web.login": NoParams,
     "shutdown": NoParams,
 }
 

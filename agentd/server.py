@@ -36,7 +36,7 @@ from agentd import __version__
 from agentd.agents import Agents
 from agentd.connection import TOO_LONG, Connection, Send
 from agentd.handlers import Handlers
-from agentd.recall import RecallService
+from agentd.recall_client import RecallClient
 from agentd.reflections import Reflections
 from agentd.requests import PARAMS, Envelope, describe, parse_params
 from agentd.turns import Turns
@@ -77,7 +77,7 @@ class Daemon:
     ) -> None:
         self.settings = settings
         self.layout = Layout(settings.home)
-        self.recall = RecallService(self.layout)
+        self.recall = RecallClient(settings)
         self.agents = Agents(self.layout, on_append=self.recall.on_append, clock=clock)
         self.turns = Turns(
             settings, self.layout, providers or ProviderFactory(settings), self.recall
@@ -114,9 +114,10 @@ class Daemon:
         _prepare_socket_dir(path)
         self._max_connections = _connection_cap(self.settings.max_connections)
         server = await _bind(path, self._on_connection, backlog=self.settings.max_connections)
-        await asyncio.to_thread(self.agents.recover_memory)
         self.recall.start([record.id for record in self.agents.store.list()])
+        await asyncio.to_thread(self.agents.recover_memory)
         self.reflections.start()
+        await self.handlers.web.start()
         if install_signal_handlers:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
@@ -139,6 +140,7 @@ class Daemon:
     async def _shutdown(self, server: asyncio.AbstractServer, path: Path) -> None:
         self._shutting_down = True
         server.close()
+        await self.handlers.web.stop()
         in_flight = {t for t in self._tasks if not t.done()}
         log.info(
             "agentd_stopping", in_flight=len(in_flight), grace_s=self.settings.shutdown_grace_s
@@ -161,7 +163,7 @@ class Daemon:
             await asyncio.wait(list(self._connections), timeout=5)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-        await asyncio.to_thread(self.recall.write_open_segments)  # bounded: see its docstring
+        await self.recall.close()  # bounded: see its docstring
         self.agents.close()
         log.info("agentd_stopped")
 

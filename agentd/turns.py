@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from agentd.recall import RecallService
+from agentd.recall_client import RecallClient
 from shared.agent.loop import Emit, Turn, run_turn
 from shared.agent.request import shape_messages
 from shared.agent.tools.base import MemoryEdit, ToolContext
@@ -85,7 +85,7 @@ class PromptCache:
 
 class Turns:
     def __init__(
-        self, settings: Settings, layout: Layout, providers: ProviderFactory, recall: RecallService
+        self, settings: Settings, layout: Layout, providers: ProviderFactory, recall: RecallClient
     ) -> None:
         self.settings = settings
         self.layout = layout

@@ -39,6 +39,7 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   └── ProviderMisbehaved       a response we cannot use (no choices, bad shape)
     ├── ShuttingDown                 the daemon is stopping and takes no new turns
     ├── Busy                         every connection the daemon allows is open; retry
+    ├── RecallUnavailable            recall's process stopped mid-request; it restarts: retry
     └── ReflectionError
 
 Tool failures are not daemon errors: a tool raises :class:`ToolError`, which the agent
@@ -292,6 +293,18 @@ class Busy(AgentdError):
             f"agentd is serving its limit of {limit:,} connections; try again in a moment, "
             "or raise AGENTD_MAX_CONNECTIONS (and the open-file limit) if that many clients "
             "are expected"
+        )
+
+
+class RecallUnavailable(AgentdError):
+    """Recall runs in a process of its own (:mod:`agentd.recall_client`); a request it
+    held when that process died is answered with this, and the process is started again."""
+
+    code = "recall_unavailable"
+
+    def __init__(self, why: str) -> None:
+        super().__init__(
+            f"recall could not answer ({why}); it is restarting: try again in a moment"
         )
 
 

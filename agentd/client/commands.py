@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from agentd.client import render
@@ -195,11 +196,89 @@ def cmd_memory(conn: Connection, args: argparse.Namespace) -> int:
         params = {"agent": args.agent, **({"message": args.message} if args.message else {})}
         commit = conn.result("memory.commit", params)["commit"]
         print(f"committed {commit[:7]}" if commit else "nothing to commit")
+    elif args.action in _MEMORY_HISTORY:
+        return _MEMORY_HISTORY[args.action](conn, args)
     elif args.path:
         print(conn.result("memory.show", {"agent": args.agent, "path": args.path})["text"], end="")
     else:
         render.print_memory_files(conn.result("memory.show", {"agent": args.agent})["files"])
     return 0
+
+
+def _memory_blame(conn: Connection, args: argparse.Namespace) -> int:
+    blamed = conn.result("memory.blame", {"agent": args.agent, "path": args.path})
+    if args.json:
+        render.print_json(blamed["lines"])
+    else:
+        render.print_blame(blamed["lines"])
+    return 0
+
+
+def _memory_why(conn: Connection, args: argparse.Namespace) -> int:
+    found = conn.result("memory.why", {"agent": args.agent, "text": args.path})
+    if found.get("incomplete"):
+        render.print_incomplete(found["incomplete"])
+    if args.json:
+        render.print_json(found["matches"])
+    else:
+        render.print_why(found["matches"], found["more"])
+    return 0
+
+
+def _memory_diff(conn: Connection, args: argparse.Namespace) -> int:
+    params = {"agent": args.agent, "conversation": args.conversation, "rev": args.path}
+    diff = conn.result("memory.diff", params)
+    if args.json:
+        render.print_json(diff)
+    else:
+        render.print_memory_diff(diff)
+    return 0
+
+
+def _memory_revert(conn: Connection, args: argparse.Namespace) -> int:
+    done = conn.result("memory.revert", {"agent": args.agent, "commit": args.path})
+    render.print_reverted(done)
+    return 0
+
+
+_MEMORY_HISTORY = {
+    "blame": _memory_blame,
+    "why": _memory_why,
+    "diff": _memory_diff,
+    "revert": _memory_revert,
+}
+"""``agentctl memory blame|why|diff|revert``: the requests of :mod:`agentd.memory_history`."""
+
+
+def cmd_web(conn: Connection, args: argparse.Namespace) -> int:
+    """The link is printed even when a browser opens: a browser on another display, or
+    none at all (a server over ssh), still needs it."""
+    login = conn.result("web.login")
+    print(login["url"])
+    print(
+        f"The link logs in once, within {login['expires_s']:.0f} s; run `agentctl web` "
+        "again for another.",
+        file=sys.stderr,
+    )
+    if not args.no_browser and sys.stdout.isatty():
+        _open_in_browser(login["url"])
+    return 0
+
+
+def _open_in_browser(url: str) -> None:
+    """Open ``url`` in a graphical browser, if one is registered. A text browser (lynx,
+    w3m: what ``webbrowser`` falls back to without a display) would take over this
+    terminal and cannot run the page's scripts, so it is not used."""
+    import webbrowser  # here: only this command needs it
+
+    try:
+        browser = webbrowser.get()
+    except webbrowser.Error:
+        return
+    if not isinstance(browser, webbrowser.GenericBrowser) or isinstance(
+        browser, webbrowser.BackgroundBrowser
+    ):
+        browser.open(url)
 
 
 def cmd_shutdown(conn: Connection, _args: argparse.Namespace) -> int:

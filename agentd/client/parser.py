@@ -25,6 +25,7 @@ from agentd.client.commands import (
     cmd_shutdown,
     cmd_sleeptime,
     cmd_status,
+    cmd_web,
 )
 from agentd.client.delete import cmd_agent_delete
 from agentd.client.repl import cmd_chat
@@ -60,7 +61,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                 setattr(args, flag, count(0)(value) if value is not None else 5)
             except argparse.ArgumentTypeError as exc:
                 args.usage_of.error(f"with --around, --{flag} is how many messages: {exc}")
+    needed = _MEMORY_ARG.get(args.action, "") if args.command == "memory" else ""
+    if needed and not args.path:
+        args.usage_of.error(f"memory {args.action} needs {needed}")
     return args
+
+
+_MEMORY_ARG = {
+    "blame": "a file, e.g. system/human.md",
+    "why": "the text to look for",
+    "revert": "the commit to undo (a sha from log, blame or why)",
+}
+"""The memory actions whose ARG is required, and what it is."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,20 +244,40 @@ def build_parser() -> argparse.ArgumentParser:
     reflections.add_argument("--json", action="store_true", help=JSON_HELP)
 
     memory = command(
-        "memory", cmd_memory, "Look at an agent's memory repo, or commit edits made by hand."
+        "memory",
+        cmd_memory,
+        "Look at an agent's memory repo and where its lines came from, commit edits made by "
+        "hand, or undo a change.",
     )
     memory.add_argument(
         "action",
-        choices=("log", "path", "show", "edit", "commit"),
+        choices=("log", "path", "show", "edit", "commit", "blame", "why", "diff", "revert"),
         help="log: its history; path: where it is; show: its files; edit: edit one file in "
-        "$VISUAL/$EDITOR and commit it; commit: commit edits made in the checkout",
+        "$VISUAL/$EDITOR and commit it; commit: commit edits made in the checkout; blame: "
+        "each line of a file with the commit that wrote it (turn, reflection, user, merge); "
+        "why: the lines containing TEXT, each with its commit and the messages it came from; "
+        "diff: what changed since REV (default: since the conversation's previous turn ended, "
+        "i.e. what its next turn will be told changed); revert: undo COMMIT as the user",
     )
-    memory.add_argument("path", nargs="?", help="with show or edit: one file, e.g. system/human.md")
+    memory.add_argument(
+        "path",
+        nargs="?",
+        metavar="ARG",
+        help="with show, edit or blame: one file, e.g. system/human.md; with why: TEXT; with "
+        "diff: REV (a sha or HEAD~N); with revert: COMMIT (a sha from log, blame or why)",
+    )
     agent_flag(memory)
+    memory.add_argument(
+        "--conversation",
+        "-c",
+        help="with diff: the conversation whose previous turn it starts from (default: the "
+        "agent's)",
+    )
     memory.add_argument(
         "--limit", type=count(1), default=20, help="with log: the newest N commits (default 20)"
     )
     memory.add_argument("-m", "--message", help="with edit or commit: the commit message")
+    memory.add_argument("--json", action="store_true", help=f"with blame, why or diff: {JSON_HELP}")
 
     export = command(
         "export", cmd_export, "Write an agent (record, memory history, transcripts) as a .tar.gz."
@@ -263,6 +295,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the agent's id (refused if it exists); default: a new id",
     )
     import_.add_argument("--name", help="its name here (default: the archive's; must be free)")
+
+    web = command(
+        "web", cmd_web, "Print a one-time login link to the web view (and open a browser)."
+    )
+    web.add_argument(
+        "--no-browser", action="store_true", help="only print the link, even on a terminal"
+    )
 
     command("shutdown", cmd_shutdown, "Stop the daemon.")
     return parser

@@ -8,9 +8,9 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
-
-from structlog.testing import capture_logs
+from typing import Any
 
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import AgentdProcess, run_agentctl
@@ -24,6 +24,18 @@ def _doctor() -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
     )
+
+
+def _recall_logged(home: Path, event: str) -> list[dict[str, Any]]:
+    """The ``event`` lines of the recall process's own log file, once there is one."""
+    deadline = time.monotonic() + 30
+    while True:
+        path = home / "logs" / "recall.log"
+        lines = path.read_text().splitlines() if path.exists() else []
+        found = [e for e in map(json.loads, lines) if e["event"] == event]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
 
 
 def _agent_dir(home: Path, agent_id: str) -> Path:
@@ -87,17 +99,16 @@ def test_a_garbled_conversation_record_hides_no_message_from_recall(
     garbled = agentd_home / "agents" / agent_id / "conversations" / other / "conversation.json"
     garbled.write_text('{"id": "conv-')
 
-    with capture_logs() as logs:
-        daemon.start()
-        port = daemon.result("recall.search", {"query": "staging database port"})["hits"]
-        key = daemon.result("recall.search", {"query": "deploy key vault"})["hits"]
+    daemon.start()
+    port = daemon.result("recall.search", {"query": "staging database port"})["hits"]
+    key = daemon.result("recall.search", {"query": "deploy key vault"})["hits"]
     listed = daemon.result("conversation.list")["conversations"]
     doctor = _doctor()
 
     assert "5433" in port[0]["text"]
     assert key[0]["text"] == "the deploy key is in vault"
     assert [c["id"] for c in listed] == [daemon.result("agent.show")["default_conversation_id"]]
-    reported = [e for e in logs if e["event"] == "conversation_record_corrupt"]
+    reported = _recall_logged(agentd_home, "conversation_record_corrupt")
     assert reported and reported[0]["path"] == str(garbled)
     assert "restore it from a backup" in reported[0]["error"]
     assert doctor.returncode == 1

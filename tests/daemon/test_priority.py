@@ -1,11 +1,12 @@
-"""The event loop gets the CPU first: recall's threads and the reflection workers run at
-background priority, the daemon hands the interpreter lock back to its loop within 1 ms,
-and what start-up built is kept out of the garbage collector's full walks
-(``shared/priority.py`` says why). Linux only: a nice value is per thread there."""
+"""The event loop gets the CPU first: recall runs in a process of its own, its threads and
+the reflection workers at background priority, the daemon hands the interpreter lock back
+to its loop within 1 ms, and what start-up built is kept out of the garbage collector's
+full walks (``shared/priority.py`` says why). Linux only: a nice value is per thread there."""
 
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -43,18 +44,21 @@ def process_wide_settings() -> Iterator[None]:
     gc.unfreeze()
 
 
-def test_searches_run_below_the_event_loop_which_gets_the_lock_back_fast_and_skips_startup_in_gc(
+def test_searches_run_in_their_own_process_below_a_loop_that_gets_the_lock_fast_and_skips_gc(
     daemon: DaemonRunner, process_wide_settings: None
 ) -> None:
     daemon.start()
     daemon.result("chat", {"text": "the deploy key lives in vault"})
     assert daemon.result("recall.search", {"query": "deploy key"})["hits"]
 
-    assert daemon.thread is not None
+    assert daemon.thread is not None and daemon.daemon is not None
     loop = thread_niceness(daemon.thread)
-    searchers = [t for t in threading.enumerate() if t.name.startswith("recall")]
-    assert searchers, "no recall thread ran the search"
-    assert {thread_niceness(t) for t in searchers} == {background(loop)}
+    recall = daemon.daemon.recall.pid
+    assert recall is not None and recall != os.getpid()
+    searched_here = [t.name for t in threading.enumerate() if t.name.startswith("recall_")]
+    assert searched_here == [], "a search ran in the daemon's own threads"
+    tasks = list(Path(f"/proc/{recall}/task").iterdir())
+    assert background(loop) in {niceness(task) for task in tasks}, "no search thread below"
     assert sys.getswitchinterval() == pytest.approx(LOOP_SWITCH_INTERVAL_S)
     assert gc.get_freeze_count() > 0
 

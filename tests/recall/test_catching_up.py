@@ -4,20 +4,18 @@ agentctl's stderr, and neither takes a partial answer for a whole one."""
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from shared.ids import new_id
 from shared.models.messages import Message
-from shared.recall.documents import Document, read_documents
 from shared.store.jsonl import MessageLog
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
+from tests.support.held_recall import RELEASE_ENV
 from tests.support.processes import run_agentctl
 
 
@@ -63,14 +61,9 @@ def test_a_search_while_the_index_catches_up_says_what_it_cannot_see_yet(
     (agent,) = daemon.result("status")["agents"]
     daemon.stop()
     _written_after_the_stop(agentd_home, agent["id"])
-    release = threading.Event()
-
-    def held(*args: Any, **kwargs: Any) -> Iterator[Document]:
-        """The catch-up's reading of the logs, held until the test lets it go on."""
-        release.wait(60)
-        yield from read_documents(*args, **kwargs)
-
-    monkeypatch.setattr("agentd.recall.read_documents", held)
+    release = agentd_home / "release-the-catch-up"
+    monkeypatch.setattr("agentd.recall_client.RECALL_MODULE", "tests.support.held_recall")
+    monkeypatch.setenv(RELEASE_ENV, str(release))
     again = DaemonRunner(agentd_home)
     again.start()
     try:
@@ -89,12 +82,12 @@ def test_a_search_while_the_index_catches_up_says_what_it_cannot_see_yet(
         assert result["content"].splitlines()[0] == f"({not_yet(5)})"
         assert "apple pie recipe" in result["content"].splitlines()[1]
 
-        release.set()
+        release.touch()
         _wait_for(lambda: _recall_state(again) == "ready")
         complete = again.result("recall.search", {"query": "crumble"})
         assert complete["incomplete"] is None
         assert len(complete["hits"]) == 3
         assert "(index" not in run_agentctl("search", "crumble").stderr
     finally:
-        release.set()
+        release.touch()
         again.stop()

@@ -1,0 +1,34 @@
+"""A recall process whose catch-up on the logs waits until a file exists.
+
+Run by the daemon in place of ``agentd.recall_process`` (a test sets
+``agentd.recall_client.RECALL_MODULE``), with the file named by ``HELD_RECALL_RELEASE``:
+a test can then look at the daemon while its index is still catching up.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import agentd.recall
+from agentd.recall_process import main
+from shared.recall.documents import Document, read_documents
+
+RELEASE_ENV = "HELD_RECALL_RELEASE"
+
+
+def _held(*args: Any, **kwargs: Any) -> Iterator[Document]:
+    release = Path(os.environ[RELEASE_ENV])
+    deadline = time.monotonic() + 60
+    while not release.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    yield from read_documents(*args, **kwargs)
+
+
+if __name__ == "__main__":
+    agentd.recall.read_documents = _held  # type: ignore[assignment]
+    main(sys.argv[1:])
