@@ -113,6 +113,7 @@ class Handlers:
             "connections": self.connections,
             "redis": await redis_status(self.reflections.location, self.agents.layout),
             "idle_sweep": self.reflections.idle.status(),
+            "recall_process": {"pid": self.recall.pid, "calls_waiting": self.recall.calls_waiting},
             "agents": await self._with_recall_status(
                 await asyncio.to_thread(
                     agents_status,

@@ -83,6 +83,12 @@ class RecallClient:
         process = self._process
         return None if process is None or process.gone else process.popen.pid
 
+    @property
+    def calls_waiting(self) -> int:
+        """Calls sent and not answered yet: a number that stays up means a stuck process."""
+        with self._lock:
+            return len(self._waiting)
+
     # --- sending only ----------------------------------------------------------------------
 
     def start(self, agent_ids: list[str]) -> None:

@@ -406,7 +406,7 @@ async def bench(args: argparse.Namespace, home: Path) -> None:
     await ready.wait()
     started = time.perf_counter()
     for agent_id in (config["searcher"], config["chatter"]):
-        while daemon.recall.status(agent_id)["state"] != "ready":  # searches answer before
+        while (await daemon.recall.status(agent_id))["state"] != "ready":  # answers before
             await asyncio.sleep(0.5)
         await daemon.recall.search(agent_id, SearchRequest(query="warm up"))
     print(f"recall index built in {time.perf_counter() - started:.0f} s", flush=True)

@@ -1,0 +1,109 @@
+"""Recall runs in a process of its own (``agentd/recall_process.py``): the daemon outlives
+it, a new one finds every message, including those appended while none ran, and it does
+not outlive the daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.daemon import DaemonRunner
+from tests.support.processes import AgentdProcess, run_agentctl
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux /proc")
+
+
+def _wait_for(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a dead child nobody has reaped yet)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _texts(daemon: DaemonRunner, query: str) -> list[str]:
+    return [hit["text"] for hit in daemon.result("recall.search", {"query": query})["hits"]]
+
+
+def _recall_ready(daemon: DaemonRunner) -> bool:
+    status = daemon.result("status")
+    return all(agent["recall"]["state"] == "ready" for agent in status["agents"])
+
+
+def test_a_killed_recall_process_is_replaced_and_what_was_appended_meanwhile_is_found(
+    daemon: DaemonRunner,
+) -> None:
+    recall = daemon.start().recall
+    daemon.result("chat", {"text": "the staging database listens on port 5433"})
+    first = recall.pid
+    assert first is not None
+
+    os.kill(first, signal.SIGKILL)
+    daemon.result("chat", {"text": "the deploy key is in vault"})  # while it is down
+    _wait_for(lambda: recall.pid not in (None, first))
+    _wait_for(lambda: _recall_ready(daemon))
+
+    assert _texts(daemon, "deploy key vault").count("the deploy key is in vault") == 1
+    assert _texts(daemon, "staging port").count("the staging database listens on port 5433") == 1
+    assert not _running(first)
+
+
+def test_a_search_the_dying_process_held_fails_with_a_typed_error_and_the_daemon_serves_on(
+    daemon: DaemonRunner,
+) -> None:
+    recall = daemon.start().recall
+    daemon.result("chat", {"text": "the deploy key is in vault"})
+    stuck = recall.pid
+    assert stuck is not None
+    os.kill(stuck, signal.SIGSTOP)  # it reads nothing more: the next search waits on it
+    answers: list[list[dict[str, Any]]] = []
+    searching = threading.Thread(
+        target=lambda: answers.append(daemon.call("recall.search", {"query": "deploy key"}))
+    )
+    searching.start()
+    _wait_for(lambda: daemon.result("status")["recall_process"]["calls_waiting"] == 1)
+    os.kill(stuck, signal.SIGKILL)
+    searching.join(30)
+
+    ((final, *_),) = answers
+    assert final["ok"] is False and final["error"]["code"] == "recall_unavailable"
+    assert "try again" in final["error"]["message"]
+    _wait_for(lambda: recall.pid not in (None, stuck))
+    assert _texts(daemon, "deploy key").count("the deploy key is in vault") == 1
+
+
+def test_the_recall_process_ends_with_a_daemon_killed_outright(agentd_home: Path) -> None:
+    agentd = AgentdProcess().start()
+    try:
+        status = json.loads(run_agentctl("status", "--json").stdout)
+        recall = status["recall_process"]["pid"]
+        assert recall is not None and _running(recall)
+        agentd.kill()
+        _wait_for(lambda: not _running(recall), timeout_s=15)
+    finally:
+        agentd.stop()
+
+
+def test_an_orderly_stop_ends_the_recall_process(daemon: DaemonRunner) -> None:
+    recall = daemon.start().recall
+    daemon.result("chat", {"text": "hello"})
+    pid = recall.pid
+    assert pid is not None
+    daemon.stop()
+    assert not _running(pid)
