@@ -24,7 +24,8 @@ from agentd.web.sessions import Session, Sessions
 CSRF_HEADER = "X-CSRF-Token"
 SESSION_KEY = web.RequestKey("agentd_session", Session)
 """Where the request's :class:`Session` is kept (``request[SESSION_KEY]``)."""
-PUBLIC_PREFIXES = ("/login", "/static/")
+LOGIN_PATH = "/login"
+STATIC_PREFIX = "/static/"
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
 
 CONTENT_SECURITY_POLICY = (
@@ -51,7 +52,7 @@ def guard(
                 text="this server does not answer to that host name; open the URL "
                 "`agentctl web` prints"
             )
-        if request.path.startswith(PUBLIC_PREFIXES):
+        if request.path == LOGIN_PATH or request.path.startswith(STATIC_PREFIX):
             return await handler(request)
         session = sessions.find(request.cookies.get(cookie_name(port())))
         if session is None:
@@ -76,7 +77,7 @@ async def security_headers(request: web.Request, response: web.StreamResponse) -
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["X-Frame-Options"] = "DENY"
     response.headers["Referrer-Policy"] = "no-referrer"
-    if not request.path.startswith("/static/"):
+    if not request.path.startswith(STATIC_PREFIX):
         response.headers["Cache-Control"] = "no-store"
 
 

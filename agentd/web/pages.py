@@ -21,7 +21,7 @@ from agentd.requests import (
 )
 from agentd.web.charts import context_gauge, outcomes_per_day
 from agentd.web.context import WebContext, no_events, render
-from agentd.web.guard import cookie_name
+from agentd.web.guard import LOGIN_PATH, cookie_name
 from agentd.web.memory_file import read_memory_file
 from agentd.web.sessions import SESSION_TTL_S
 from agentd.web.timeline import read_timeline
@@ -223,7 +223,7 @@ def _description(text: str) -> str:
 
 def routes() -> list[web.RouteDef]:
     return [
-        web.get("/login", login),
+        web.get(LOGIN_PATH, login),
         web.get("/", agents),
         web.get("/agents/{agent}", agent),
         web.get("/agents/{agent}/memory", memory_file),
