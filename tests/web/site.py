@@ -14,6 +14,7 @@ The agent ``ada``:
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import re
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.models.reflection import ReflectionOutcome
+from shared.providers.base import ModelRequest, ModelResponse
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.reflection import events
 from tests.support.clock import FakeClock
@@ -37,6 +39,34 @@ UNSAFE_TEXT = (
     "[click](javascript:alert(1))\n"
 )
 _CSRF_META = re.compile(r'<meta name="csrf-token" content="([^"]+)">')
+
+
+class HeldProvider(ScriptedProvider):
+    """A scripted provider that can hold a turn's next model call until the test lets it
+    go: what the turn streamed before it can then be seen while the turn still runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._held = asyncio.Event()
+        self._hold_at: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def hold_call_after(self, calls: int) -> None:
+        """Answer ``calls`` more model calls, then hold the next one until :meth:`release`."""
+        self._hold_at = len(self.requests) + calls
+        self._held = asyncio.Event()
+
+    def release(self) -> None:
+        """Let the held call go, whether it has started waiting yet or not."""
+        assert self._loop is not None, "no model call was made since hold_call_after"
+        self._loop.call_soon_threadsafe(self._held.set)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self._loop = asyncio.get_running_loop()
+        if len(self.requests) == self._hold_at:
+            self._hold_at = None
+            await self._held.wait()
+        return await super().complete(request)
 
 
 @dataclass
@@ -113,7 +143,7 @@ class Site:
     """What :func:`serve_site` built: where to reach it and what is in it."""
 
     daemon: DaemonRunner
-    provider: ScriptedProvider
+    provider: HeldProvider
     port: int
     agent_id: str
     conversation_id: str
@@ -143,7 +173,7 @@ class Site:
 
 
 def serve_site(daemon: DaemonRunner, clock: FakeClock) -> Site:
-    provider = ScriptedProvider()
+    provider = HeldProvider()
     daemon.start(provider=provider, clock=clock, web="127.0.0.1:0")
     web = daemon.daemon.handlers.web  # type: ignore[union-attr]
     assert web.port is not None

@@ -8,11 +8,12 @@ One browser serves the whole module; each test gets its own daemon and browser c
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
 
-from shared.providers.scripted import text_reply
+from shared.providers.scripted import text_reply, tool_reply
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
 from tests.web.browser import CHROMIUM_ARGS, REBOUND_HOST, chromium, screenshot_path
@@ -121,17 +122,24 @@ def test_a_chat_message_streams_its_reply_and_search_finds_as_you_type(
     hit.wait_for()
     assert "pnpm" in hit.inner_text()
 
-    site.provider.enqueue(text_reply("Streaming works."))
+    site.provider.enqueue(
+        tool_reply(("recall_search", json.dumps({"query": "pnpm"}))),
+        text_reply("Streaming works."),
+    )
     page.locator("#chat textarea").fill("Does the browser chat stream?")
+    site.provider.hold_call_after(1)
     page.locator("#chat button").click()
+    page.locator(".msg.live.call", has_text="recall_search").wait_for()
+    page.locator(".msg.live.role-tool").wait_for()
+    assert page.locator("#chat-status").inner_text() == "running…", "the turn is not over"
+    site.provider.release()
     page.locator(".msg.live.streamed", has_text="Streaming works.").wait_for()
     page.locator("#chat-status", has_text="turn finished: end_turn").wait_for()
     page.screenshot(path=screenshot_path("conversation"), full_page=True)
 
-    assert [m["content"] for m in site.messages()[:2]] == [
-        "Streaming works.",
-        "Does the browser chat stream?",
-    ]
+    newest = site.messages()
+    assert newest[0]["content"] == "Streaming works."
+    assert "Does the browser chat stream?" in [m["content"] for m in newest[:5]]
 
 
 def test_requests_without_the_cookie_from_another_host_or_without_the_csrf_token_are_refused(
