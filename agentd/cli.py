@@ -56,13 +56,20 @@ def _run_daemon(settings: Settings) -> int:
         log_dir=settings.layout.logs_dir,
     )
     secure_home(settings.home)
+    from agentd.recall_client import RecallClient
+    from shared.providers.keys import take_provider_keys
+    from shared.store.agents import AgentStore
+
+    # Out of the environment before any child starts (shared/providers/keys.py).
+    keys = take_provider_keys()
+    # Recall's process starts first: its imports and the opening of every agent's index
+    # then overlap with the daemon's own start-up, and a search soon after it is answered.
+    recall = RecallClient(settings)
+    recall.open([record.id for record in AgentStore(settings.layout).scan().records])
     from agentd.server import Daemon
     from shared.providers.factory import ProviderFactory
-    from shared.providers.keys import take_provider_keys
 
-    # Out of the environment before any tool can start a child (shared/providers/keys.py).
-    providers = ProviderFactory(settings, take_provider_keys())
-    return Daemon(settings, providers=providers).run()
+    return Daemon(settings, providers=ProviderFactory(settings, keys), recall=recall).run()
 
 
 def _with_web(settings: Settings, address: str) -> Settings | None:

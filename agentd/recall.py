@@ -33,11 +33,13 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import structlog
 from pydantic import ValidationError
 
+from agentd.recall_access import AgentRecallAccess
+from agentd.recall_frames import WRITE_AT_STOP_S
 from shared.errors import AmbiguousMessage, UnknownMessage
 from shared.models.messages import Message
 from shared.priority import lower_this_thread
@@ -65,9 +67,6 @@ SEARCH_THREADS = 2
 """Recall's own threads: searches are CPU work, so more would only share the same cores."""
 READY_POLL_S = 0.05
 """How often a search waiting for its agent's index build looks again."""
-WRITE_AT_STOP_S = 10.0
-"""How long an orderly stop waits for the open segments to be written: one of 8,191
-documents takes well under a second, and the merge it may complete a few seconds."""
 
 T = TypeVar("T")
 
@@ -425,31 +424,6 @@ class RecallService:
 
     def bind(self, agent_id: str) -> AgentRecallAccess:
         return AgentRecallAccess(self, agent_id)
-
-
-class Recall(Protocol):
-    """What answers an agent's recall: the service itself, or the daemon's link to the
-    process it runs in (:class:`agentd.recall_client.RecallClient`)."""
-
-    async def search(self, agent_id: str, request: SearchRequest) -> Found: ...
-
-    async def around(
-        self, agent_id: str, message_id: str, before: int, after: int
-    ) -> list[Message]: ...
-
-
-class AgentRecallAccess:
-    """Recall for one agent's tools (the ``Recall`` protocol of ``ToolContext``)."""
-
-    def __init__(self, service: Recall, agent_id: str) -> None:
-        self.service = service
-        self.agent_id = agent_id
-
-    async def search(self, request: SearchRequest) -> Found:
-        return await self.service.search(self.agent_id, request)
-
-    async def around(self, message_id: str, before: int, after: int) -> list[Message]:
-        return await self.service.around(self.agent_id, message_id, before, after)
 
 
 def _lines_around(

@@ -32,8 +32,8 @@ from typing import Any
 
 import structlog
 
-from agentd.recall import WRITE_AT_STOP_S, AgentRecallAccess
-from agentd.recall_frames import encode, read_frame
+from agentd.recall_access import AgentRecallAccess
+from agentd.recall_frames import WRITE_AT_STOP_S, encode, read_frame
 from shared.errors import RecallUnavailable
 from shared.models.messages import Message
 from shared.recall.ranking import Found, SearchRequest
@@ -91,8 +91,18 @@ class RecallClient:
 
     # --- sending only ----------------------------------------------------------------------
 
+    def open(self, agent_ids: list[str]) -> None:
+        """Open the indexes of these agents that are not open yet; the first call starts
+        the process."""
+        with self._lock:
+            new = [agent_id for agent_id in agent_ids if agent_id not in self._agents]
+            self._agents.update(new)
+            started = self._process is not None
+        if new or not started:
+            self._outbox.put(("start", new))
+
     def start(self, agent_ids: list[str]) -> None:
-        """Open these agents' indexes (again, if open); starts the process on first use."""
+        """Open these agents' indexes again (an agent restored or imported)."""
         with self._lock:
             self._agents.update(agent_ids)
         self._outbox.put(("start", agent_ids))
@@ -228,6 +238,10 @@ class RecallClient:
                 ],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
+                # In a process group of its own: a terminal's Ctrl-C and a stop signal to
+                # the daemon's group must not end it before the daemon has had it write
+                # its open segments. It ends when the daemon closes its socket, or dies.
+                process_group=0,
             )
         process = _Process(popen, ours)
         with self._lock:

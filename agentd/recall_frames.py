@@ -29,6 +29,9 @@ from typing import Any
 HEADER = struct.Struct(">I")
 CALLS = ("search", "around", "status", "write_open_segments")
 """What a ``call`` frame may name: the recall service's methods that answer."""
+WRITE_AT_STOP_S = 10.0
+"""How long an orderly stop waits for the open segments to be written: one of 8,191
+documents takes well under a second, and the merge it may complete a few seconds."""
 
 
 def encode(frame: tuple[Any, ...]) -> bytes:

@@ -74,10 +74,13 @@ class Daemon:
         *,
         providers: ProviderFactory | None = None,
         clock: Clock = utc_now,
+        recall: RecallClient | None = None,
     ) -> None:
+        """``recall`` may have been started already (``agentd serve`` does, see its
+        ``_run_daemon``); the daemon opens every agent in it that it has not opened."""
         self.settings = settings
         self.layout = Layout(settings.home)
-        self.recall = RecallClient(settings)
+        self.recall = recall or RecallClient(settings)
         self.agents = Agents(self.layout, on_append=self.recall.on_append, clock=clock)
         self.turns = Turns(
             settings, self.layout, providers or ProviderFactory(settings), self.recall
@@ -114,7 +117,7 @@ class Daemon:
         _prepare_socket_dir(path)
         self._max_connections = _connection_cap(self.settings.max_connections)
         server = await _bind(path, self._on_connection, backlog=self.settings.max_connections)
-        self.recall.start([record.id for record in self.agents.store.list()])
+        self.recall.open([record.id for record in self.agents.store.list()])
         await asyncio.to_thread(self.agents.recover_memory)
         self.reflections.start()
         await self.handlers.web.start()

@@ -107,3 +107,16 @@ def test_an_orderly_stop_ends_the_recall_process(daemon: DaemonRunner) -> None:
     assert pid is not None
     daemon.stop()
     assert not _running(pid)
+
+
+def test_the_recall_process_is_out_of_reach_of_signals_to_the_daemons_process_group(
+    daemon: DaemonRunner,
+) -> None:
+    """A terminal's Ctrl-C and a stop signal to the group reach every process in it; the
+    recall process must outlive them until its daemon has had it write its segments."""
+    recall = daemon.start().recall
+    daemon.result("chat", {"text": "the deploy key is in vault"})
+    pid = recall.pid
+    assert pid is not None
+
+    assert os.getpgid(pid) == pid != os.getpgid(0)
