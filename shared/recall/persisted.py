@@ -40,7 +40,7 @@ from shared.recall.disk import (
 from shared.recall.documents import read_message_at
 from shared.recall.index import COLUMNS, ID_STARTS, IDS, AgentIndex
 from shared.recall.manifest import Manifest, SegmentEntry, read_manifest, write_manifest
-from shared.recall.segments import SEGMENT_CAPACITY, Segment, merge
+from shared.recall.segments import LOOKED_UP, SEGMENT_CAPACITY, Segment, merge
 from shared.store.layout import RecallFiles
 
 log = structlog.get_logger(__name__)
@@ -52,6 +52,9 @@ after another), and a disk serves many reads at once about as fast as one."""
 MERGE_FANOUT = 8
 """Consecutive segments that fit in one are merged once there are this many of them."""
 COLUMN_PREFIX = "doc."
+_PREFETCH = (*LOOKED_UP, *(COLUMN_PREFIX + name for name in (*COLUMNS, IDS, ID_STARTS)))
+"""Read ahead when a segment is opened: what every search looks into, and the columns
+:meth:`AgentIndex.restore` copies at once."""
 
 Covered = dict[str, list[tuple[int, int]]]
 """Per conversation, the (first, last) line offsets of each persisted run, ascending."""
@@ -112,7 +115,7 @@ class PersistedIndex:
         for entry in manifest.segments if manifest is not None else []:
             path = self.files.segment(entry.serial)
             try:
-                segment = open_segment(path, analyzer=self.analyzer)
+                segment = open_segment(path, analyzer=self.analyzer, prefetch=_PREFETCH)
             except SegmentUnusable as exc:
                 rebuilding = rebuilding or f"{exc.reason} segment"
                 log.warning("recall_segment_unusable", path=str(path), reason=exc.reason)

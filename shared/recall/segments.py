@@ -47,6 +47,9 @@ MAX_BIGRAM_TF = 127
 """A bigram count this high only says "at least": the term is counted in the text."""
 OFFSET_MODULUS = 128
 """A bigram occurring once records its byte offset in the document modulo this."""
+LOOKED_UP = ("text_starts", "words.keys", "words.starts", "bigrams.keys", "bigrams.starts")
+"""The arrays of :meth:`Segment.arrays` every search looks into (a binary search of the
+keys, each candidate's stretch of text), not just at the postings it finds."""
 _ONCE = 0x80
 _EMPTY = np.zeros(0, dtype=np.uint16)
 
