@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -53,7 +54,7 @@ from shared.recall.documents import (
     read_message_at,
 )
 from shared.recall.index import AgentIndex
-from shared.recall.persisted import Covered, Loaded, PersistedIndex
+from shared.recall.persisted import Covered, PersistedIndex
 from shared.recall.ranking import Found, Hit, SearchRequest
 from shared.recall.segments import OPEN_SEGMENT_DOCS, SEGMENT_CAPACITY, Segment
 from shared.recall.text import ANALYZER_VERSION
@@ -65,8 +66,13 @@ log = structlog.get_logger(__name__)
 
 SEARCH_THREADS = 2
 """Recall's own threads: searches are CPU work, so more would only share the same cores."""
-READY_POLL_S = 0.05
-"""How often a search waiting for its agent's index build looks again."""
+READY_POLL_S = 0.005
+"""How often a search waiting for its agent's index to open looks again (an open takes
+a tenth of a second at a million messages: a coarser poll would add half of that)."""
+READ_AT_OPEN = 256
+"""Lines missing from the persisted segments that opening reads at once (a few ms)
+rather than in the background: what an orderly stop leaves (lines that are not
+messages to index, a summary or a stop record) or a short tail."""
 
 T = TypeVar("T")
 
@@ -76,16 +82,19 @@ class _AgentRecall:
         self.persisted = persisted
         self.index = index
         self.searchable = threading.Event()
-        """Set once the persisted segments are open: searches are answered from then on."""
+        """Set once the persisted segments are open and what they miss is counted:
+        searches are answered from then on."""
         self.ready = threading.Event()
         """Set once everything the logs hold is indexed (appends then go in at once)."""
         self.read_up_to: dict[str, int] = {}
         """Per conversation, past the last line the catch-up read (appends below it are in)."""
         self.pending: list[tuple[str, list[Message], list[int]]] = []
         self.rebuilding: str | None = None
+        self.work: list[_Uncovered] = []
+        """What the catch-up reads, per conversation."""
         self.to_read: int | None = None
-        """Lines the catch-up has still to read (counted when it starts, then counted
-        down); None until it starts, and while rebuilding (not counted)."""
+        """Lines the catch-up has still to read (counted before searches are answered,
+        then counted down); None while rebuilding (not counted)."""
 
     def state(self) -> str:
         if self.ready.is_set():
@@ -95,7 +104,7 @@ class _AgentRecall:
         if self.rebuilding is not None:
             return f"rebuilding: {self.rebuilding}"
         missing = self._missing()
-        return "catching up" if missing is None else f"catching up {missing} messages"
+        return "ready" if missing == 0 else f"catching up {missing} messages"
 
     def incomplete(self) -> str | None:
         """What a search answered now may miss (see :attr:`Found.incomplete`), or None."""
@@ -104,18 +113,26 @@ class _AgentRecall:
         if self.rebuilding is not None:
             return f"index rebuilding ({self.rebuilding}): results may be incomplete"
         missing = self._missing()
-        if missing is None:
-            return "index catching up: results may be incomplete"
         if missing == 0:  # every line read is indexed, and nothing was appended meanwhile
             return None
         return f"index catching up: {missing:,} messages not searchable yet"
 
-    def _missing(self) -> int | None:
+    def _missing(self) -> int:
         """Lines the catch-up has still to index, and messages appended meanwhile (which
-        join the index when it is done); None before the catch-up has counted."""
-        if self.to_read is None:
-            return None
-        return self.to_read + sum(len(messages) for _, messages, _ in self.pending)
+        join the index when it is done)."""
+        return (self.to_read or 0) + sum(len(messages) for _, messages, _ in self.pending)
+
+
+@dataclass
+class _Uncovered:
+    """One conversation's log and what of it the persisted segments do not cover."""
+
+    conversation_id: str
+    path: Path
+    ranges: list[tuple[int, int | None]]
+    """Line offsets [start, stop) to read; the last one open-ended (the tail)."""
+    lines: list[int] | None = None
+    """How many lines start in each range (None while rebuilding: not counted)."""
 
 
 class RecallService:
@@ -218,22 +235,19 @@ class RecallService:
             state.searchable.set()
 
     def _build_all(self, states: list[tuple[str, _AgentRecall]]) -> None:
-        loaded: list[tuple[str, _AgentRecall, Loaded | None]] = []
         for agent_id, state in states:  # at the daemon's priority: searches wait for this
-            loaded.append((agent_id, state, self._open(agent_id, state)))
+            self._open(agent_id, state)
         lower_this_thread()  # the catch-up is background work
-        for agent_id, state, opened in loaded:
+        for agent_id, state in states:
+            if state.ready.is_set():  # nothing to read
+                continue
             started = time.perf_counter()
             try:
-                self._catch_up(agent_id, state, opened.covered if opened else {})
+                self._catch_up(state)
             except Exception:
                 log.exception("recall_build_failed", agent_id=agent_id)
             finally:
-                with self._lock:
-                    pending, state.pending = state.pending, []
-                    for conversation_id, messages, offsets in pending:
-                        self._add(state, conversation_id, messages, offsets)
-                    state.ready.set()
+                self._finish(state)
             _release_build_memory()
             log.info(
                 "recall_index_built",
@@ -242,24 +256,37 @@ class RecallService:
                 bytes=state.index.nbytes,
                 seconds=round(time.perf_counter() - started, 2),
             )
-        for agent_id, state, _ in loaded:
+        for agent_id, state in states:
             damaged = state.persisted.damaged()
             if damaged and not state.persisted.closed:
                 log.warning("recall_segments_damaged", agent_id=agent_id, serials=damaged)
                 state.persisted.forget(damaged)
                 self.start([agent_id]).join()
 
-    def _open(self, agent_id: str, state: _AgentRecall) -> Loaded | None:
-        """Open the persisted segments; searches are answered from then on."""
+    def _open(self, agent_id: str, state: _AgentRecall) -> None:
+        """Open the persisted segments and count what they miss; searches are answered
+        from then on. With nothing missing the index is ready at once, and with a few
+        lines missing (a stop's last messages) it reads them here: a start over what was
+        persisted never says "catching up", not even for a moment."""
         started = time.perf_counter()
+        covered: Covered = {}
         try:
             loaded = state.persisted.load()
             state.index.restore(loaded.conversations, loaded.parts)
             state.rebuilding = loaded.rebuilding
+            covered = loaded.covered
         except Exception:
             log.exception("recall_open_failed", agent_id=agent_id)
-            loaded = None
             state.rebuilding = "index unreadable"
+        try:
+            self._plan(agent_id, state, covered)
+            if state.to_read is not None and state.to_read <= READ_AT_OPEN:
+                try:
+                    self._catch_up(state)
+                finally:
+                    self._finish(state)
+        except Exception:
+            log.exception("recall_build_failed", agent_id=agent_id)
         finally:
             state.searchable.set()
         log.info(
@@ -267,40 +294,66 @@ class RecallService:
             agent_id=agent_id,
             documents=len(state.index),
             rebuilding=state.rebuilding,
+            to_read=state.to_read,
             seconds=round(time.perf_counter() - started, 3),
         )
-        return loaded
 
-    def _catch_up(self, agent_id: str, state: _AgentRecall, covered: Covered) -> None:
-        """Index what the persisted segments do not cover, in every conversation's log,
-        including one whose ``conversation.json`` is damaged (the scan logs it with what to
-        do): the log, not the record, holds the messages."""
+    def _plan(self, agent_id: str, state: _AgentRecall, covered: Covered) -> None:
+        """What the catch-up reads: what the persisted segments do not cover, in every
+        conversation's log, including one whose ``conversation.json`` is damaged (the scan
+        logs it with what to do): the log, not the record, holds the messages. Counted
+        unless rebuilding (then it may be every log: status says why instead)."""
         scan = scan_conversations(self.layout, agent_id)
         scan.log_damaged()
-        work = []
         for conversation_id in scan.ids:
             path = self.layout.conversation_files(agent_id, conversation_id).messages
             runs = covered.get(conversation_id, [])
-            work.append((conversation_id, path, _uncovered(runs)))
+            uncovered = _Uncovered(conversation_id, path, _uncovered(runs))
+            if state.rebuilding is None:
+                uncovered.lines = _lines_in(path, uncovered.ranges)
+            state.work.append(uncovered)
             state.read_up_to[conversation_id] = runs[-1][1] + 1 if runs else 0
         if state.rebuilding is None:
-            state.to_read = sum(_lines_in(path, ranges) for _, path, ranges in work)
+            state.to_read = sum(sum(item.lines or ()) for item in state.work)
+
+    def _catch_up(self, state: _AgentRecall) -> None:
+        """Index what :meth:`_plan` found uncovered, counting :attr:`_AgentRecall.to_read`
+        down as it goes (a range counted empty is not read)."""
 
         def documents() -> Iterator[Document]:
-            for conversation_id, path, ranges in work:
-                for start, stop in ranges:
+            for item in state.work:
+                for n, (start, stop) in enumerate(item.ranges):
+                    left = None if item.lines is None else item.lines[n]
+                    if left == 0:
+                        continue
                     tail = stop is None
-                    tracker = state.index.tracker(conversation_id) if tail else EchoTracker()
-                    for document in read_documents(path, tracker, start, stop):
+                    tracker = state.index.tracker(item.conversation_id) if tail else EchoTracker()
+                    for document in read_documents(item.path, tracker, start, stop):
                         if tail:
-                            state.read_up_to[conversation_id] = document.offset + 1
+                            state.read_up_to[item.conversation_id] = document.offset + 1
                         yield document
-                        if state.to_read is not None:  # indexed: the build asks for the
-                            state.to_read = max(0, state.to_read - 1)  # next one only then
+                        if left:  # indexed: the build asks for the next one only then
+                            left -= 1
+                            state.to_read = max(0, (state.to_read or 0) - 1)
+                    if left:  # lines that were not documents (a summary, a stop record)
+                        state.to_read = max(0, (state.to_read or 0) - left)
 
         state.index.build(documents())
-        if any(stop is not None for _, _, ranges in work for _, stop in ranges):
+        if any(
+            stop is not None and (item.lines is None or item.lines[n])
+            for item in state.work
+            for n, (_, stop) in enumerate(item.ranges)
+        ):
             state.index.relink()
+
+    def _finish(self, state: _AgentRecall) -> None:
+        """The catch-up is done: what was appended meanwhile joins, then appends go in at
+        once."""
+        with self._lock:
+            pending, state.pending = state.pending, []
+            for conversation_id, messages, offsets in pending:
+                self._add(state, conversation_id, messages, offsets)
+            state.ready.set()
 
     def on_append(
         self, conversation: Conversation, messages: list[Message], offsets: list[int]
@@ -458,31 +511,31 @@ def _uncovered(runs: list[tuple[int, int]]) -> list[tuple[int, int | None]]:
     return ranges
 
 
-def _lines_in(path: Path, ranges: list[tuple[int, int | None]]) -> int:
-    """How many lines start in ``ranges`` of the log: a line starts at 0 or after a
-    newline, so it is the newlines in the range moved back one byte. A range starts just
+def _lines_in(path: Path, ranges: list[tuple[int, int | None]]) -> list[int]:
+    """How many lines start in each of ``ranges`` of the log: a line starts at 0 or after
+    a newline, so it is the newlines in the range moved back one byte. A range starts just
     past the start of the last line indexed, whose newline must not count (it would make
     every conversation of a caught-up index look one message behind)."""
-    total = 0
+    counts = [0] * len(ranges)
     try:
         with open(path, "rb") as handle:
             size = os.fstat(handle.fileno()).st_size
-            for start, stop in ranges:
+            for n, (start, stop) in enumerate(ranges):
                 end = size if stop is None else min(stop, size)
                 if start >= end:
                     continue
-                total += start == 0  # the first line has no newline before it
+                counts[n] += start == 0  # the first line has no newline before it
                 handle.seek(max(start - 1, 0))
                 left = end - 1 - max(start - 1, 0)
                 while left > 0:
                     chunk = handle.read(min(1 << 20, left))
                     if not chunk:
                         break
-                    total += chunk.count(b"\n")
+                    counts[n] += chunk.count(b"\n")
                     left -= len(chunk)
     except FileNotFoundError:
-        return 0
-    return total
+        return [0] * len(ranges)
+    return counts
 
 
 def _document_at(path: Path, offset: int) -> Document | None:

@@ -190,9 +190,9 @@ def test_a_segment_of_another_analyzer_is_rebuilt_and_says_why(
     again._agents.clear()
     state = again._new_state(AGENT)
     again._agents[AGENT] = state
-    opened = again._open(AGENT, state)
+    again._open(AGENT, state)
     states.append(state.state())
-    again._catch_up(AGENT, state, opened.covered)
+    again._catch_up(state)
 
     assert states == ["rebuilding: analyzer changed"]
     state.ready.set()
