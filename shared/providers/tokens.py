@@ -18,7 +18,10 @@ CHARS_PER_TOKEN = 4
 
 
 def text_chars(text: str) -> int:
-    """Length in UTF-16 code units (what the 4-chars-per-token rule counts)."""
+    """Length in UTF-16 code units (what the 4-chars-per-token rule counts). ASCII text,
+    most of a request, is its length: no copy of it is made (every request is measured)."""
+    if text.isascii():
+        return len(text)
     return len(text.encode("utf-16-le")) // 2
 
 

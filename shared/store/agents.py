@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import configparser
 import contextlib
+import os
 import shlex
 import shutil
 from collections.abc import Iterator
@@ -42,6 +43,18 @@ the default memory and an empty conversation: nothing to restore, so it is ignor
 _REBUILT_SUFFIX = ".rebuilt"
 
 
+_FileKey = tuple[int, int, int, int]
+
+
+def _file_key(path: Path) -> _FileKey | None:
+    """What changes whenever the file is replaced (atomically: a new inode) or written."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size)
+
+
 @dataclass
 class AgentScan:
     """Every agent directory, sorted into readable records and the damaged ones."""
@@ -58,14 +71,27 @@ class AgentScan:
 class AgentStore:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
+        self._read: dict[str, tuple[_FileKey, AgentRecord]] = {}
+        """Each record as last read or saved, with what its file looked like then: every
+        request resolves its agent, and parsing the record each time was a tenth of the
+        daemon's event-loop time under a load of chats. A record replaced on disk (by
+        hand, say) is a new file, so it is read again."""
 
     def get(self, agent_id: str) -> AgentRecord:
-        record = read_model(self.layout.agent_file(agent_id), AgentRecord)
+        path = self.layout.agent_file(agent_id)
+        key = _file_key(path)
+        known = self._read.get(agent_id)
+        if key is not None and known is not None and known[0] == key:
+            return known[1].model_copy(deep=True)
+        record = read_model(path, AgentRecord)
         if record is None:
+            self._read.pop(agent_id, None)
             missing = self._missing(self.layout.agent_dir(agent_id))
             if missing is not None:
                 raise missing
             raise UnknownAgent(f"no agent {agent_id!r}; list agents with `agentctl agents list`")
+        if key is not None:
+            self._read[agent_id] = (key, record.model_copy(deep=True))
         return record
 
     def list(self) -> list[AgentRecord]:
@@ -123,7 +149,11 @@ class AgentStore:
 
     def save(self, record: AgentRecord) -> None:
         record.updated_at = utc_now()
-        write_model_atomic(self.layout.agent_file(record.id), record)
+        path = self.layout.agent_file(record.id)
+        write_model_atomic(path, record)
+        key = _file_key(path)
+        if key is not None:
+            self._read[record.id] = (key, record.model_copy(deep=True))
 
     def trash(self, agent_id: str, when: datetime) -> Path:
         """Move the agent's whole directory to the trash; where it went."""

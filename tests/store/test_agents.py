@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import AgentRecordMissing, UnknownAgent
+from shared.errors import AgentRecordMissing, CorruptStateFile, UnknownAgent
 from shared.models.agents import AgentRecord
 from shared.store.agents import AgentStore
+from shared.store.atomic import write_model_atomic
 from shared.store.layout import Layout
 
 
@@ -63,3 +64,39 @@ def test_a_creation_that_fails_leaves_no_directory(tmp_path: Path) -> None:
         (directory / "memory").mkdir()
         raise RuntimeError("git init failed")
     assert not (tmp_path / "agents" / "agent-new").exists()
+
+
+def test_a_record_changed_on_disk_behind_the_store_is_read_again(tmp_path: Path) -> None:
+    """The store keeps what it read, but a record replaced by another writer (by hand,
+    an import) is what the next ``get`` answers, even at the same size within one tick."""
+    store = _store(tmp_path)
+    _agent_with_a_conversation(store, "agent-1", "alpha")
+    assert store.get("agent-1").name == "alpha"
+
+    for name in ("bravo", "delta"):  # same length, back to back
+        write_model_atomic(tmp_path / "agents" / "agent-1" / "agent.json", store.get("agent-1"))
+        record = store.get("agent-1")
+        record.name = name
+        write_model_atomic(tmp_path / "agents" / "agent-1" / "agent.json", record)
+        assert store.get("agent-1").name == name
+
+
+def test_a_record_returned_is_the_callers_to_change_and_does_not_change_the_store(
+    tmp_path: Path,
+) -> None:
+    store = _store(tmp_path)
+    _agent_with_a_conversation(store, "agent-1", "alpha")
+    store.get("agent-1").name = "changed in memory only"
+    assert store.get("agent-1").name == "alpha"
+
+
+def test_a_record_damaged_after_it_was_read_is_refused_not_served_from_memory(
+    tmp_path: Path,
+) -> None:
+    store = _store(tmp_path)
+    _agent_with_a_conversation(store, "agent-1", "alpha")
+    assert store.get("agent-1").name == "alpha"
+    (tmp_path / "agents" / "agent-1" / "agent.json").write_text('{"id": "agent-')
+
+    with pytest.raises(CorruptStateFile):
+        store.get("agent-1")
