@@ -6,8 +6,9 @@ avoid git altogether (:meth:`MemoryRepo.head` reads ``.git`` files) or use one b
 (:meth:`MemoryRepo.read_tree`).
 
 Writers serialise on a ``flock`` beside the repo (:attr:`MemoryRepo.lock_path`); two writers
-in one checkout otherwise collide on ``index.lock``. A commit is refused while a merge is
-in progress, because git would happily conclude it with conflict markers in memory. A git
+in one checkout otherwise collide on ``index.lock``. A commit is refused while a merge, a
+revert or a cherry-pick is in progress, because git would happily conclude it with conflict
+markers in memory (or seal the user's revert as the agent's edit). A git
 lock file left by a git that died is removed and the command run again; one a live git
 holds is :class:`MemoryBusy` (:mod:`shared.memory.git_locks`).
 """
@@ -36,6 +37,9 @@ INITIAL_COMMIT_MESSAGE = "chore: initialize local memory"
 _BRANCH = "main"
 _LOG_FORMAT = "%H%x00%h%x00%an%x00%ae%x00%aI%x00%s"
 _FILE_MODES = frozenset({b"100644", b"100755"})
+_UNFINISHED = {"MERGE_HEAD": "merge", "REVERT_HEAD": "revert", "CHERRY_PICK_HEAD": "cherry-pick"}
+"""What git leaves in ``.git`` while each operation that can stop on a conflict is unfinished;
+``git <operation> --abort`` puts the checkout back at HEAD as it was before it."""
 
 T = TypeVar("T")
 
@@ -149,17 +153,25 @@ class MemoryRepo:
             raise MemoryRepoError(f"{self.path}: HEAD points to {ref}, which has no commit")
         return sha
 
-    def commit_all(self, message: str, *, author_name: str, author_email: str) -> str | None:
+    def commit_all(
+        self, message: str, *, author_name: str, author_email: str, concludes_revert: bool = False
+    ) -> str | None:
         """Stage everything and commit it; the new sha, or None when nothing changed.
 
-        The caller holds :attr:`lock_path` (see :meth:`edit`).
+        The caller holds :attr:`lock_path` (see :meth:`edit`). Refused while a merge, revert
+        or cherry-pick is unfinished (see :meth:`recover`), except the revert a caller
+        started itself and saw apply cleanly (``concludes_revert``, :mod:`shared.memory.revert`).
         """
-        if (self._git_dir / "MERGE_HEAD").exists():
-            raise MemoryRepoError(
-                f"a merge is in progress in {self.path}; committing now would seal conflict "
-                f"markers into memory. Run `git -C {self.path} merge --abort` (agentd does "
-                "this on restart) and retry"
-            )
+        for marker, operation in _UNFINISHED.items():
+            if (self._git_dir / marker).exists() and not (
+                concludes_revert and marker == "REVERT_HEAD"
+            ):
+                raise MemoryRepoError(
+                    f"a {operation} is in progress in {self.path}; committing now would seal "
+                    f"its half-done changes (conflict markers and all) into memory. Run "
+                    f"`git -C {self.path} {operation} --abort` (agentd does this on restart) "
+                    "and retry"
+                )
         self._git("add", "-A")
         if self._git_status("diff", "--cached", "--quiet") == 0:
             return None
@@ -258,16 +270,18 @@ class MemoryRepo:
         """Undo what a killed git left behind; what was done, also logged. Hold the lock.
 
         Removes the git lock files no live git holds (any of them: index, HEAD, refs,
-        linked worktrees'), then aborts a merge left unfinished.
+        linked worktrees'), then aborts a merge, revert or cherry-pick left unfinished: the
+        checkout goes back to HEAD, which such an operation only moves once it is done.
         """
         done = [
             f"removed a stale {lock.relative_to(self.path)}"
             for lock in git_locks.remove_stale(self._git_dir)
         ]
-        if (self._git_dir / "MERGE_HEAD").exists():
-            self._git("merge", "--abort")
-            done.append("aborted an unfinished merge")
-            log.warning("memory_repo_recovered", path=str(self.path), action=done[-1])
+        for marker, operation in _UNFINISHED.items():
+            if (self._git_dir / marker).exists():
+                self._git(operation, "--abort")
+                done.append(f"aborted an unfinished {operation}")
+                log.warning("memory_repo_recovered", path=str(self.path), action=done[-1])
         return done
 
     def ensure_unlocked(self) -> None:

@@ -65,7 +65,12 @@ def revert(
         repo.ensure_unlocked()
         _start(repo, target, before)
         try:
-            sha = repo.commit_all(_message(target), author_name=USER_NAME, author_email=USER_EMAIL)
+            sha = repo.commit_all(
+                _message(target),
+                author_name=USER_NAME,
+                author_email=USER_EMAIL,
+                concludes_revert=True,
+            )
         except BaseException:
             _abort(repo)
             raise

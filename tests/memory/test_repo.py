@@ -136,6 +136,41 @@ def test_recover_aborts_a_leftover_merge(repo: MemoryRepo) -> None:
     assert repo.recover() == []
 
 
+def leave_a_conflicted(repo: MemoryRepo, *command: str) -> str:
+    """Stop ``git <command> <commit>`` on a conflict, as a daemon killed before aborting it
+    leaves the checkout; returns HEAD from before it."""
+    write(repo, "system/human.md", "- Likes coffee\n")
+    coffee = repo.commit_all("coffee", **AUTHOR)
+    write(repo, "system/human.md", "- Likes water\n")
+    before = repo.commit_all("water", **AUTHOR)
+    assert coffee is not None and before is not None
+    git(repo, *command, coffee, check=False)
+    assert "<<<<<<<" in (repo.path / "system/human.md").read_text()
+    return before
+
+
+@pytest.mark.parametrize(
+    ("command", "operation"),
+    [(("revert", "--no-commit"), "revert"), (("cherry-pick",), "cherry-pick")],
+)
+def test_a_conflicted_revert_or_cherry_pick_left_by_a_crash_is_never_committed(
+    repo: MemoryRepo, command: tuple[str, ...], operation: str
+) -> None:
+    before = leave_a_conflicted(repo, *command)
+
+    with pytest.raises(MemoryRepoError, match=f"{operation} is in progress.*{operation} --abort"):
+        repo.commit_all("the next turn's edit", **AUTHOR)
+    assert repo.head() == before
+
+    assert repo.recover() == [f"aborted an unfinished {operation}"]
+    assert repo.head() == before
+    assert not repo.is_dirty()
+    assert (repo.path / "system/human.md").read_text() == "- Likes water\n"
+    assert repo.recover() == []
+    write(repo, "notes/x.md", "x\n")
+    assert repo.commit_all("the next turn's edit", **AUTHOR) is not None
+
+
 def test_recover_removes_every_git_lock_a_crash_left_and_keeps_one_a_live_git_holds(
     repo: MemoryRepo,
 ) -> None:
