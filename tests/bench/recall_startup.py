@@ -12,10 +12,19 @@ as a restarted daemon's:
   start) to its first answered search; its memory (``RssAnon``, the heap, apart from
   ``RssFile``, the mapped pages, which are the OS's page cache) after the first answer and
   after every query; its query latency through ``RecallService.search`` and its results.
-  ``--cold`` first drops the agent's files (index and logs) from the page cache
-  (``posix_fadvise``), as after a reboot.
+- ``daemon``: the whole daemon, as a user restarts it: ``python -m agentd.cli serve`` on
+  the home (mock model, no Redis), timed from the spawn of that process until a search
+  sent over its socket (``Connection``, connecting again until the socket answers) comes
+  back with its hits; then ``status``: the agent's recall state at that moment, and the
+  recall process's memory (``/proc/<pid>/status`` of ``recall_process.pid``) against the
+  raw text; then, once the index is ready, the queries the socket can ask (no date or
+  current-conversation filters) against the in-memory index's answers.
 
-    python tests/bench/recall_startup.py persist|open HOME [--cold]
+``--cold`` first drops the agent's files (index and logs) from the page cache
+(``posix_fadvise``), as after a reboot (the interpreter's and the packages' files stay
+cached: a reboot would add their first read too).
+
+    python tests/bench/recall_startup.py persist|open|daemon HOME [--cold]
 """
 
 from __future__ import annotations
@@ -40,11 +49,14 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script: the repository root is not on the path
     sys.path.insert(0, str(ROOT))
 
+from agentd.client.connection import ClientError, Connection  # noqa: E402
 from agentd.recall import RecallService  # noqa: E402
+from shared.models.agents import BASE_SYSTEM_PROMPT, AgentRecord  # noqa: E402
 from shared.models.messages import Message, ToolCall  # noqa: E402
 from shared.recall.documents import Document, read_documents  # noqa: E402
 from shared.recall.index import AgentIndex  # noqa: E402
 from shared.recall.ranking import SearchRequest  # noqa: E402
+from shared.store.agents import AgentStore  # noqa: E402
 from shared.store.jsonl import MessageLog  # noqa: E402
 from shared.store.layout import Layout  # noqa: E402
 
@@ -56,6 +68,9 @@ EXPECTED = "bench-expected.json"
 BATCH = 20_000
 """Messages per append while writing the logs (each append is fsync'd)."""
 POLL_S = 0.01
+CONNECT_POLL_S = 0.002
+"""How often the daemon's socket is tried while it starts."""
+DAEMON_TIMEOUT_S = 120.0
 MOMENTS = ("after_first_answer", "after_ready", "after_queries", "after_queries_trimmed")
 
 
@@ -136,12 +151,12 @@ def load_requests(home: Path) -> dict[str, list[SearchRequest]]:
 # --- measuring -----------------------------------------------------------------------------
 
 
-def memory() -> dict[str, int]:
-    """Resident bytes of this process: all (VmRSS), the heap and other private memory
-    (RssAnon), and mapped files' pages (RssFile: the OS's page cache, shared, dropped
-    under memory pressure rather than swapped)."""
+def memory(pid: int | str = "self") -> dict[str, int]:
+    """Resident bytes of a process (this one by default): all (VmRSS), the heap and other
+    private memory (RssAnon), and mapped files' pages (RssFile: the OS's page cache,
+    shared, dropped under memory pressure rather than swapped)."""
     found = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         name, _, value = line.partition(":")
         if name in ("VmRSS", "RssAnon", "RssFile"):
             found[name] = int(value.split()[0]) * 1024
@@ -258,6 +273,130 @@ def _drop_from_page_cache(directory: Path) -> None:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+
+
+# --- the daemon ----------------------------------------------------------------------------
+
+
+def daemon(home: Path, cold: bool) -> dict[str, Any]:
+    """``agentd serve`` on the home: spawn to first answered search over its socket, the
+    state and the recall process's memory then; then every query the socket can ask."""
+    layout = Layout(home)
+    _ensure_agent(layout)
+    if cold:
+        _drop_from_page_cache(layout.agent_dir(AGENT))
+    os.environ["AGENTD_HOME"] = str(home)  # where Connection looks for the socket
+    env = {**os.environ, "AGENTD_MODEL": "mock", "PYTHONPATH": str(ROOT)}
+    figures: dict[str, Any] = {}
+    with open(home / "bench-daemon.log", "wb") as output:
+        spawned_at = time.time()
+        started = time.perf_counter()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "agentd.cli", "serve"],
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            connection = _connect(process)
+            figures["socket_s"] = time.perf_counter() - started
+            first = connection.result("recall.search", {"agent": AGENT, "query": FIRST_QUERY.query})
+            figures["first_answer_s"] = time.perf_counter() - started
+            status = connection.result("status")
+            figures["status_s"] = time.perf_counter() - started
+            figures["first_hits"] = len(first["hits"])
+            figures["first_incomplete"] = first["incomplete"]
+            (agent,) = [a for a in status["agents"] if a["id"] == AGENT]
+            figures["state_at_first_answer"] = agent["recall"]["state"]
+            recall_pid = status["recall_process"]["pid"]
+            figures["recall_after_first_answer"] = memory(recall_pid)
+            figures["daemon_after_first_answer"] = memory(process.pid)
+            figures.update(_daemon_queries(home, connection, recall_pid))
+            connection.close()
+        finally:
+            process.terminate()
+            process.wait(DAEMON_TIMEOUT_S)
+    figures["milestones_s"] = _milestones(home / "bench-daemon.log", spawned_at)
+    return figures
+
+
+MILESTONES = (
+    "recall_process_spawned",
+    "recall_process_started",
+    "recall_index_opened",
+    "agentd_listening",
+)
+"""Log events of a start, in the daemon's and the recall process's log lines."""
+
+
+def _milestones(log_path: Path, spawned_at: float) -> dict[str, float]:
+    """Seconds from the spawn to the first log line of each of :data:`MILESTONES`."""
+    found: dict[str, float] = {}
+    for line in log_path.read_text().splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        name = event.get("event") if isinstance(event, dict) else None
+        if name in MILESTONES and name not in found:
+            at = datetime.fromisoformat(event["timestamp"]).timestamp()
+            found[name] = at - spawned_at
+    return found
+
+
+def _ensure_agent(layout: Layout) -> None:
+    """The daemon opens the recall index of the agents it has a record of."""
+    if not layout.agent_file(AGENT).exists():
+        AgentStore(layout).save(AgentRecord(id=AGENT, name=AGENT, system_prompt=BASE_SYSTEM_PROMPT))
+
+
+def _connect(process: subprocess.Popen[bytes]) -> Connection:
+    deadline = time.monotonic() + DAEMON_TIMEOUT_S
+    while True:
+        try:
+            return Connection()
+        except ClientError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise
+            time.sleep(CONNECT_POLL_S)
+
+
+def _recall_state(connection: Connection) -> str:
+    (agent,) = [a for a in connection.result("status")["agents"] if a["id"] == AGENT]
+    return str(agent["recall"]["state"])
+
+
+def _daemon_queries(home: Path, connection: Connection, recall_pid: int) -> dict[str, Any]:
+    """Once ready, the queries a socket request can express, against the expected."""
+    deadline = time.monotonic() + DAEMON_TIMEOUT_S
+    while _recall_state(connection) != "ready" and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    requests = load_requests(home)
+    expected = json.loads((home / EXPECTED).read_text())
+    times: list[float] = []
+    differ: list[str] = []
+    for kind, kind_requests in requests.items():
+        for n, request in enumerate(kind_requests):
+            if request.since or request.until or request.current_conversation_id:
+                continue
+            params = {
+                "agent": AGENT,
+                "query": request.query,
+                "limit": request.limit,
+                "conversation": request.conversation_id,
+                "role": request.role,
+            }
+            began = time.perf_counter()
+            hits = connection.result("recall.search", params)["hits"]
+            times.append((time.perf_counter() - began) * 1000)
+            found = [(hit["message_id"], hit["score"]) for hit in hits]
+            if not _same(found, expected[kind][n]):
+                differ.append(f"[{kind}] {request.query}")
+    return {
+        "times_ms": times,
+        "differ": differ,
+        "recall_after_queries": memory(recall_pid),
+    }
 
 
 # --- the parent's side ---------------------------------------------------------------------
@@ -377,10 +516,63 @@ def report(total: int, raw: int, logs: int, first: dict[str, Any], opens: dict[s
     )
 
 
+def report_daemon(raw: int, daemons: dict[str, Any]) -> None:
+    """The whole daemon's start (``daemon`` mode): figures, then the README's rows."""
+    print("\nrestart of the whole daemon (`agentd serve`, mock model) on that home:")
+    for label, figures in daemons.items():
+        steps = ", ".join(
+            f"{name.replace('_', ' ')} {seconds * 1000:.0f} ms"
+            for name, seconds in sorted(figures["milestones_s"].items(), key=lambda i: i[1])
+        )
+        recall = figures["recall_after_first_answer"]
+        print(
+            f"  {label}: first answered search over the socket ({FIRST_QUERY.query},"
+            f" {figures['first_hits']} hits) {figures['first_answer_s'] * 1000:.0f} ms after"
+            f" the spawn (socket answering after {figures['socket_s'] * 1000:.0f} ms);"
+            f" state then: {figures['state_at_first_answer']},"
+            f" told: {figures['first_incomplete']}\n"
+            f"    from the spawn: {steps}\n"
+            f"    recall process then: VmRSS {mb(recall['VmRSS'])}"
+            f" ({recall['VmRSS'] / raw:.2f}x raw), RssAnon {mb(recall['RssAnon'])}"
+            f" ({recall['RssAnon'] / raw:.2f}x), RssFile {mb(recall['RssFile'])};"
+            f" daemon VmRSS {mb(figures['daemon_after_first_answer']['VmRSS'])}"
+        )
+        after = figures["recall_after_queries"]
+        flat = figures["times_ms"]
+        print(
+            f"    {len(flat)} queries over the socket once ready: p50"
+            f" {percentile(flat, 0.5):.1f} ms, p95 {percentile(flat, 0.95):.1f} ms;"
+            f" identical to the in-memory index's: {'yes' if not figures['differ'] else 'NO'};"
+            f" recall process after them: RssAnon {mb(after['RssAnon'])}"
+            f" ({after['RssAnon'] / raw:.2f}x raw), RssFile {mb(after['RssFile'])}"
+        )
+        for line in figures["differ"]:
+            print(f"      differs: {line}")
+    print("\n| Daemon restart, persisted index | Target | Result |\n|---|---|---|")
+    for label, figures in daemons.items():
+        recall = figures["recall_after_first_answer"]
+        print(
+            f"| `agentd serve` spawn to first answered search ({label}) | < 1 s |"
+            f" {figures['first_answer_s'] * 1000:.0f} ms, state"
+            f" `{figures['state_at_first_answer']}` |"
+        )
+        print(
+            f"| Recall process RSS at the first answer ({label}) | ≤ 0.5× raw text |"
+            f" {mb(recall['VmRSS'])}, {recall['VmRSS'] / raw:.2f}× (heap"
+            f" {mb(recall['RssAnon'])}, {recall['RssAnon'] / raw:.2f}×; mapped pages"
+            f" {mb(recall['RssFile'])}) |"
+        )
+
+
 def main() -> None:
     mode, home = sys.argv[1], Path(sys.argv[2])
     cold = "--cold" in sys.argv[3:]
-    figures = persist(home) if mode == "persist" else open_(home, cold)
+    if mode == "persist":
+        figures = persist(home)
+    elif mode == "open":
+        figures = open_(home, cold)
+    else:
+        figures = daemon(home, cold)
     out = home / f"bench-{mode}{'--cold' if cold else ''}.json"
     out.write_text(json.dumps(figures))
 
