@@ -264,7 +264,9 @@ class MemoryRepo:
             return shown.stdout.decode("utf-8", "replace")
         if self._git_status("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}") != 0:
             raise MemoryRepoError(f"{self.path}: unknown revision {rev!r}")
-        raise MemoryPathError(f"no memory file {path!r} at {rev} (list files with read_tree)")
+        raise MemoryPathError(
+            f"no memory file {path!r} at {rev}; list the files with `agentctl memory show`"
+        )
 
     def recover(self) -> list[str]:
         """Undo what a killed git left behind; what was done, also logged. Hold the lock.

@@ -322,7 +322,7 @@ def test_show_rejects_paths_outside_the_repo(repo: MemoryRepo, bad: str) -> None
 
 
 def test_show_names_a_missing_path_and_tells_a_bad_revision_apart(repo: MemoryRepo) -> None:
-    with pytest.raises(MemoryPathError, match=r"'notes/missing\.md'"):
+    with pytest.raises(MemoryPathError, match=r"'notes/missing\.md'.*`agentctl memory show`"):
         repo.show("notes/missing.md")
     with pytest.raises(MemoryRepoError, match="unknown revision"):
         repo.show("system/human.md", rev="no-such-branch")
