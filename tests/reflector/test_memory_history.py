@@ -14,6 +14,7 @@ from shared.protocol import short_id
 from shared.providers.mock_reflector import MockReflector
 from tests.reflector.conftest import World, watermark
 from tests.support.daemon import DaemonRunner
+from tests.support.memory_lock import wait_for
 from tests.support.processes import run_agentctl
 
 PNPM = "今天我们决定以后一律用 pnpm"
@@ -23,10 +24,16 @@ ADA = "ada"
 
 @pytest.fixture
 def reflected(world: World, daemon: DaemonRunner) -> World:
-    """The walkthrough after its reflection merged, with the daemon serving that home."""
+    """The walkthrough after its reflection merged, with the daemon serving that home and
+    its recall index built (until then ``why`` finds no evidence and says it may miss some)."""
     assert world.reflect(MockReflector()).status == "merged"
     daemon.start(clock=world.clock)
+    wait_for(lambda: _recall_ready(daemon), "the recall index to be built")
     return world
+
+
+def _recall_ready(daemon: DaemonRunner) -> bool:
+    return all(agent["recall"]["state"] == "ready" for agent in daemon.result("status")["agents"])
 
 
 def pnpm_line(world: World) -> str:
