@@ -245,9 +245,14 @@ async def prepare(home: Path, args: argparse.Namespace) -> dict[str, Any]:
     for n in range(SEARCH_CONVERSATIONS):
         conversation = agents.new_conversation(searcher)
         write_log(conversation.log.path, searcher.id, conversation.id, per_conversation, n)
-    chats = [agents.conversation(chatter, None)]
-    chats += [agents.new_conversation(chatter) for _ in range(args.clients - 1)]
-    long = chats[0]
+    long = agents.conversation(chatter, None)
+    # Each phase chats on conversations of its own (but the long one): windows grow with
+    # every turn, and a phase run on the windows the one before it grew would be slower
+    # for that alone.
+    phases = {
+        name: [long.id] + [agents.new_conversation(chatter).id for _ in range(args.clients - 1)]
+        for name in ("idle", "loaded")
+    }
     ids = write_log(long.log.path, chatter.id, long.id, args.worker_messages, 10_000)
     context = {"schema_version": 1, "message_ids": ids[-CONTEXT_MESSAGES:]}
     (long.directory / "context.json").write_text(json.dumps(context))
@@ -256,7 +261,7 @@ async def prepare(home: Path, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "searcher": searcher.id,
         "chatter": chatter.id,
-        "conversations": [c.id for c in chats],
+        "phases": phases,
         "worker_dir": str(long.directory),
     }
 
@@ -415,9 +420,12 @@ async def bench(args: argparse.Namespace, home: Path) -> None:
     config |= {"seconds": args.seconds, "searchers": args.searchers}
     ticker = Ticker()
     ticking = asyncio.create_task(ticker.run())
-    await phase(ticker, {**config, "seconds": 2}, env, loaded=False)  # opens every conversation
-    idle = await phase(ticker, config, env, loaded=False)
-    loaded = await phase(ticker, config, env, loaded=True)
+    everyone = sorted({c for conversations in config["phases"].values() for c in conversations})
+    warm_up = {**config, "seconds": 2, "conversations": everyone}
+    await phase(ticker, warm_up, env, loaded=False)  # opens every conversation
+    for_phase = {name: {**config, "conversations": c} for name, c in config["phases"].items()}
+    idle = await phase(ticker, for_phase["idle"], env, loaded=False)
+    loaded = await phase(ticker, for_phase["loaded"], env, loaded=True)
     ticking.cancel()
     daemon.request_shutdown()
     await serving
