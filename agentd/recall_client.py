@@ -192,29 +192,37 @@ class RecallClient:
     def _send_frames(self) -> None:
         """The sender thread: every frame, in order; starts the process when there is none."""
         while (frame := self._outbox.get()) is not None:
-            process = self._process
-            if process is None or process.gone:
-                try:
-                    process = self._spawn()
-                except OSError as exc:
-                    log.error("recall_process_start_failed", error=str(exc))
-                    self._fail(frame, "its process could not be started")
-                    continue
-                if frame[0] in ("start", "wake"):  # the new process opened every agent
-                    continue
-            if frame[0] == "wake":
-                continue
-            with self._lock:
-                if frame[0] == "call":
-                    process.in_flight.add(frame[1])
             try:
-                process.sock.sendall(encode(frame))
-            except OSError:  # it died: its reader fails what it held and wakes us
-                self._fail(frame, "its process stopped")
+                self._send(frame)
+            except Exception:  # one bad frame must not stop every frame after it
+                log.exception("recall_frame_not_sent", kind=frame[0])
+                self._fail(frame, "it could not be sent")
         process = self._process
         if process is not None:
             with contextlib.suppress(OSError):
                 process.sock.shutdown(socket.SHUT_RDWR)
+
+    def _send(self, frame: tuple[Any, ...]) -> None:
+        process = self._process
+        if process is None or process.gone:
+            try:
+                process = self._spawn()
+            except OSError as exc:
+                log.error("recall_process_start_failed", error=str(exc))
+                self._fail(frame, "its process could not be started")
+                return
+            if frame[0] in ("start", "wake"):  # the new process opened every agent
+                return
+        if frame[0] == "wake":
+            return
+        data = encode(frame)
+        with self._lock:
+            if frame[0] == "call":
+                process.in_flight.add(frame[1])
+        try:
+            process.sock.sendall(data)
+        except OSError:  # it died: its reader fails what it held and wakes us
+            self._fail(frame, "its process stopped")
 
     def _fail(self, frame: tuple[Any, ...], why: str) -> None:
         if frame[0] == "call":

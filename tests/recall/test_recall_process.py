@@ -4,6 +4,7 @@ not outlive the daemon."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from shared.errors import RecallUnavailable
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import AgentdProcess, run_agentctl
 
@@ -120,3 +122,20 @@ def test_the_recall_process_is_out_of_reach_of_signals_to_the_daemons_process_gr
     assert pid is not None
 
     assert os.getpgid(pid) == pid != os.getpgid(0)
+
+
+def test_a_call_that_cannot_be_sent_fails_alone_and_recall_serves_on(
+    daemon: DaemonRunner,
+) -> None:
+    """A request recall cannot carry (here: a lock, which no pickle takes) is refused with
+    a typed error; the frames after it still go, in order."""
+    started = daemon.start()
+    daemon.result("chat", {"text": "the deploy key is in vault"})
+    assert daemon.loop is not None
+
+    async def unsendable() -> object:
+        return await started.recall.search("agent", threading.Lock())  # type: ignore[arg-type]
+
+    with pytest.raises(RecallUnavailable):
+        asyncio.run_coroutine_threadsafe(unsendable(), daemon.loop).result(30)
+    assert _texts(daemon, "deploy key").count("the deploy key is in vault") == 1
