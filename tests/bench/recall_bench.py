@@ -364,7 +364,7 @@ FILTER_BASE = (
     "配置文件",
     '"connection refused"',
     "redis 密码",
-    "the",
+    "check",
     "我们",
     "5433",
     "test failed",
@@ -422,7 +422,7 @@ def query_sets(corpus: Corpus, documents: list[Document]) -> dict[str, list[Sear
     rare_zh = [corpus.zh[len(ZH_COMMON) + rank] for rank in (1000, 2000, 3000, 3999)]
     plain = {
         "1 term, common EN": [
-            "the", "error", "file", "test", "deploy", "server", "config", "database",
+            "check", "error", "file", "test", "deploy", "server", "config", "database",
             "timeout", "thanks",
         ],
         "1 term, rare EN": [*rare_en, "biscuit", "vacuum", "arm64", "upload"],
