@@ -18,27 +18,34 @@ connection feels. Two phases of ``--seconds`` each, with the clients in another 
 
 Targets: worst lag under load < 50 ms; chat p99 under load < 3× its idle p99.
 
-Measured on the 2-core development VM with the defaults, the machine otherwise quiet (load
-average under 3). "before" is the commit before issue 11 (3d40da3); "loop freed" is after
-the blocking calls left the loop (7e4c7de); "priority" adds background priority for recall's
-threads and the workers, a 1 ms interpreter-lock switch interval and ``gc.freeze`` once the
-daemon is ready (``shared/priority.py``), over three runs (the 87 ms one before ``gc.freeze``):
+Measured on the 2-core development VM with the defaults. "before" is the commit before
+issue 11 (3d40da3); "loop freed" is after the blocking calls left the loop (7e4c7de);
+"priority" adds background priority for recall's threads and the workers, a 1 ms
+interpreter-lock switch interval and ``gc.freeze`` once the daemon is ready
+(``shared/priority.py``), three runs on a quiet machine; "recall process" runs recall in
+a process of its own (``agentd/recall_process.py``) and gives each phase its own
+conversations, three runs (the third with the whole recall process at background
+priority, which did not help and was dropped, while a test suite ran beside it):
 
-| figure | before | loop freed | priority |
-|---|---|---|---|
-| loop lag, idle: worst / p99 | 1,652 / 855 ms | 61 / 20 ms | 18–33 / 11–14 ms |
-| loop lag, loaded: worst / p99 | 1,923 / 858 ms | 80 / 63 ms | 56–87 / 41–48 ms |
-| chat p99, loaded / idle | 2,156 / 2,133 ms | 439 / 222 ms (1.98×) | 1.34–2.16× |
+| figure | before | loop freed | priority | recall process |
+|---|---|---|---|---|
+| loop lag, idle: worst / p99 | 1,652 / 855 ms | 61 / 20 ms | 18–33 / 11–14 ms | 20–44 / 12–22 |
+| loop lag, loaded: worst / p99 | 1,923 / 858 ms | 80 / 63 ms | 56–87 / 41–48 ms | 90–190 / 18–29 |
+| chat p99, loaded / idle | 2,156 / 2,133 ms | 439 / 222 ms (1.98×) | 1.34–2.16× | 0.18–1.94× |
 | turns, idle / loaded (20 s each) | 856 / 676 | 2,835 / 1,347 | 2,404–3,131 / 1,382–1,822 |
+| … with recall in its own process | | | | 1,601–3,666 / 2,062–2,533 |
 
 Before, every fsync of every turn ran on the loop, a turn waited on the loop
 (``time.sleep``) for the state lock a worker held while it parsed 100,000 messages, and an
-index append waited for a running search. What lag is left is CPU, not waiting: this load
-keeps more than two cores busy (the worker parses without pause, the client process runs
-25 threads, the searches share the daemon's interpreter lock). A sampler of the loop
-thread finds it in socket and file calls waiting to run again, never in a blocking call;
-full garbage collections (50–200 ms under load) were the single worst delays until
-``gc.freeze``. Runs on this VM vary by 2× with what else runs on it.
+index append waited for a running search. In the daemon's process the searches then
+still shared the interpreter lock with the loop: each time the loop gave the lock up for a
+socket or file call it waited for a search thread to hand it back, whatever that thread's
+priority. With recall in its own process the loaded p99 fell by half; the worst tick of a
+loaded phase still reaches 90–190 ms at 1,000,000 messages, once or twice a phase
+(39 ms with 300,000 messages to search). A tick that late finds the loop thread on the
+CPU for a quarter of the wait: it waits to be scheduled among more runnable threads than
+two cores hold (the client process's 25 threads, the recall process, the worker), not for
+a call that blocks. Runs on this VM vary by 2× with what else runs on it.
 
 The corpus is written straight to ``messages.jsonl`` (short generated messages, half of
 them Chinese), which takes seconds; the daemon then builds its recall index from it at
