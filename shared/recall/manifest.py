@@ -11,7 +11,8 @@ follow the previous segment's. For each conversation a segment holds documents o
 records the byte offsets of the first and last of their lines: a conversation's
 documents enter the index in log order, so a segment holds exactly the conversation's
 documents between those two offsets. What the live segments do not cover (a gap left by
-a segment found unusable, the tail written since) is read again from the log.
+a segment found unusable or never written, the tail written since) is read again from
+the log; only segments that follow one another with no gap between them are merged.
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ class SegmentEntry(BaseModel):
     covers: dict[str, tuple[int, int, str]]
     """Conversation id → byte offsets of the first and the last of its documents' lines,
     and the last one's message id (what the log must still hold there)."""
+    follows: bool = False
+    """Its documents directly follow the previous entry's: no segment between them was
+    left unwritten (a write that failed) or dropped (found unusable), so the two may be
+    merged. A merged segment covers each conversation from its first document to its
+    last, so merging across a segment that is not on disk would claim that segment's
+    lines, and a start would never read them again. False when not known (a manifest
+    written before this field): such segments are never merged, nothing is lost."""
 
 
 class Manifest(BaseModel):

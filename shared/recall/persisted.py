@@ -9,10 +9,19 @@ segments do not cover is returned as ranges of log offsets for the caller to rea
 the logs are the truth, the index only a cache of them.
 
 Every segment the index freezes is written (:meth:`persist`) by one background thread,
-in order, so the manifest always names a prefix of the index's documents. Merges happen
-in the same thread and only swap the merged segment in at the end, so appends and
-searches never wait for one; a merged or written segment replaces its in-memory original
-with its mapped twin, which hands its pages to the OS's cache.
+in order. Merges happen in the same thread and only swap the merged segment in at the
+end, so appends and searches never wait for one; a merged or written segment replaces
+its in-memory original with its mapped twin, which hands its pages to the OS's cache.
+
+A segment whose write fails (a full disk) stays in memory only, and one found unusable
+at opening is read again into the open segment: either way the segments on disk have a
+gap, which the next start reads again from the logs. A merged segment covers each
+conversation from its first document to its last, so a merge across that gap would claim
+lines no file holds, and they would never be read again. So a segment records whether it
+follows its predecessor with no gap between them (:attr:`SegmentEntry.follows`), and a
+merge only joins segments that do. Marking the gap, rather than retrying the failed write
+before any later one, keeps the rule in one place for both causes of a gap, and costs
+only that the segments on either side of it are never merged with each other.
 """
 
 from __future__ import annotations
@@ -91,6 +100,8 @@ class PersistedIndex:
     """What its files take, as last measured."""
     _manifest: Manifest = field(init=False)
     _live: list[_Live] = field(default_factory=list)
+    _unbroken: bool = True
+    """No write has failed since the last live segment was written: the next one follows it."""
 
     def __post_init__(self) -> None:
         self._manifest = Manifest(analyzer_version=self.analyzer)
@@ -132,6 +143,7 @@ class PersistedIndex:
             rebuilding = rebuilding or "conversation log changed"
             log.warning("recall_logs_changed", conversations=sorted(changed))
             opened = [live for live in opened if not changed & live.entry.covers.keys()]
+        _mark_gaps(manifest.segments if manifest is not None else [], opened)
         number = 0
         parts = []
         for live in opened:
@@ -191,7 +203,8 @@ class PersistedIndex:
             if self.closed:
                 return
             columns = index.columns(segment)
-            live = self._write(segment, columns, index.conversations)
+            live = self._write(segment, columns, index.conversations, follows=self._unbroken)
+            self._unbroken = live is not None
             if live is None:
                 return
             self._live.append(live)
@@ -204,7 +217,12 @@ class PersistedIndex:
                 return
 
     def _write(
-        self, segment: Segment, columns: dict[str, np.ndarray], conversations: list[str]
+        self,
+        segment: Segment,
+        columns: dict[str, np.ndarray],
+        conversations: list[str],
+        *,
+        follows: bool,
     ) -> _Live | None:
         serial = self._manifest.next_serial
         self._manifest.next_serial += 1
@@ -223,18 +241,25 @@ class PersistedIndex:
             documents=segment.size,
             body_crc32=crc,
             covers=_covers(columns, conversations),
+            follows=follows,
         )
         mapped = Segment.from_arrays(segment.base, opened.arrays, opened.text)
         return _Live(entry, mapped, opened)
 
     def _merge_plan(self) -> tuple[int, int] | None:
         """The first run of at least :data:`MERGE_FANOUT` consecutive segments that fit in
-        one, extended as far as they still fit; None when there is none."""
+        one and follow one another with no gap between them, extended as far as they
+        still do; None when there is none."""
         sizes = [live.entry.documents for live in self._live]
+        follows = [live.entry.follows for live in self._live]
         for start in range(len(sizes) - MERGE_FANOUT + 1):
             end = start
             total = 0
-            while end < len(sizes) and total + sizes[end] <= self.capacity:
+            while (
+                end < len(sizes)
+                and total + sizes[end] <= self.capacity
+                and (end == start or follows[end])
+            ):
                 total += sizes[end]
                 end += 1
             if end - start >= MERGE_FANOUT:
@@ -250,7 +275,7 @@ class PersistedIndex:
             olds = self._live[start:end]
             merged = merge([live.segment for live in olds])
             columns = index.columns(merged)
-            live = self._write(merged, columns, index.conversations)
+            live = self._write(merged, columns, index.conversations, follows=olds[0].entry.follows)
             if live is None:
                 return False
             self._live[start:end] = [live]
@@ -285,10 +310,10 @@ class PersistedIndex:
     def forget(self, serials: list[int]) -> None:
         """Drop segments from the manifest (their documents are read again at the next load)."""
         with self.lock:
-            self._manifest.segments = [
-                s for s in self._manifest.segments if s.serial not in serials
-            ]
-            self._live = [live for live in self._live if live.entry.serial not in serials]
+            kept = [live for live in self._live if live.entry.serial not in serials]
+            _mark_gaps(self._manifest.segments, kept)
+            self._live = kept
+            self._manifest.segments = [live.entry for live in kept]
             self._write_manifest()
             for serial in serials:
                 self.files.segment(serial).unlink(missing_ok=True)
@@ -303,6 +328,23 @@ class PersistedIndex:
                 with contextlib.suppress(FileNotFoundError):
                     total += os.stat(path).st_size
         self.bytes_on_disk = total
+
+
+def _mark_gaps(named: list[SegmentEntry], kept: list[_Live]) -> None:
+    """Mark each of the ``kept`` segments that followed one of ``named`` no longer kept as
+    not following its new predecessor (a copy of its entry: ``named`` stays as it was)."""
+    kept_serials = {live.entry.serial for live in kept}
+    after_gap = set()
+    gap = False
+    for entry in named:
+        if entry.serial not in kept_serials:
+            gap = True
+        elif gap:
+            after_gap.add(entry.serial)
+            gap = False
+    for live in kept:
+        if live.entry.serial in after_gap and live.entry.follows:
+            live.entry = live.entry.model_copy(update={"follows": False})
 
 
 def _columns(opened: OpenedSegment | None) -> dict[str, np.ndarray]:

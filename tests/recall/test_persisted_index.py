@@ -4,6 +4,7 @@ the logs; whatever on disk cannot be trusted is read again from the logs, never 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import pytest
 from agentd.recall import RecallService
 from shared.ids import new_id
 from shared.models.messages import Message
+from shared.recall import persisted
+from shared.recall.disk import write_segment
 from shared.recall.documents import read_documents
 from shared.recall.index import AgentIndex
 from shared.recall.manifest import read_manifest, write_manifest
@@ -301,3 +304,36 @@ def test_an_orderly_stop_writes_the_open_segment_so_a_restart_reads_no_tail(
     last_offset = log_path.stat().st_size - len(log_path.read_bytes().splitlines()[-1]) - 1
     (covers,) = [entry.covers for entry in manifest.segments]
     assert [last for _, last, _ in covers.values()] == [last_offset]
+
+
+def test_a_segment_write_that_fails_loses_nothing_though_its_neighbours_are_merged(
+    layout: Layout, conversations: list[Conversation], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk is full for one write: the segments written before and after it are then
+    merged, and the merged one must not claim the lines of the one never written."""
+    service = _service(layout)
+    _opened(service)
+    writes = []
+
+    def full_once(path: Path, *args: object, **kwargs: object) -> tuple[int, int]:
+        writes.append(path)
+        if len(writes) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return write_segment(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(persisted, "write_segment", full_once)
+    for k in range(14):  # segments of four, the third not written
+        messages = [_message(conversations[1], f"apple word{n % 11} late{k}") for n in range(4)]
+        service.on_append(conversations[1], messages, conversations[1].log.append(messages))
+    service.wait_for_writes()
+    merged = read_manifest(layout.recall_files(AGENT).manifest).segments[1:]  # [0]: the build's
+    assert any(entry.documents > 8 for entry in merged)
+
+    again = _service(layout)
+    _opened(again)
+
+    every_message = " ".join(f"word{n}" for n in range(11))
+    found = [message_id for message_id, _ in _search(again, every_message)]
+    assert len(found) == len(set(found)) == 33 + 56
+    for query in (*QUERIES, every_message):
+        assert _search(again, query) == _fresh(layout, query)
