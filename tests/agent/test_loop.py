@@ -57,8 +57,12 @@ class Hang(Tool):
     name = "hang"
     description = "Never returns."
     Args = ToolArgs
+    started: asyncio.Event | None = None
+    """Set once it runs, for a test that acts while it hangs."""
 
     async def execute(self, args: ToolArgs, ctx: ToolContext) -> str:
+        if self.started is not None:
+            self.started.set()
         await asyncio.sleep(3600)
         return "unreachable"
 
@@ -351,10 +355,12 @@ def _cancel_while_a_tool_hangs(conversation: Conversation, *, then: Any = None) 
         async def system_prompt() -> str:
             return "sys"
 
+        hang = Hang()
+        hang.started = asyncio.Event()
         turn = Turn(
             conversation=conversation,
             provider=provider,
-            tools=[Echo(), Hang()],
+            tools=[Echo(), hang],
             tool_context=ToolContext(
                 agent_id="agent-1",
                 workspace=Path("/tmp"),
@@ -370,7 +376,7 @@ def _cancel_while_a_tool_hangs(conversation: Conversation, *, then: Any = None) 
             content="go",
         )
         task = asyncio.create_task(run_turn(turn, [user]))
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(hang.started.wait(), 30)  # the first tool is done and logged
         if then is not None:
             then()
         task.cancel()

@@ -87,6 +87,7 @@ def test_a_search_the_dying_process_held_fails_with_a_typed_error_and_the_daemon
     assert final["ok"] is False and final["error"]["code"] == "recall_unavailable"
     assert "try again" in final["error"]["message"]
     _wait_for(lambda: recall.pid not in (None, stuck))
+    _wait_for(lambda: _recall_ready(daemon))
     assert _texts(daemon, "deploy key").count("the deploy key is in vault") == 1
 
 
