@@ -143,7 +143,9 @@ class PersistedIndex:
             rebuilding = rebuilding or "conversation log changed"
             log.warning("recall_logs_changed", conversations=sorted(changed))
             opened = [live for live in opened if not changed & live.entry.covers.keys()]
-        _mark_gaps(manifest.segments if manifest is not None else [], opened)
+        named = manifest.segments if manifest is not None else []
+        opened = _clear_of_dropped(named, opened)
+        _mark_gaps(named, opened)
         number = 0
         parts = []
         for live in opened:
@@ -310,13 +312,17 @@ class PersistedIndex:
     def forget(self, serials: list[int]) -> None:
         """Drop segments from the manifest (their documents are read again at the next load)."""
         with self.lock:
+            named = self._manifest.segments
             kept = [live for live in self._live if live.entry.serial not in serials]
-            _mark_gaps(self._manifest.segments, kept)
+            kept = _clear_of_dropped(named, kept)
+            _mark_gaps(named, kept)
             self._live = kept
             self._manifest.segments = [live.entry for live in kept]
             self._write_manifest()
-            for serial in serials:
-                self.files.segment(serial).unlink(missing_ok=True)
+            kept_serials = {live.entry.serial for live in kept}
+            for entry in named:
+                if entry.serial not in kept_serials:
+                    self.files.segment(entry.serial).unlink(missing_ok=True)
             self._count_bytes()
 
     def _count_bytes(self) -> None:
@@ -328,6 +334,35 @@ class PersistedIndex:
                 with contextlib.suppress(FileNotFoundError):
                     total += os.stat(path).st_size
         self.bytes_on_disk = total
+
+
+def _clear_of_dropped(named: list[SegmentEntry], kept: list[_Live]) -> list[_Live]:
+    """``kept`` without every segment whose claim on a conversation's lines overlaps the
+    lines of one of ``named`` that is dropped (and so on, until none does).
+
+    A segment claims each conversation's lines from its first document to its last. A
+    segment the catch-up filled from a gap in the logs and then from their tail claims
+    the lines between, which another segment holds; if that one is dropped (damaged,
+    unusable), its lines must be read again, and the wide claim would say they need not
+    be. Dropping the claimant too has both re-read from the logs, once."""
+    kept_serials = {live.entry.serial for live in kept}
+    dropped = [entry for entry in named if entry.serial not in kept_serials]
+    while dropped:
+        lost = [live for live in kept if any(_overlap(live.entry, entry) for entry in dropped)]
+        if not lost:
+            break
+        kept = [live for live in kept if live not in lost]
+        dropped = [live.entry for live in lost]
+    return kept
+
+
+def _overlap(one: SegmentEntry, other: SegmentEntry) -> bool:
+    """Do the two claim a common stretch of some conversation's lines?"""
+    for conversation, (first, last, _) in one.covers.items():
+        theirs = other.covers.get(conversation)
+        if theirs is not None and first <= theirs[1] and theirs[0] <= last:
+            return True
+    return False
 
 
 def _mark_gaps(named: list[SegmentEntry], kept: list[_Live]) -> None:

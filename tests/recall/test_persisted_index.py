@@ -17,7 +17,7 @@ from shared.recall import persisted
 from shared.recall.disk import write_segment
 from shared.recall.documents import read_documents
 from shared.recall.index import AgentIndex
-from shared.recall.manifest import read_manifest, write_manifest
+from shared.recall.manifest import SegmentEntry, read_manifest, write_manifest
 from shared.recall.ranking import SearchRequest
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
@@ -337,3 +337,45 @@ def test_a_segment_write_that_fails_loses_nothing_though_its_neighbours_are_merg
     assert len(found) == len(set(found)) == 33 + 56
     for query in (*QUERIES, every_message):
         assert _search(again, query) == _fresh(layout, query)
+
+
+def _tell(service: RecallService | None, conversation: Conversation, k: int) -> None:
+    """Four messages appended to the conversation's log, and indexed if a service runs."""
+    messages = [_message(conversation, f"apple word{n % 11} batch{k}") for n in range(4)]
+    offsets = conversation.log.append(messages)
+    if service is not None:
+        service.on_append(conversation, messages, offsets)
+
+
+def test_a_segment_claiming_past_a_gap_is_read_again_with_a_neighbour_dropped_later(
+    layout: Layout, conversations: list[Conversation]
+) -> None:
+    """A start reads a dropped segment's lines and the log's tail into one new segment,
+    whose claim then spans the segment between them; when that one is dropped in turn,
+    its lines must still be read again."""
+    first = _service(layout)
+    _opened(first)
+    for k in range(3):  # three small segments of the second conversation alone
+        _tell(first, conversations[1], k)
+    first.write_open_segments()
+
+    def small_segments() -> list[SegmentEntry]:
+        entries = read_manifest(layout.recall_files(AGENT).manifest).segments
+        return [e for e in entries if list(e.covers) == [conversations[1].id]]
+
+    middle, after = small_segments()[-2:]
+    layout.recall_files(AGENT).segment(middle.serial).unlink()
+    _tell(None, conversations[1], 3)  # written while the daemon was down: a tail
+    second = _service(layout)
+    _opened(second)
+    second.write_open_segments()
+    layout.recall_files(AGENT).segment(after.serial).unlink()
+
+    third = _service(layout)
+    _opened(third)
+
+    every_message = " ".join(f"word{n}" for n in range(11))
+    found = [message_id for message_id, _ in _search(third, every_message)]
+    assert len(found) == len(set(found)) == 20 + 13 + 16
+    for query in (*QUERIES, every_message):
+        assert _search(third, query) == _fresh(layout, query)
