@@ -24,28 +24,29 @@ issue 11 (3d40da3); "loop freed" is after the blocking calls left the loop (7e4c
 interpreter-lock switch interval and ``gc.freeze`` once the daemon is ready
 (``shared/priority.py``), three runs on a quiet machine; "recall process" runs recall in
 a process of its own (``agentd/recall_process.py``) and gives each phase its own
-conversations, three runs (the third with the whole recall process at background
-priority, which did not help and was dropped, while a test suite ran beside it):
+conversations, three runs on a quiet machine (runs beside other engineers' benchmarks and
+tests reached 90-190 ms worst under load):
 
 | figure | before | loop freed | priority | recall process |
 |---|---|---|---|---|
-| loop lag, idle: worst / p99 | 1,652 / 855 ms | 61 / 20 ms | 18–33 / 11–14 ms | 20–44 / 12–22 |
-| loop lag, loaded: worst / p99 | 1,923 / 858 ms | 80 / 63 ms | 56–87 / 41–48 ms | 90–190 / 18–29 |
-| chat p99, loaded / idle | 2,156 / 2,133 ms | 439 / 222 ms (1.98×) | 1.34–2.16× | 0.18–1.94× |
+| loop lag, idle: worst / p99 | 1,652 / 855 ms | 61 / 20 ms | 18–33 / 11–14 ms | 23–75 / 17–20 |
+| loop lag, loaded: worst / p99 | 1,923 / 858 ms | 80 / 63 ms | 56–87 / 41–48 ms | 45–57 / 23–24 |
+| chat p99, loaded / idle | 2,156 / 2,133 ms | 439 / 222 ms (1.98×) | 1.34–2.16× | 1.09–1.91× |
 | turns, idle / loaded (20 s each) | 856 / 676 | 2,835 / 1,347 | 2,404–3,131 / 1,382–1,822 |
-| … with recall in its own process | | | | 1,601–3,666 / 2,062–2,533 |
+| … with recall in its own process | | | | 2,995–3,431 / 2,624–3,031 |
 
 Before, every fsync of every turn ran on the loop, a turn waited on the loop
 (``time.sleep``) for the state lock a worker held while it parsed 100,000 messages, and an
 index append waited for a running search. In the daemon's process the searches then
 still shared the interpreter lock with the loop: each time the loop gave the lock up for a
 socket or file call it waited for a search thread to hand it back, whatever that thread's
-priority. With recall in its own process the loaded p99 fell by half; the worst tick of a
-loaded phase still reaches 90–190 ms at 1,000,000 messages, once or twice a phase
-(39 ms with 300,000 messages to search). A tick that late finds the loop thread on the
-CPU for a quarter of the wait: it waits to be scheduled among more runnable threads than
-two cores hold (the client process's 25 threads, the recall process, the worker), not for
-a call that blocks. Runs on this VM vary by 2× with what else runs on it.
+priority. With recall in its own process the loaded p99 fell by half, and
+the worst tick of a loaded phase came to 45, 53 and 57 ms in three quiet runs: at the
+target, not reliably under it (the idle phase's worst tick, 23-75 ms, varies as much). A
+late tick finds the loop thread on the CPU for a quarter of the wait: it waits to be
+scheduled among more runnable threads than two cores hold (the client process's 25
+threads, the recall process, the worker), not for a call that blocks. Runs on this VM
+vary by 2× with what else runs on it.
 
 The corpus is written straight to ``messages.jsonl`` (short generated messages, half of
 them Chinese), which takes seconds; the daemon then builds its recall index from it at
