@@ -1,8 +1,9 @@
 """Kill -9 of the daemon while it writes a recall segment, then restart: what was persisted
 is searched at once, the rest is read again from the logs, nothing is lost or doubled.
 
-The kill lands inside the write without any hook in agentd: the daemon is killed the
-moment the segment's temporary file appears, and a segment of 8,000 messages takes long
+The kill lands inside the write without any hook in agentd: the daemon and its recall
+process (which writes the segments) are killed together the moment the segment's
+temporary file appears, and a segment of 8,000 messages takes long
 enough to write that the watch catches it (each attempt adds messages, so there is always
 a segment left to write)."""
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -61,19 +63,38 @@ def _wait_ready(env: dict[str, str]) -> None:
         time.sleep(0.1)
 
 
+def _recall_pid(env: dict[str, str]) -> int:
+    """The daemon's recall process, once it has started one."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
+        shown = run_agentctl("status", "--json", env=env)
+        pid: int | None = json.loads(shown.stdout)["recall_process"]["pid"]
+        if pid is not None:
+            return pid
+        assert time.monotonic() < deadline, "the daemon started no recall process"
+        time.sleep(0.05)
+
+
+def _kill_both(daemon: AgentdProcess, recall: int) -> None:
+    """Every process of the daemon at once: its recall process, the writer, first."""
+    os.kill(recall, signal.SIGKILL)
+    daemon.kill()
+
+
 def _kill_inside_a_write(daemon: AgentdProcess, directory: Path) -> bool:
     """Start the daemon and kill -9 it once a segment's temporary file exists; False if
     every write was over before the watch saw one."""
     daemon.start(timeout_s=TIMEOUT_S)
+    recall = _recall_pid(daemon.env)
     deadline = time.monotonic() + TIMEOUT_S
     next_status = time.monotonic()
     while time.monotonic() < deadline:
         if any(name.endswith(".tmp") for name in os.listdir(directory)):
-            daemon.kill()
+            _kill_both(daemon, recall)
             return True
         if time.monotonic() >= next_status:  # between looks, the watch only lists the directory
             if _status(daemon.env) == "ready":
-                daemon.kill()
+                _kill_both(daemon, recall)
                 return False
             next_status = time.monotonic() + 0.5
     raise AssertionError("the daemon wrote no segment")
