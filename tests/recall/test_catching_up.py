@@ -6,8 +6,6 @@ a moment."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,18 +17,12 @@ from shared.store.jsonl import MessageLog
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
 from tests.support.held_recall import RELEASE_ENV
+from tests.support.memory_lock import wait_for
 from tests.support.processes import run_agentctl
 
 
 def not_yet(count: int) -> str:
     return f"index catching up: {count} messages not searchable yet"
-
-
-def _wait_for(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def _recall_state(daemon: DaemonRunner) -> str:
@@ -74,7 +66,7 @@ def test_a_search_while_the_index_catches_up_says_what_it_cannot_see_yet(
     again = DaemonRunner(agentd_home)
     again.start()
     try:
-        _wait_for(lambda: _recall_state(again) == f"catching up {TAIL} messages")
+        wait_for(lambda: _recall_state(again) == f"catching up {TAIL} messages", "the count")
 
         found = again.result("recall.search", {"query": "apple"})
         cli = run_agentctl("search", "apple")
@@ -90,7 +82,7 @@ def test_a_search_while_the_index_catches_up_says_what_it_cannot_see_yet(
         assert "apple pie recipe" in result["content"].splitlines()[1]
 
         release.touch()
-        _wait_for(lambda: _recall_state(again) == "ready")
+        wait_for(lambda: _recall_state(again) == "ready", "the catch-up")
         complete = again.result("recall.search", {"query": "crumble", "limit": 1_000})
         assert complete["incomplete"] is None
         assert len(complete["hits"]) == TAIL

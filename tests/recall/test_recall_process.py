@@ -9,25 +9,18 @@ import json
 import os
 import signal
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agentd.recall_client import RecallClient
 from shared.errors import RecallUnavailable
 from tests.support.daemon import DaemonRunner
+from tests.support.memory_lock import wait_for
 from tests.support.processes import AgentdProcess, run_agentctl
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux /proc")
-
-
-def _wait_for(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def _running(pid: int) -> bool:
@@ -43,6 +36,15 @@ def _texts(daemon: DaemonRunner, query: str) -> list[str]:
     return [hit["text"] for hit in daemon.result("recall.search", {"query": query})["hits"]]
 
 
+def _started_with(daemon: DaemonRunner, text: str) -> tuple[RecallClient, int]:
+    """A daemon that has been told ``text``, its recall link, and its recall process."""
+    recall = daemon.start().recall
+    daemon.result("chat", {"text": text})
+    wait_for(lambda: recall.pid is not None, "the recall process to start")
+    assert recall.pid is not None
+    return recall, recall.pid
+
+
 def _recall_ready(daemon: DaemonRunner) -> bool:
     status = daemon.result("status")
     return all(agent["recall"]["state"] == "ready" for agent in status["agents"])
@@ -51,15 +53,12 @@ def _recall_ready(daemon: DaemonRunner) -> bool:
 def test_a_killed_recall_process_is_replaced_and_what_was_appended_meanwhile_is_found(
     daemon: DaemonRunner,
 ) -> None:
-    recall = daemon.start().recall
-    daemon.result("chat", {"text": "the staging database listens on port 5433"})
-    first = recall.pid
-    assert first is not None
+    recall, first = _started_with(daemon, "the staging database listens on port 5433")
 
     os.kill(first, signal.SIGKILL)
     daemon.result("chat", {"text": "the deploy key is in vault"})  # while it is down
-    _wait_for(lambda: recall.pid not in (None, first))
-    _wait_for(lambda: _recall_ready(daemon))
+    wait_for(lambda: recall.pid not in (None, first), "a new recall process")
+    wait_for(lambda: _recall_ready(daemon), "its catch-up")
 
     assert _texts(daemon, "deploy key vault").count("the deploy key is in vault") == 1
     assert _texts(daemon, "staging port").count("the staging database listens on port 5433") == 1
@@ -69,25 +68,23 @@ def test_a_killed_recall_process_is_replaced_and_what_was_appended_meanwhile_is_
 def test_a_search_the_dying_process_held_fails_with_a_typed_error_and_the_daemon_serves_on(
     daemon: DaemonRunner,
 ) -> None:
-    recall = daemon.start().recall
-    daemon.result("chat", {"text": "the deploy key is in vault"})
-    stuck = recall.pid
-    assert stuck is not None
+    recall, stuck = _started_with(daemon, "the deploy key is in vault")
     os.kill(stuck, signal.SIGSTOP)  # it reads nothing more: the next search waits on it
     answers: list[list[dict[str, Any]]] = []
     searching = threading.Thread(
         target=lambda: answers.append(daemon.call("recall.search", {"query": "deploy key"}))
     )
     searching.start()
-    _wait_for(lambda: daemon.result("status")["recall_process"]["calls_waiting"] == 1)
+    calls = lambda: daemon.result("status")["recall_process"]["calls_waiting"]  # noqa: E731
+    wait_for(lambda: calls() == 1, "the search to wait on the stopped process")
     os.kill(stuck, signal.SIGKILL)
     searching.join(30)
 
     ((final, *_),) = answers
     assert final["ok"] is False and final["error"]["code"] == "recall_unavailable"
     assert "try again" in final["error"]["message"]
-    _wait_for(lambda: recall.pid not in (None, stuck))
-    _wait_for(lambda: _recall_ready(daemon))
+    wait_for(lambda: recall.pid not in (None, stuck), "a new recall process")
+    wait_for(lambda: _recall_ready(daemon), "its catch-up")
     assert _texts(daemon, "deploy key").count("the deploy key is in vault") == 1
 
 
@@ -98,16 +95,13 @@ def test_the_recall_process_ends_with_a_daemon_killed_outright(agentd_home: Path
         recall = status["recall_process"]["pid"]
         assert recall is not None and _running(recall)
         agentd.kill()
-        _wait_for(lambda: not _running(recall), timeout_s=15)
+        wait_for(lambda: not _running(recall), "the recall process to end", timeout_s=15)
     finally:
         agentd.stop()
 
 
 def test_an_orderly_stop_ends_the_recall_process(daemon: DaemonRunner) -> None:
-    recall = daemon.start().recall
-    daemon.result("chat", {"text": "hello"})
-    pid = recall.pid
-    assert pid is not None
+    _, pid = _started_with(daemon, "hello")
     daemon.stop()
     assert not _running(pid)
 
@@ -117,10 +111,7 @@ def test_the_recall_process_is_out_of_reach_of_signals_to_the_daemons_process_gr
 ) -> None:
     """A terminal's Ctrl-C and a stop signal to the group reach every process in it; the
     recall process must outlive them until its daemon has had it write its segments."""
-    recall = daemon.start().recall
-    daemon.result("chat", {"text": "the deploy key is in vault"})
-    pid = recall.pid
-    assert pid is not None
+    _, pid = _started_with(daemon, "the deploy key is in vault")
 
     assert os.getpgid(pid) == pid != os.getpgid(0)
 
