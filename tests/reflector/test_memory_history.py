@@ -103,6 +103,8 @@ def test_reverting_a_merged_reflection_drops_its_lines_tells_the_next_turn_keeps
     reflected: World, daemon: DaemonRunner
 ) -> None:
     daemon.result("chat", {"agent": ADA, "text": "你好"})  # this turn sees the merged memory
+    other = daemon.result("conversation.create", {"agent": ADA})["id"]
+    daemon.result("chat", {"agent": ADA, "conversation": other, "text": "早"})  # and this one
     mark = watermark(reflected)
     reflection = reflected.git("rev-parse", "HEAD").strip()
 
@@ -129,6 +131,9 @@ def test_reverting_a_merged_reflection_drops_its_lines_tells_the_next_turn_keeps
     (update,) = [line["data"] for line in asked if line.get("event") == "memory_update"]
     assert update["files"] == ["system/human.md"]
     assert "pnpm" not in asked[-1]["result"]["text"]
+    elsewhere = daemon.call("chat", {"agent": ADA, "conversation": other, "text": "还记得吗？"})
+    told = [line["data"]["files"] for line in elsewhere if line.get("event") == "memory_update"]
+    assert told == [["system/human.md"]], "every conversation's next turn is told"
     assert watermark(reflected) == mark
     assert reflected.reflect(MockReflector()).status == "no_changes"
     assert "pnpm" not in reflected.human(), "the reverted slice is not reflected again"
