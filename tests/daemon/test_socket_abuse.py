@@ -198,7 +198,13 @@ def test_a_daemon_with_few_file_descriptors_refuses_connections_instead_of_hangi
     )
     try:
         wait_for(socket_path().exists, "the daemon to listen")
-        connections = [_raw(timeout_s=10) for _ in range(150)]
+        try:
+            connections = [_raw(timeout_s=10) for _ in range(150)]
+        except OSError as exc:  # say why the daemon stopped listening, from its own log
+            log = agentd_home / "logs" / "agentd.log"
+            tail = log.read_text().splitlines()[-20:] if log.exists() else []
+            said = "\n".join(tail)
+            raise AssertionError(f"{exc!r}; daemon exit {daemon.poll()}; log:\n{said}") from exc
         outcomes = Counter(_hello_or_busy(sock) for sock in connections)
         for sock in connections:
             sock.close()
