@@ -9,6 +9,7 @@ order even inside one millisecond: the message log, listings and cursors rely on
 from __future__ import annotations
 
 import os
+import random
 import re
 import threading
 import time
@@ -39,7 +40,18 @@ def validate_agent_id(value: object, *, allow_reflection: bool = False) -> str:
 
 
 class _MonotonicUlid:
+    """ULIDs that sort in creation order even within one millisecond.
+
+    The random part comes from :mod:`random`'s shared generator, not ``os.urandom``: ids
+    need to be unique, not secret, and a system call per id is a moment the daemon's
+    event loop may wait to run again. Python reseeds that generator in every forked child,
+    and a child forgets the parent's last id (:meth:`start_over`), so prefork workers
+    forked within one millisecond never count up from the same id."""
+
     def __init__(self) -> None:
+        self.start_over()
+
+    def start_over(self) -> None:
         self._lock = threading.Lock()
         self._last_ms = -1
         self._last_rand = 0
@@ -51,7 +63,7 @@ class _MonotonicUlid:
                 now_ms = self._last_ms
                 rand = self._last_rand + 1
             else:
-                rand = int.from_bytes(os.urandom(10), "big") >> 1
+                rand = random.getrandbits(79)
             self._last_ms, self._last_rand = now_ms, rand
         value = (now_ms << 80) | (rand & ((1 << 80) - 1))
         out = []
@@ -62,6 +74,7 @@ class _MonotonicUlid:
 
 
 _ULID = _MonotonicUlid()
+os.register_at_fork(after_in_child=_ULID.start_over)
 
 
 def find_message(ref: str, ids: Sequence[str], where: str) -> int:
