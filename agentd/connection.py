@@ -88,6 +88,8 @@ class Connection:
             if self._dropped or self._write_failed or self.writer.is_closing():
                 return
             self.writer.write(encode(message))
+            if not self.writer.transport.get_write_buffer_size() and not self.writer.is_closing():
+                return  # the line went out whole: nothing to wait for (most lines)
             try:
                 async with asyncio.timeout(self.write_timeout_s):
                     await self.writer.drain()

@@ -2,9 +2,9 @@
 
 letta-code reflects quiet conversations: what was said just before the user walked away
 should not wait, unreflected, until they come back. Every few minutes the daemon looks at
-every conversation of every agent whose trigger is not ``off``; one whose last append
-(``context.json``'s ``updated_at``, stamped by the daemon's clock) is at least
-``AGENTD_REFLECTION_IDLE_S`` old (24 h by default) and that has unreflected steps is
+every conversation of every agent whose trigger is not ``off``; one whose last turn
+ended (``context.json``'s ``updated_at``, stamped by the daemon's clock) at least
+``AGENTD_REFLECTION_IDLE_S`` ago (24 h by default) and that has unreflected steps is
 asked for a reflection with trigger ``idle``.
 
 Once per quiet spell: ``reflections/idle-sweep.json`` records, per conversation, how many

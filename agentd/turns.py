@@ -69,8 +69,9 @@ class PromptCache:
         self._entries: dict[tuple[str, str, str], str] = {}
         self._max_entries = max_entries
 
-    async def get(self, agent: AgentRecord, repo: MemoryRepo) -> str:
-        head = repo.head()
+    async def get(self, agent: AgentRecord, repo: MemoryRepo, head: str | None = None) -> str:
+        """The prompt for memory at ``head`` (read now when not given)."""
+        head = head or repo.head()
         base_hash = hashlib.sha256(agent.system_prompt.encode()).hexdigest()
         key = (agent.id, head, base_hash)
         prompt = self._entries.get(key)
@@ -81,6 +82,26 @@ class PromptCache:
                 self._entries.pop(next(iter(self._entries)))
             self._entries[key] = prompt
         return prompt
+
+
+class _StepPrompts:
+    """The system prompt before each step of one turn: memory as it is at that moment, so
+    an edit made by a step's tool shows in the next step.
+
+    The first step uses the HEAD the turn read as it started, a moment before: reading
+    ``.git`` is system calls on the event loop, and most turns are a single step."""
+
+    def __init__(
+        self, prompts: PromptCache, agent: AgentRecord, repo: MemoryRepo, first_head: str
+    ) -> None:
+        self.prompts = prompts
+        self.agent = agent
+        self.repo = repo
+        self._first_head: str | None = first_head
+
+    async def __call__(self) -> str:
+        head, self._first_head = self._first_head, None
+        return await self.prompts.get(self.agent, self.repo, head)
 
 
 class Turns:
@@ -180,7 +201,7 @@ class Turns:
                 conversation_id=conversation.id,
                 recall=self.recall.bind(agent.id),
             ),
-            system_prompt=lambda: self.prompts.get(agent, repo),
+            system_prompt=_StepPrompts(self.prompts, agent, repo, first_head=head),
             max_steps=self.settings.max_steps,
             summariser=await self._summariser(),
             emit=emit,

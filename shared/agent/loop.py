@@ -74,6 +74,8 @@ class _TurnRunner:
         self.conversation = turn.conversation
         self.tools = {tool.name: tool for tool in turn.tools}
         self.called: set[str] = set()
+        self._system: str | None = None
+        """The system prompt of the latest request."""
         self.result = TurnResult(
             turn_id=turn.turn_id,
             agent_id=turn.conversation.agent_id,
@@ -95,14 +97,25 @@ class _TurnRunner:
                 self._persist_stop("cancelled", "the turn was cancelled", "cancelled")
             except (AgentdError, OSError) as exc:
                 log.warning("cancelled_stop_not_recorded", error=str(exc))
+            self._save_window()
             raise
         except Exception as exc:
             log.exception("turn_crashed")
             error = AgentdError(f"internal error during the turn: {exc!r}; see the agentd log")
             self.result.error = error.to_dict()
             stop = self._persist_stop("error", error.message, error.code)
+        await _in_thread_to_the_end(self._save_window)
         self.result.stop_reason = stop
         return self.result
+
+    def _save_window(self) -> None:
+        """Record the window the turn ended with (``context.json``). Failing is no loss:
+        the log has every message, and opening the conversation replays what the file
+        does not list."""
+        try:
+            self.conversation.save_context()
+        except (AgentdError, OSError) as exc:
+            log.warning("context_not_saved", error=str(exc))
 
     async def _steps(self) -> StopReason:
         max_steps = self.turn.max_steps
@@ -171,8 +184,12 @@ class _TurnRunner:
 
     async def _leave_room_for_the_next_turn(self) -> None:
         """Compact after the reply when the window ends the turn over the threshold, so the
-        next turn starts with room (and ``agentctl context`` shows what it will send)."""
-        request = await self._request()
+        next turn starts with room (and ``agentctl context`` shows what it will send).
+
+        Measured with the last step's system prompt: the next turn compiles its own and
+        measures again before it calls the model, and compiling one here would read
+        memory's HEAD on the event loop once more for every turn of every agent."""
+        request = await self._request(prompt=self._system)
         provider = self.turn.provider
         budget = measure(request, provider.context_window, provider.token_ratio)
         if not budget.over_threshold:
@@ -196,9 +213,12 @@ class _TurnRunner:
         await self.turn.emit(EVENT_COMPACTION, stats.model_dump(mode="json"))
         return True
 
-    async def _request(self) -> ModelRequest:
+    async def _request(self, *, prompt: str | None = None) -> ModelRequest:
+        """The request for the window as it stands, with the system prompt compiled now
+        (memory may have changed since the last step) unless ``prompt`` is given."""
+        self._system = prompt if prompt is not None else await self.turn.system_prompt()
         return ModelRequest(
-            system=await self.turn.system_prompt(),
+            system=self._system,
             messages=shape_messages(self.conversation.context),
             tools=[tool.schema for tool in self.turn.tools],
             purpose=self.turn.purpose,
@@ -284,20 +304,9 @@ class _TurnRunner:
         return stop
 
     async def _persist(self, messages: list[Message]) -> None:
-        """Append in a thread: the log and ``context.json`` are fsync'd, milliseconds that
-        the event loop, and every other conversation on it, would otherwise wait. A cancel
-        landing meanwhile takes effect once the append is done, so the stop record
-        written next never races it."""
-        appending = asyncio.ensure_future(asyncio.to_thread(self._persist_now, messages))
-        cancelled: asyncio.CancelledError | None = None
-        while not appending.done():
-            try:
-                await asyncio.shield(appending)
-            except asyncio.CancelledError as exc:
-                cancelled = exc
-        if cancelled is not None:
-            raise cancelled
-        appending.result()
+        """Append in a thread: the log is fsync'd, milliseconds that the event loop, and
+        every other conversation on it, would otherwise wait."""
+        await _in_thread_to_the_end(self._persist_now, messages)
 
     def _persist_now(self, messages: list[Message]) -> None:
         self.conversation.append(messages)
@@ -305,6 +314,21 @@ class _TurnRunner:
 
     def _message(self, **fields: Any) -> Message:
         return self.conversation.new_message(turn_id=self.turn.turn_id, **fields)
+
+
+async def _in_thread_to_the_end(write: Callable[..., None], *args: Any) -> None:
+    """Run ``write`` in a thread. A cancel landing meanwhile takes effect once it is done,
+    so whatever is written next (the stop record, the next turn's window) never races it."""
+    writing = asyncio.ensure_future(asyncio.to_thread(write, *args))
+    cancelled: asyncio.CancelledError | None = None
+    while not writing.done():
+        try:
+            await asyncio.shield(writing)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+    writing.result()
 
 
 def _call_event(call: ToolCall, *, awaiting_approval: bool = False) -> dict[str, Any]:

@@ -37,9 +37,10 @@ def shape_messages(context: list[Message]) -> list[Message]:
                 del pending[message.tool_call_id]
                 shaped.append(message)
             continue
-        shaped.extend(_answer_unanswered(pending))
-        pending = {}
-        if isinstance(message, AssistantMessage):
+        if pending:
+            shaped.extend(_answer_unanswered(pending))
+            pending = {}
+        if isinstance(message, AssistantMessage) and message.tool_calls:
             pending = {call.id: message for call in message.tool_calls}
         shaped.append(message)
     shaped.extend(_answer_unanswered(pending))

@@ -10,8 +10,9 @@ from __future__ import annotations
 from shared.context.budget import compaction_threshold
 from shared.ids import new_id
 from shared.models.messages import AssistantMessage, Message, SummaryMessage, UserMessage
+from shared.models.text import text_chars
 from shared.providers.base import ModelRequest, Provider
-from shared.providers.tokens import CHARS_PER_TOKEN, text_chars, text_tokens
+from shared.providers.tokens import CHARS_PER_TOKEN, text_tokens
 
 TOOL_RESULT_TRANSCRIPT_CHARS = 2_000
 

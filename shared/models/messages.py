@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, TypeAdapter
 from pydantic_core import core_schema
 
 from shared.clock import utc_now
+from shared.models.text import text_chars
 
 Role = Literal["user", "assistant", "tool"]
 MessageKind = Literal["message", "summary", "reminder", "note", "stop"]
@@ -169,6 +171,13 @@ class Message(BaseModel):
     def sent_to_model(self) -> bool:
         return self.kind != "stop"
 
+    @cached_property
+    def model_chars(self) -> int:
+        """What a model reads of this message, in UTF-16 code units (the token estimate
+        counts these). Kept once counted: a message never changes once made, and every
+        step of every turn measures the whole window."""
+        return text_chars(self.content)
+
     def to_line(self) -> bytes:
         return (self.model_dump_json(exclude_defaults=True, by_alias=True) + "\n").encode()
 
@@ -228,6 +237,12 @@ class AssistantMessage(Message):
     usage: Usage | None = None
     stop_reason: StopReason | None = None
     """Set on the message that ended a turn."""
+
+    @cached_property
+    def model_chars(self) -> int:
+        """The text and every call's name and arguments (see :attr:`Message.model_chars`)."""
+        calls = sum(text_chars(call.name) + text_chars(call.arguments) for call in self.tool_calls)
+        return text_chars(self.content) + calls
 
 
 class ToolResult(Message):

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import abc
+import json
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from shared.models.messages import Message, ToolCall, Usage
+from shared.models.text import text_chars
 
 FinishReason = Literal["stop", "tool_calls", "length"]
 WindowSource = Literal["model map", "setting", "default"]
@@ -37,6 +40,12 @@ class ToolSchema(BaseModel):
                 "parameters": self.parameters,
             },
         }
+
+    @cached_property
+    def json_chars(self) -> int:
+        """Length of :meth:`to_openai` as compact JSON, as the token estimate counts it:
+        kept, because every request of every turn is measured and a schema never changes."""
+        return text_chars(json.dumps(self.to_openai(), separators=(",", ":"), ensure_ascii=False))
 
 
 class ModelRequest(BaseModel):

@@ -8,21 +8,13 @@ it, and the mock models report their usage and refuse an oversized request by it
 
 from __future__ import annotations
 
-import json
 import math
 
-from shared.models.messages import AssistantMessage, Message
+from shared.models.messages import Message
+from shared.models.text import text_chars
 from shared.providers.base import ModelRequest, ToolSchema
 
 CHARS_PER_TOKEN = 4
-
-
-def text_chars(text: str) -> int:
-    """Length in UTF-16 code units (what the 4-chars-per-token rule counts). ASCII text,
-    most of a request, is its length: no copy of it is made (every request is measured)."""
-    if text.isascii():
-        return len(text)
-    return len(text.encode("utf-16-le")) // 2
 
 
 def text_tokens(text: str) -> int:
@@ -30,17 +22,16 @@ def text_tokens(text: str) -> int:
 
 
 def message_tokens(message: Message) -> int:
-    chars = text_chars(message.content)
-    for call in message.tool_calls if isinstance(message, AssistantMessage) else []:
-        chars += text_chars(call.name) + text_chars(call.arguments)
-    return math.ceil(chars / CHARS_PER_TOKEN)
+    return math.ceil(message.model_chars / CHARS_PER_TOKEN)
 
 
 def tools_tokens(tools: list[ToolSchema]) -> int:
-    schemas = [t.to_openai() for t in tools]
-    if not schemas:
+    """The schemas as one compact JSON array, ``[a,b,…]``: its brackets and commas plus
+    each schema's own length, which the schema caches."""
+    if not tools:
         return 0
-    return text_tokens(json.dumps(schemas, separators=(",", ":"), ensure_ascii=False))
+    chars = 2 + len(tools) - 1 + sum(tool.json_chars for tool in tools)
+    return math.ceil(chars / CHARS_PER_TOKEN)
 
 
 def request_tokens(request: ModelRequest) -> int:

@@ -50,7 +50,7 @@ def _file_key(path: Path) -> _FileKey | None:
     """What changes whenever the file is replaced (atomically: a new inode) or written."""
     try:
         stat = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a name no path can hold (a NUL in it)
         return None
     return (stat.st_ino, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size)
 
@@ -78,8 +78,11 @@ class AgentStore:
         hand, say) is a new file, so it is read again."""
 
     def get(self, agent_id: str) -> AgentRecord:
+        return self._get(agent_id, _file_key(self.layout.agent_file(agent_id)))
+
+    def _get(self, agent_id: str, key: _FileKey | None) -> AgentRecord:
+        """The record, from what was last read if its file is still ``key``."""
         path = self.layout.agent_file(agent_id)
-        key = _file_key(path)
         known = self._read.get(agent_id)
         if key is not None and known is not None and known[0] == key:
             return known[1].model_copy(deep=True)
@@ -126,8 +129,9 @@ class AgentStore:
         damage rather than "unknown": the agent asked for may be the damaged one, and
         answering "unknown" would let a caller create a second agent of that name.
         """
-        if self.layout.agent_file(ref).exists():
-            return self.get(ref)
+        key = _file_key(self.layout.agent_file(ref))
+        if key is not None:  # an id (one stat: every request resolves its agent)
+            return self._get(ref, key)
         scan = self.scan()
         for record in scan.records:
             if record.name == ref:

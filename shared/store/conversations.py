@@ -2,11 +2,12 @@
 ``compaction-event.json``.
 
 :class:`Conversation` is the open form a process works with: it keeps the context window
-in memory, appends to the log and replaces ``context.json`` after every step. Opening
-one reads ``context.json`` and walks the log backwards only as far as the window's
-oldest message; messages the log holds past the last listed id (a crash between the
-append and the replace) are replayed onto the window, so nothing appended is lost: an
-ordinary message joins it, a compaction summary reopens it with the ids it kept.
+in memory, appends to the log, and replaces ``context.json`` when a turn ends or a
+compaction reopens the window. Opening one reads ``context.json`` and walks the log
+backwards only as far as the window's oldest message; messages the log holds past the
+last listed id (a turn that had not ended, a crash) are replayed onto the window, so
+nothing appended is lost: an ordinary message joins it, a compaction summary reopens it
+with the ids it kept.
 """
 
 from __future__ import annotations
@@ -108,14 +109,14 @@ class Conversation:
         """Persist ``messages`` (fsync'd) and add those a model sees to the window.
 
         If the append fails (a full disk: :class:`~shared.errors.DiskFull`) nothing of
-        ``messages`` is in the log, the window or the listeners. Once it succeeded they
-        are in all three even if replacing ``context.json`` then fails: opening the
-        conversation replays the log past the listed ids, so the file may lag.
+        ``messages`` is in the log, the window or the listeners. ``context.json`` is left
+        as it was: opening the conversation replays the log past the ids it lists, so it
+        is replaced once a turn ends (:meth:`save_context`), not after every append (two
+        or more a turn, each an fsync and a rename the whole daemon would share).
         """
         offsets = self.log.append(messages)
         self.context.extend(m for m in messages if m.sent_to_model)
         self._tell(messages, offsets)
-        self.save_context()
 
     def compact(self, summary: Message, kept: list[Message], event: CompactionEvent) -> None:
         """Open the window with ``summary`` followed by ``kept``, then leave ``event``
@@ -135,6 +136,8 @@ class Conversation:
             listener(self, messages, offsets)
 
     def save_context(self) -> None:
+        """Replace ``context.json`` with the window as it stands (and when: the idle sweep
+        reads that as the conversation's last turn)."""
         state = ContextState(message_ids=[m.id for m in self.context], updated_at=self.clock())
         write_model_atomic(self.files.context, state)
 

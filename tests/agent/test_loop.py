@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -398,3 +399,23 @@ def test_a_cancelled_turn_records_cancelled_and_keeps_what_was_done(
         "stop",
     ]
     assert log[-1].stop_reason == "cancelled"
+
+
+def _listed_window(conversation: Conversation) -> list[str]:
+    return json.loads(conversation.files.context.read_text())["message_ids"]
+
+
+def test_a_turn_ends_with_context_json_listing_its_window(conversation: Conversation) -> None:
+    """Appends inside a turn leave ``context.json`` alone (opening the conversation
+    replays the log past it); the turn's end writes it, however the turn ended."""
+    _run(conversation, ScriptedProvider([tool_reply(("echo", '{"text": "a"}')), text_reply("b")]))
+    assert _listed_window(conversation) == [m.id for m in conversation.context]
+    assert len(conversation.context) == 4
+
+    down = ProviderHTTPError("openai/x failed with 503", status_code=503, model="openai/x")
+    _run(conversation, ScriptedProvider([down]))
+    assert _listed_window(conversation) == [m.id for m in conversation.context]
+
+    _cancel_while_a_tool_hangs(conversation)
+    assert _listed_window(conversation) == [m.id for m in conversation.context]
+    assert conversation.context[-1].role == "tool"

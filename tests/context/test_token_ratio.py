@@ -23,8 +23,9 @@ import pytest
 from shared.context.budget import COMFORTABLE_ROOM_TOKENS, compaction_threshold, measure
 from shared.context.calibration import MAX_RATIO, TokenRatio, TokenRatioStore
 from shared.models.messages import Message
+from shared.models.text import text_chars
 from shared.providers.base import ModelRequest
-from shared.providers.tokens import CHARS_PER_TOKEN, text_chars
+from shared.providers.tokens import CHARS_PER_TOKEN
 from tests.support.daemon import DaemonRunner
 from tests.support.openai_server import (
     FakeOpenAIServer,

@@ -43,8 +43,10 @@ def _chat(home: Path, agent: AgentRecord, clock: FakeClock) -> Conversation:
 
 
 def _turn(chat: Conversation) -> None:
+    """What a turn leaves: its messages, the window saved as it ends, the step counted."""
     say(chat, "user", "I always want tabs")
     say(chat, "assistant", "ok")
+    chat.save_context()
     record_turn(chat.directory, 1)
 
 

@@ -137,6 +137,7 @@ def test_context_file_is_replaced_not_rewritten_in_place(layout: Layout) -> None
     path = conversation.directory / "context.json"
     inode_before = path.stat().st_ino
     conversation.append([_message(conversation, "x")])
+    conversation.save_context()
     assert path.stat().st_ino != inode_before
     assert json.loads(path.read_text())["message_ids"] == [conversation.context[0].id]
     assert not list(conversation.directory.glob(".context.json.tmp-*"))
