@@ -36,6 +36,7 @@ from agentd import __version__
 from agentd.agents import Agents
 from agentd.connection import TOO_LONG, Connection, Send
 from agentd.handlers import Handlers
+from agentd.quiet_collection import QuietCollection
 from agentd.recall_client import RecallClient
 from agentd.reflections import Reflections
 from agentd.requests import PARAMS, Envelope, describe, parse_params
@@ -94,6 +95,7 @@ class Daemon:
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: dict[asyncio.Task[None], Connection] = {}
         self._max_connections = settings.max_connections
+        self.quiet_collection = QuietCollection(in_flight=lambda: len(self._tasks))
         self._ops: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
             op: getattr(self.handlers, op.replace(".", "_")) for op in PARAMS if op != "shutdown"
         }
@@ -126,6 +128,7 @@ class Daemon:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self.request_shutdown)
         favour_the_event_loop()
+        collecting = asyncio.create_task(self.quiet_collection.run())
         log.info(
             "agentd_listening",
             socket=str(path),
@@ -138,6 +141,7 @@ class Daemon:
         try:
             await self._stopping.wait()
         finally:
+            collecting.cancel()
             await self._shutdown(server, path)
 
     async def _shutdown(self, server: asyncio.AbstractServer, path: Path) -> None:
@@ -199,6 +203,7 @@ class Daemon:
             del self._connections[me]
 
     async def _handle_line(self, line: bytes | object, send: Send) -> None:
+        self.quiet_collection.request_started()
         request_id: str | None = None
         try:
             if line is TOO_LONG:

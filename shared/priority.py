@@ -17,8 +17,10 @@ here:
   stops every thread meanwhile: 50–200 ms measured under load once start-up has loaded
   the libraries (litellm alone brings tens of thousands of objects). What exists when the
   daemon is ready lives as long as the daemon, so it is frozen out of the collector's walk
-  (``gc.freeze``, as the Python documentation suggests for long-running servers); what
-  turns create later is collected as before.
+  (``gc.freeze``, as the Python documentation suggests for long-running servers). What
+  turns create later (every message of every open window, kept until compaction) is
+  collected and frozen the same way whenever the daemon goes quiet
+  (:mod:`agentd.quiet_collection`).
 
 Both are Linux facts (a nice value is per thread there); elsewhere the calls change
 nothing and the daemon works as before.
@@ -48,9 +50,30 @@ def lower_this_thread(by: int = BACKGROUND_NICENESS) -> None:
         os.setpriority(os.PRIO_PROCESS, thread, min(current + by, 19))
 
 
+FULL_COLLECTIONS_BY_HAND = 1_000_000_000
+"""The third ``gc`` threshold the daemon sets: never reached, so the collector never starts
+a full collection by itself; :mod:`agentd.quiet_collection` starts them."""
+
+
 def favour_the_event_loop() -> None:
     """In the daemon's process, once it is ready: hand the interpreter lock back to the
-    loop sooner, and keep what start-up built out of every later full collection."""
+    loop sooner, keep what start-up built out of every later full collection, and leave
+    full collections to the daemon (young ones run as before)."""
     sys.setswitchinterval(LOOP_SWITCH_INTERVAL_S)
-    gc.collect()  # what start-up left as garbage is freed, not frozen
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, FULL_COLLECTIONS_BY_HAND)
+    collect_and_freeze()
+
+
+def collect_and_freeze(*, frozen_too: bool = False) -> None:
+    """Collect what is not frozen, then freeze what survived: later collections walk only
+    what is made from now on.
+
+    ``frozen_too`` collects what was frozen before as well (``gc.unfreeze`` first): an
+    object frozen while alive may since have become garbage in a reference cycle, which
+    only a walk over it frees. That walk takes a quarter of a second once litellm is
+    loaded (400,000 objects), so it is kept for rare, quiet moments."""
+    if frozen_too:
+        gc.unfreeze()
+    gc.collect()
     gc.freeze()

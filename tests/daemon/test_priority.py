@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.priority import BACKGROUND_NICENESS, LOOP_SWITCH_INTERVAL_S
+from shared.priority import BACKGROUND_NICENESS, FULL_COLLECTIONS_BY_HAND, LOOP_SWITCH_INTERVAL_S
 from tests.support.daemon import DaemonRunner
+from tests.support.memory_lock import wait_for
 from tests.support.workers import RedisForTests, WorkerProcess
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux /proc")
@@ -38,9 +39,10 @@ def thread_niceness(thread: threading.Thread) -> int:
 @pytest.fixture
 def process_wide_settings() -> Iterator[None]:
     """What the daemon sets for its whole process, put back for the tests after this one."""
-    before = sys.getswitchinterval()
+    before = sys.getswitchinterval(), gc.get_threshold()
     yield
-    sys.setswitchinterval(before)
+    sys.setswitchinterval(before[0])
+    gc.set_threshold(*before[1])
     gc.unfreeze()
 
 
@@ -61,6 +63,17 @@ def test_searches_run_in_their_own_process_below_a_loop_that_gets_the_lock_fast_
     assert background(loop) in {niceness(task) for task in tasks}, "no search thread below"
     assert sys.getswitchinterval() == pytest.approx(LOOP_SWITCH_INTERVAL_S)
     assert gc.get_freeze_count() > 0
+
+
+def test_full_collections_wait_until_the_daemon_is_quiet(
+    daemon: DaemonRunner, process_wide_settings: None
+) -> None:
+    daemon.start()
+    assert gc.get_threshold()[2] == FULL_COLLECTIONS_BY_HAND, "the collector starts them"
+    assert daemon.daemon is not None
+    collections = daemon.daemon.quiet_collection.collections
+    daemon.result("chat", {"text": "hello"})
+    wait_for(lambda: "quiet" in collections, "a full collection once the daemon was quiet")
 
 
 def test_a_reflection_worker_and_its_pool_run_at_background_priority(
