@@ -25,28 +25,40 @@ interpreter-lock switch interval and ``gc.freeze`` once the daemon is ready
 (``shared/priority.py``), three runs on a quiet machine; "recall process" runs recall in
 a process of its own (``agentd/recall_process.py``) and gives each phase its own
 conversations, three runs on a quiet machine (runs beside other engineers' benchmarks and
-tests reached 90-190 ms worst under load):
+tests reached 90-190 ms worst under load); "GC by hand" makes full garbage collections
+the daemon's own (``agentd/quiet_collection.py``) and trims what each turn costs the loop,
+five runs on a quiet machine:
 
-| figure | before | loop freed | priority | recall process |
+| stage | lag idle: worst / p99 | lag loaded: worst / p99 | chat p99 ratio | turns idle/loaded |
 |---|---|---|---|---|
-| loop lag, idle: worst / p99 | 1,652 / 855 ms | 61 / 20 ms | 18–33 / 11–14 ms | 23–75 / 17–20 |
-| loop lag, loaded: worst / p99 | 1,923 / 858 ms | 80 / 63 ms | 56–87 / 41–48 ms | 45–57 / 23–24 |
-| chat p99, loaded / idle | 2,156 / 2,133 ms | 439 / 222 ms (1.98×) | 1.34–2.16× | 1.09–1.91× |
-| turns, idle / loaded (20 s each) | 856 / 676 | 2,835 / 1,347 | 2,404–3,131 / 1,382–1,822 |
-| … with recall in its own process | | | | 2,995–3,431 / 2,624–3,031 |
+| before | 1,652 / 855 ms | 1,923 / 858 ms | 2,156 / 2,133 ms | 856 / 676 |
+| loop freed | 61 / 20 ms | 80 / 63 ms | 1.98× | 2,835 / 1,347 |
+| priority | 18–33 / 11–14 ms | 56–87 / 41–48 ms | 1.34–2.16× | 2,404–3,131 / 1,382–1,822 |
+| recall process | 23–75 / 17–20 ms | 45–57 / 23–24 ms | 1.09–1.91× | 2,995–3,431 / 2,624–3,031 |
+| GC by hand | 9–20 / 7–11 ms | 16–23 / 11–15 ms | 0.83–1.88× | 3,822–4,614 / 3,431–4,097 |
 
 Before, every fsync of every turn ran on the loop, a turn waited on the loop
 (``time.sleep``) for the state lock a worker held while it parsed 100,000 messages, and an
 index append waited for a running search. In the daemon's process the searches then
 still shared the interpreter lock with the loop: each time the loop gave the lock up for a
 socket or file call it waited for a search thread to hand it back, whatever that thread's
-priority. With recall in its own process the loaded p99 fell by half, and
-the worst tick of a loaded phase came to 45, 53 and 57 ms in three quiet runs: at the
-target, not reliably under it (the idle phase's worst tick, 23-75 ms, varies as much). A
-late tick finds the loop thread on the CPU for a quarter of the wait: it waits to be
-scheduled among more runnable threads than two cores hold (the client process's 25
-threads, the recall process, the worker), not for a call that blocks. Runs on this VM
-vary by 2× with what else runs on it.
+priority. With recall in its own process the loaded p99 fell by half, and the worst tick
+of a loaded phase came to 45, 53 and 57 ms in three quiet runs: at the target, not
+reliably under it.
+
+What was left was two things. The worst ticks were garbage collection: a callback probe
+found full collections of 45-47 ms in the loaded phase, walking the ~35,000 objects of the
+20 growing windows; full collections now run only when the daemon has been quiet for a
+second, or once five minutes have passed without one. And each turn cost the loop about
+3 ms: the window's token estimate counted every message again four times (now kept on each
+message and schema), memory's HEAD was read three times (now once for a one-step turn),
+``context.json`` was replaced (an fsync and a rename in a thread, whose return the loop
+waits on) after every append instead of once a turn, and a send waited on ``drain`` even
+when the line went out whole. Alternating runs of the commit before these changes
+(a2f8698) and after them, on one machine in one hour: loaded worst 39.5 and 45.5 ms
+against 22.9 and 20.2 ms; loaded p99 18.1 and 29.4 ms against 13.0 and 12.3 ms; turns in
+the loaded phase 2,851 and 2,645 against 3,580 and 3,788. Runs on this VM vary by 2× with
+what else runs on it.
 
 The corpus is written straight to ``messages.jsonl`` (short generated messages, half of
 them Chinese), which takes seconds; the daemon then builds its recall index from it at
