@@ -27,8 +27,9 @@ class Terminal:
         stdout and stderr. ``TERM=dumb`` and no inputrc keep readline's output plain."""
         env = {**env, "TERM": "dumb", "INPUTRC": os.devnull}
         pid, fd = pty.fork()
-        if pid == 0:  # the child: become the program at once
+        if pid == 0:  # the child: become the program at once, as a shell starts it
             try:
+                _signals_as_a_shell_leaves_them()
                 os.execve(sys.executable, [sys.executable, *argv], env)
             finally:
                 os._exit(127)
@@ -49,7 +50,9 @@ class Terminal:
         deadline = time.monotonic() + timeout_s
         while (found := self.screen.find(wanted, self.read_up_to)) < 0:
             remaining = deadline - time.monotonic()
-            assert remaining > 0, f"no {text!r} within {timeout_s} s; the screen:\n{self.text}"
+            assert remaining > 0, (
+                f"no {text!r} within {timeout_s} s; the screen:\n{self.text}\n{self._state()}"
+            )
             if not self._read(remaining):
                 raise AssertionError(f"the program ended before {text!r}; the screen:\n{self.text}")
         before = self.screen[self.read_up_to : found].decode(errors="replace")
@@ -79,6 +82,17 @@ class Terminal:
         self.status = os.waitstatus_to_exitcode(status)
         return self.status
 
+    def _state(self) -> str:
+        """What the program is doing, for a failure message: its scheduler state, its
+        signal masks and where in the kernel it waits."""
+        try:
+            status = Path(f"/proc/{self.pid}/status").read_text().splitlines()
+            wchan = Path(f"/proc/{self.pid}/wchan").read_text()
+        except OSError as exc:
+            return f"(the program's state is unreadable: {exc})"
+        fields = [line for line in status if line.startswith(("State", "Sig", "Shd"))]
+        return "the program: " + "; ".join(fields) + f"; waiting in {wchan or '-'}"
+
     @property
     def text(self) -> str:
         return self.screen.decode(errors="replace")
@@ -101,3 +115,13 @@ class Terminal:
             return False
         self.screen += chunk
         return bool(chunk)
+
+
+def _signals_as_a_shell_leaves_them() -> None:
+    """Default handling and nothing blocked: a program run from a shell gets Ctrl-C's
+    SIGINT whatever the test process (a pytest worker, with the suite's libraries in
+    it) did to its own signals, which a fork would hand on and an exec keeps when ignored
+    or blocked."""
+    for signum in (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP, signal.SIGPIPE):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
