@@ -325,11 +325,25 @@ async def _bind(
     """Listen on ``path``, private to this user. The listen queue holds as many clients as
     the daemon serves (the kernel caps it at ``somaxconn``): a burst of connections waits
     there to be answered, or refused as ``busy``, instead of being turned away unanswered
-    by asyncio's default queue of 100."""
-    old_umask = os.umask(0o177)
+    by asyncio's default queue of 100.
+
+    The socket appears at ``path`` already listening: it is bound under a short temporary
+    name beside it and renamed into place. Bound at ``path`` itself, a client that found
+    the file between the bind and the listen was refused, as if nothing ran there."""
+    staging = path.with_name(f".{os.getpid()}")
+    staging.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        server = await asyncio.start_unix_server(handler, path=str(path), backlog=backlog)
-    finally:
-        os.umask(old_umask)
-    os.chmod(path, 0o600)
-    return server
+        old_umask = os.umask(0o177)
+        try:
+            sock.bind(str(staging))
+        finally:
+            os.umask(old_umask)
+        os.chmod(staging, 0o600)
+        sock.listen(backlog)
+        os.rename(staging, path)
+        return await asyncio.start_unix_server(handler, sock=sock, backlog=backlog)
+    except BaseException:
+        sock.close()
+        staging.unlink(missing_ok=True)
+        raise

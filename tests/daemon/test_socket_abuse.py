@@ -3,6 +3,7 @@ that half-closes, a thousand that connect at once, one that connects and says no
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from agentd.server import _bind
 from shared.models.agents import MAX_CONTEXT_WINDOW
 from shared.protocol import request, socket_path
 from shared.providers.scripted import ScriptedProvider, text_reply
@@ -181,6 +183,40 @@ def test_agentctl_over_the_cap_says_the_daemon_is_busy(daemon: DaemonRunner) -> 
     assert refused.returncode == 1
     assert refused.stderr.startswith("busy: agentd is serving its limit of 1 connections")
     held.close()
+
+
+def test_the_socket_file_appears_only_once_the_daemon_listens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that finds the socket is answered, never refused: bound at its path, the
+    file was there before the daemon listened (a start-up race CI caught)."""
+    path = tmp_path / "agentd.sock"
+    there_at_listen: list[bool] = []
+
+    class Recording(socket.socket):
+        def listen(self, *args: Any) -> None:
+            there_at_listen.append(path.exists())
+            super().listen(*args)
+
+    async def answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"hello\n")
+        await writer.drain()
+        writer.close()
+
+    async def bind_then_connect() -> bytes:
+        server = await _bind(path, answer, backlog=8)
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        line = await reader.readline()
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return line
+
+    monkeypatch.setattr(socket, "socket", Recording)
+    assert asyncio.run(bind_then_connect()) == b"hello\n"
+    assert there_at_listen and there_at_listen[0] is False
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert [p.name for p in tmp_path.iterdir()] == ["agentd.sock"], "a staging name was left"
 
 
 def test_a_daemon_with_few_file_descriptors_refuses_connections_instead_of_hanging(
