@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Literal
 
@@ -61,8 +62,8 @@ class QuietCollection:
         self.full_walk_every_s = full_walk_every_s
         self.started = 0
         """Requests started so far."""
-        self.collections: list[Why] = []
-        """Each collection so far, oldest first."""
+        self.collections: deque[Why] = deque(maxlen=100)
+        """The latest collections, oldest first."""
 
     def request_started(self) -> None:
         self.started += 1

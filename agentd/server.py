@@ -327,18 +327,15 @@ async def _bind(
     there to be answered, or refused as ``busy``, instead of being turned away unanswered
     by asyncio's default queue of 100.
 
-    The socket appears at ``path`` already listening: it is bound under a short temporary
-    name beside it and renamed into place. Bound at ``path`` itself, a client that found
-    the file between the bind and the listen was refused, as if nothing ran there."""
+    The socket appears at ``path`` already listening and private: it is bound under a
+    short temporary name beside it (in the daemon's own 0700 directory), made 0600 and
+    renamed into place. Bound at ``path`` itself, a client that found the file between the
+    bind and the listen was refused, as if nothing ran there."""
     staging = path.with_name(f".{os.getpid()}")
     staging.unlink(missing_ok=True)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        old_umask = os.umask(0o177)
-        try:
-            sock.bind(str(staging))
-        finally:
-            os.umask(old_umask)
+        sock.bind(str(staging))
         os.chmod(staging, 0o600)
         sock.listen(backlog)
         os.rename(staging, path)

@@ -266,7 +266,7 @@ class Turns:
             return
         self._window_room_checked[key] = measured
         request = ModelRequest(
-            system=await self.prompts.get(agent, repo),
+            system=await self.prompts.get(agent, repo, head),
             messages=[],
             tools=[tool.schema for tool in self.tools],
         )

@@ -163,6 +163,28 @@ def test_the_agents_own_memory_edit_reminds_its_other_conversations_only(
     assert _events(elsewhere)[0] == "memory_update"
 
 
+def test_a_memory_edit_shows_in_the_system_prompt_of_the_same_turns_next_step(
+    daemon: DaemonRunner,
+) -> None:
+    """The first step's prompt is compiled from the HEAD read as the turn started; every
+    later step's from memory as it is then, the turn's own edits included."""
+    provider = ScriptedProvider()
+    daemon.start(provider=provider)
+    memory_dir = daemon.result("agent.create", {"name": "writer"})["memory_dir"]
+    human = "---\nname: human\ndescription: What I know about the user.\n---\n- prefers tabs\n"
+    provider.enqueue(
+        tool_reply(
+            ("write_file", json.dumps({"path": f"{memory_dir}/system/human.md", "content": human}))
+        ),
+        text_reply("saved"),
+    )
+    daemon.call("chat", {"agent": "writer", "text": "I prefer tabs"})
+
+    before, after = provider.requests
+    assert "- prefers tabs" not in before.system
+    assert "- prefers tabs" in after.system
+
+
 def test_a_reflection_merged_while_an_edit_waits_for_the_memory_lock_is_announced_next_turn(
     daemon: DaemonRunner,
 ) -> None:
