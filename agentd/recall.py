@@ -73,6 +73,10 @@ READ_AT_OPEN = 256
 """Lines missing from the persisted segments that opening reads at once (a few ms)
 rather than in the background: what an orderly stop leaves (lines that are not
 messages to index, a summary or a stop record) or a short tail."""
+COUNT_AT_OPEN_BYTES = 1 << 20
+"""Logs this small are counted even when the index is rebuilt from nothing (a millisecond
+of reading), so a small agent just imported or restored is read at open and its first
+search finds everything, while a large one rebuilds in the background."""
 
 T = TypeVar("T")
 
@@ -94,7 +98,7 @@ class _AgentRecall:
         """What the catch-up reads, per conversation."""
         self.to_read: int | None = None
         """Lines the catch-up has still to read (counted before searches are answered,
-        then counted down); None while rebuilding (not counted)."""
+        then counted down); None while rebuilding large logs (not counted)."""
 
     def state(self) -> str:
         if self.ready.is_set():
@@ -132,7 +136,7 @@ class _Uncovered:
     ranges: list[tuple[int, int | None]]
     """Line offsets [start, stop) to read; the last one open-ended (the tail)."""
     lines: list[int] | None = None
-    """How many lines start in each range (None while rebuilding: not counted)."""
+    """How many lines start in each range (None while rebuilding large logs: not counted)."""
 
 
 class RecallService:
@@ -302,18 +306,17 @@ class RecallService:
         """What the catch-up reads: what the persisted segments do not cover, in every
         conversation's log, including one whose ``conversation.json`` is damaged (the scan
         logs it with what to do): the log, not the record, holds the messages. Counted
-        unless rebuilding (then it may be every log: status says why instead)."""
+        unless rebuilding large logs (then it may be every log: status says why instead)."""
         scan = scan_conversations(self.layout, agent_id)
         scan.log_damaged()
         for conversation_id in scan.ids:
             path = self.layout.conversation_files(agent_id, conversation_id).messages
             runs = covered.get(conversation_id, [])
-            uncovered = _Uncovered(conversation_id, path, _uncovered(runs))
-            if state.rebuilding is None:
-                uncovered.lines = _lines_in(path, uncovered.ranges)
-            state.work.append(uncovered)
+            state.work.append(_Uncovered(conversation_id, path, _uncovered(runs)))
             state.read_up_to[conversation_id] = runs[-1][1] + 1 if runs else 0
-        if state.rebuilding is None:
+        if state.rebuilding is None or _total_bytes(state.work) <= COUNT_AT_OPEN_BYTES:
+            for item in state.work:
+                item.lines = _lines_in(item.path, item.ranges)
             state.to_read = sum(sum(item.lines or ()) for item in state.work)
 
     def _catch_up(self, state: _AgentRecall) -> None:
@@ -509,6 +512,15 @@ def _uncovered(runs: list[tuple[int, int]]) -> list[tuple[int, int | None]]:
         start = max(start, last + 1)
     ranges.append((start, None))
     return ranges
+
+
+def _total_bytes(work: list[_Uncovered]) -> int:
+    """The size of every log in ``work`` (a log gone since the scan counts nothing)."""
+    total = 0
+    for item in work:
+        with contextlib.suppress(FileNotFoundError):
+            total += item.path.stat().st_size
+    return total
 
 
 def _lines_in(path: Path, ranges: list[tuple[int, int | None]]) -> list[int]:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import threading
 from pathlib import Path
 
 import pytest
 
+from agentd import recall
 from agentd.recall import RecallService
 from shared.ids import new_id
 from shared.models.messages import Message
@@ -176,9 +178,36 @@ def test_a_damaged_or_missing_segment_is_read_again_from_the_logs(
     assert service.status(AGENT)["state"] == "ready"
 
 
-def test_a_segment_of_another_analyzer_is_rebuilt_and_says_why(
-    layout: Layout, conversations: list[Conversation]
+def test_a_small_agent_with_no_index_on_disk_is_searchable_whole_at_once(
+    layout: Layout, conversations: list[Conversation], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """An agent just imported has logs and no index: its first search, asked the moment it
+    is started, finds everything rather than an empty "rebuilding" answer."""
+    background = threading.Event()
+
+    def background_work_waits() -> None:  # the build's background part, held back
+        if threading.current_thread().name == "recall-build":
+            background.wait(30)
+
+    service = _service(layout)
+    monkeypatch.setattr(recall, "lower_this_thread", background_work_waits)
+    service.start([AGENT])
+    try:
+        found = asyncio.run(service.search(AGENT, SearchRequest("数据库", limit=1000)))
+        state = service.status(AGENT)["state"]
+    finally:
+        background.set()
+
+    assert found.incomplete is None
+    assert _ranked([(hit.message_id, hit.score) for hit in found.hits]) == _fresh(layout, "数据库")
+    assert state == "ready"
+
+
+def test_a_segment_of_another_analyzer_is_rebuilt_and_says_why(
+    layout: Layout, conversations: list[Conversation], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(recall, "READ_AT_OPEN", 0)  # rebuilt in the background, as a big one
+
     def other_analyzer() -> None:
         path = layout.recall_files(AGENT).manifest
         manifest = read_manifest(path)
