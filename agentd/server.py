@@ -36,6 +36,7 @@ from agentd import __version__
 from agentd.agents import Agents
 from agentd.connection import TOO_LONG, Connection, Send
 from agentd.handlers import Handlers
+from agentd.listener import Listener, listen_at
 from agentd.quiet_collection import QuietCollection
 from agentd.recall_client import RecallClient
 from agentd.reflections import Reflections
@@ -94,7 +95,6 @@ class Daemon:
         self._shutting_down = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: dict[asyncio.Task[None], Connection] = {}
-        self._max_connections = settings.max_connections
         self.quiet_collection = QuietCollection(in_flight=lambda: len(self._tasks))
         self._ops: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
             op: getattr(self.handlers, op.replace(".", "_")) for op in PARAMS if op != "shutdown"
@@ -117,8 +117,15 @@ class Daemon:
     ) -> None:
         path = self.settings.layout.socket_path
         _prepare_socket_dir(path)
-        self._max_connections = _connection_cap(self.settings.max_connections)
-        server = await _bind(path, self._on_connection, backlog=self.settings.max_connections)
+        cap = _connection_cap(self.settings.max_connections)
+        busy = {"id": None, "ok": False, "error": Busy(cap).to_dict()}
+        listener = Listener(
+            listen_at(path, backlog=self.settings.max_connections),
+            self._on_connection,
+            cap=cap,
+            busy_line=encode(busy),
+        )
+        listener.start()
         self.recall.open([record.id for record in self.agents.store.list()])
         await asyncio.to_thread(self.agents.recover_memory)
         self.reflections.start()
@@ -142,11 +149,11 @@ class Daemon:
             await self._stopping.wait()
         finally:
             collecting.cancel()
-            await self._shutdown(server, path)
+            await self._shutdown(listener, path)
 
-    async def _shutdown(self, server: asyncio.AbstractServer, path: Path) -> None:
+    async def _shutdown(self, listener: Listener, path: Path) -> None:
         self._shutting_down = True
-        server.close()
+        listener.close()
         await self.handlers.web.stop()
         in_flight = {t for t in self._tasks if not t.done()}
         log.info(
@@ -177,13 +184,6 @@ class Daemon:
     async def _on_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        if len(self._connections) >= self._max_connections:
-            log.warning("connection_refused_busy", limit=self._max_connections)
-            writer.write(
-                encode({"id": None, "ok": False, "error": Busy(self._max_connections).to_dict()})
-            )
-            writer.close()  # the line is flushed first
-            return
         me = asyncio.current_task()
         assert me is not None
         connection = Connection(
@@ -314,33 +314,3 @@ def _connection_cap(configured: int) -> int:
             fix="raise the open-file limit (ulimit -n, LimitNOFILE=) to serve more",
         )
     return cap
-
-
-async def _bind(
-    path: Path,
-    handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
-    *,
-    backlog: int,
-) -> asyncio.AbstractServer:
-    """Listen on ``path``, private to this user. The listen queue holds as many clients as
-    the daemon serves (the kernel caps it at ``somaxconn``): a burst of connections waits
-    there to be answered, or refused as ``busy``, instead of being turned away unanswered
-    by asyncio's default queue of 100.
-
-    The socket appears at ``path`` already listening and private: it is bound under a
-    short temporary name beside it (in the daemon's own 0700 directory), made 0600 and
-    renamed into place. Bound at ``path`` itself, a client that found the file between the
-    bind and the listen was refused, as if nothing ran there."""
-    staging = path.with_name(f".{os.getpid()}")
-    staging.unlink(missing_ok=True)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.bind(str(staging))
-        os.chmod(staging, 0o600)
-        sock.listen(backlog)
-        os.rename(staging, path)
-        return await asyncio.start_unix_server(handler, sock=sock, backlog=backlog)
-    except BaseException:
-        sock.close()
-        staging.unlink(missing_ok=True)
-        raise

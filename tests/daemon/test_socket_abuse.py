@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from agentd.server import _bind
+from agentd.listener import listen_at
 from shared.models.agents import MAX_CONTEXT_WINDOW
 from shared.protocol import request, socket_path
 from shared.providers.scripted import ScriptedProvider, text_reply
@@ -135,6 +135,11 @@ def _hello_or_busy(sock: socket.socket) -> str:
     return "ok" if reply["ok"] else reply["error"]["code"]
 
 
+def _served_once_more() -> bool:
+    with contextlib.closing(_raw()) as sock:
+        return _hello_or_busy(sock) == "ok"
+
+
 @pytest.fixture
 def low_open_file_limit() -> Iterator[int]:
     """The soft limit at 1,024 (the usual default), restored after the test; the hard
@@ -204,7 +209,7 @@ def test_the_socket_file_appears_only_once_the_daemon_listens(
         writer.close()
 
     async def bind_then_connect() -> bytes:
-        server = await _bind(path, answer, backlog=8)
+        server = await asyncio.start_unix_server(answer, sock=listen_at(path, backlog=8))
         reader, writer = await asyncio.open_unix_connection(str(path))
         line = await reader.readline()
         writer.close()
@@ -246,10 +251,16 @@ def test_a_daemon_with_few_file_descriptors_refuses_connections_instead_of_hangi
             sock.close()
         assert set(outcomes) == {"ok", "busy"}
         assert sum(outcomes.values()) == 150
-        assert _hello_or_busy(_raw()) == "ok"
+        # the daemon frees a slot once it has read each hang-up: a client retries busy
+        wait_for(_served_once_more, "a connection served after the burst hung up")
     finally:
         daemon.terminate()
         daemon.wait(20)
+    logged = [json.loads(line) for line in (agentd_home / "logs" / "agentd.log").open()]
+    ran_out = [
+        r["event"][:80] for r in logged if r["level"] == "error" or "descriptors" in r["event"]
+    ]
+    assert ran_out == [], "a burst within the cap must never exhaust the daemon's descriptors"
 
 
 def test_an_idle_connection_is_closed_but_one_awaiting_an_answer_is_not(

@@ -1,0 +1,166 @@
+"""The daemon's listening socket, and the accept loop that keeps within its descriptors.
+
+asyncio's own server accepts every connection waiting in the listen queue at once (up to
+its backlog, 1,000 here) before any handler runs, so a burst took a descriptor per client
+before one over the cap could be told ``busy``: at a low open-file limit the daemon ran
+out, asyncio stopped accepting for a second at a time, and clients waited without an
+answer. Here connections are accepted one at a time and one over the cap is answered and
+closed before the next is accepted, so a burst holds at most the cap and one more. Should
+the process still run out (its turns hold files too), a spare descriptor is given up to
+accept the waiting client and tell it ``busy`` rather than leave it hanging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+ACCEPTS_PER_WAKE = 64
+"""Connections accepted per readiness event before the loop serves anything else."""
+RETRY_ACCEPT_S = 0.1
+"""With no descriptor to spare, how long accepting pauses (the queue keeps the clients)."""
+_OUT_OF_DESCRIPTORS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+
+def listen_at(path: Path, *, backlog: int) -> socket.socket:
+    """A socket listening on ``path``, private to this user. The listen queue holds as
+    many clients as the daemon serves (the kernel caps it at ``somaxconn``): a burst of
+    connections waits there to be answered, or refused as ``busy``, instead of being
+    turned away unanswered.
+
+    The socket appears at ``path`` already listening and private: it is bound under a
+    short temporary name beside it (in the daemon's own 0700 directory), made 0600 and
+    renamed into place. Bound at ``path`` itself, a client that found the file between the
+    bind and the listen was refused, as if nothing ran there."""
+    staging = path.with_name(f".{os.getpid()}")
+    staging.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(str(staging))
+        os.chmod(staging, 0o600)
+        sock.listen(backlog)
+        os.rename(staging, path)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        staging.unlink(missing_ok=True)
+        raise
+    return sock
+
+
+class Listener:
+    """Accepts on ``sock`` and runs ``serve`` for each connection, at most ``cap`` at a
+    time; one over the cap gets ``busy_line`` and is closed at once."""
+
+    def __init__(self, sock: socket.socket, serve: Serve, *, cap: int, busy_line: bytes) -> None:
+        self._sock = sock
+        self._serve = serve
+        self._cap = cap
+        self._busy_line = busy_line
+        self._open = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._spare: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._retry: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._spare = _open_spare()
+        self._loop.add_reader(self._sock.fileno(), self._accept_waiting)
+
+    def close(self) -> None:
+        """Stop accepting and close the listening socket; connections being served go on."""
+        if self._loop is not None and self._sock.fileno() >= 0:
+            self._loop.remove_reader(self._sock.fileno())
+        if self._retry is not None:
+            self._retry.cancel()
+        self._sock.close()
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+
+    def _accept_waiting(self) -> None:
+        for _ in range(ACCEPTS_PER_WAKE):
+            try:
+                conn, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_DESCRIPTORS:
+                    log.warning("accept_failed", error=str(exc))
+                    return
+                self._out_of_descriptors()
+                return
+            if self._open >= self._cap:
+                log.warning("connection_refused_busy", limit=self._cap)
+                self._refuse(conn)
+                continue
+            self._open += 1
+            task = asyncio.get_running_loop().create_task(self._run(conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, conn: socket.socket) -> None:
+        try:
+            try:
+                reader, writer = await asyncio.open_unix_connection(sock=conn)
+            except OSError as exc:  # the client went away as it was accepted
+                log.debug("connection_lost_at_accept", error=str(exc))
+                conn.close()
+                return
+            await self._serve(reader, writer)
+        finally:
+            self._open -= 1
+
+    def _refuse(self, conn: socket.socket) -> None:
+        """Say ``busy`` and close: the line fits an empty socket buffer, so it is sent
+        whole without waiting. What the client already sent is read first, so the close
+        does not reset the connection under the line."""
+        conn.setblocking(False)
+        with contextlib.suppress(OSError):
+            conn.recv(1 << 16)
+        with contextlib.suppress(OSError):
+            conn.send(self._busy_line)
+        conn.close()
+
+    def _out_of_descriptors(self) -> None:
+        """Give up the spare descriptor to accept the next client and refuse it; with no
+        spare to give, stop accepting for a moment (the readable socket would otherwise
+        wake the loop again at once)."""
+        log.warning("accept_out_of_descriptors", open_connections=self._open)
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
+            with contextlib.suppress(OSError):
+                conn, _ = self._sock.accept()
+                self._refuse(conn)
+            self._spare = _open_spare()
+            return
+        assert self._loop is not None
+        self._loop.remove_reader(self._sock.fileno())
+        self._retry = self._loop.call_later(RETRY_ACCEPT_S, self._resume)
+
+    def _resume(self) -> None:
+        self._retry = None
+        self._spare = self._spare if self._spare is not None else _open_spare()
+        if self._loop is not None and self._sock.fileno() >= 0:
+            self._loop.add_reader(self._sock.fileno(), self._accept_waiting)
+
+
+def _open_spare() -> int | None:
+    """A descriptor held in reserve for :meth:`Listener._out_of_descriptors`, if one is free."""
+    try:
+        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None

@@ -1,0 +1,63 @@
+"""The accept loop: a burst never holds more descriptors than the cap allows, and a process
+out of descriptors still tells waiting clients ``busy`` instead of leaving them hanging."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+OUT_OF_DESCRIPTORS = textwrap.dedent(
+    """
+    import asyncio, json, os, resource, socket, sys
+    from pathlib import Path
+    from agentd.listener import Listener, listen_at
+
+    async def main(path: Path) -> dict:
+        served = []
+        async def hold(reader, writer):
+            served.append(writer)
+            await asyncio.Event().wait()
+        listener = Listener(listen_at(path, backlog=8), hold, cap=100, busy_line=b"busy\\n")
+        listener.start()
+        clients = [socket.socket(socket.AF_UNIX) for _ in range(4)]
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 4, hard))
+        filler = []
+        while True:  # every descriptor taken, but the listener's spare
+            try:
+                filler.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                break
+        for client in clients[:3]:
+            client.settimeout(5)  # not answered: the script fails rather than hangs
+            client.connect(str(path))
+        await asyncio.sleep(0.5)
+        answers = [client.recv(100).decode() for client in clients[:3]]
+        for fd in filler:
+            os.close(fd)
+        clients[3].connect(str(path))
+        await asyncio.sleep(0.5)
+        return {"answers": answers, "served": len(served)}
+
+    print(json.dumps(asyncio.run(main(Path(sys.argv[1])))))
+    """
+)
+
+
+def test_a_process_out_of_descriptors_still_tells_each_waiting_client_busy(
+    tmp_path: Path,
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", OUT_OF_DESCRIPTORS, str(tmp_path / "s.sock")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])  # after what the listener logged
+    assert result["answers"] == ["busy\n"] * 3, "each was accepted with the spare and refused"
+    assert result["served"] == 1, "once descriptors are free again, a client is served"
