@@ -9,11 +9,11 @@ a segment left to write)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 from agentd.client.connection import Connection
 from shared.ids import new_id
@@ -52,24 +52,32 @@ def _search(word: str) -> list[str]:
     return [hit["message_id"] for hit in hits]
 
 
-def _status(env: dict[str, str]) -> str:
-    shown = run_agentctl("status", "--json", env=env)
-    return json.loads(shown.stdout)["agents"][0]["recall"]["state"]
+def _status() -> dict[str, Any]:
+    """What ``agentctl status --json`` shows, asked on the socket (a few milliseconds, and
+    no process per look)."""
+    connection = Connection()
+    try:
+        return connection.result("status", {})
+    finally:
+        connection.close()
 
 
-def _wait_ready(env: dict[str, str]) -> None:
+def _recall_state() -> str:
+    return str(_status()["agents"][0]["recall"]["state"])
+
+
+def _wait_ready() -> None:
     deadline = time.monotonic() + TIMEOUT_S
-    while _status(env) != "ready":
+    while _recall_state() != "ready":
         assert time.monotonic() < deadline, "the recall index never caught up"
         time.sleep(0.1)
 
 
-def _recall_pid(env: dict[str, str]) -> int:
+def _recall_pid() -> int:
     """The daemon's recall process, once it has started one."""
     deadline = time.monotonic() + TIMEOUT_S
     while True:
-        shown = run_agentctl("status", "--json", env=env)
-        pid: int | None = json.loads(shown.stdout)["recall_process"]["pid"]
+        pid: int | None = _status()["recall_process"]["pid"]
         if pid is not None:
             return pid
         assert time.monotonic() < deadline, "the daemon started no recall process"
@@ -90,7 +98,7 @@ def _run_until_persisted(
     step (at background priority) past the stop."""
     for _ in range(ATTEMPTS):
         daemon.start(timeout_s=TIMEOUT_S)
-        _wait_ready(daemon.env)
+        _wait_ready()
         daemon.terminate()
         if _persisted(layout, agent_id) >= documents:
             return
@@ -103,15 +111,6 @@ def _kill_both(daemon: AgentdProcess, recall: int) -> None:
     daemon.kill()
 
 
-def _recall_state() -> str:
-    """The index's state, asked on the socket (in a few milliseconds, unlike agentctl)."""
-    connection = Connection()
-    try:
-        return str(connection.result("status", {})["agents"][0]["recall"]["state"])
-    finally:
-        connection.close()
-
-
 def _kill_inside_a_write(daemon: AgentdProcess, directory: Path) -> bool:
     """Start the daemon and kill -9 it once a segment's temporary file exists; False if
     a write was over before the watch saw it. Ready is not enough to give up: the index
@@ -119,7 +118,7 @@ def _kill_inside_a_write(daemon: AgentdProcess, directory: Path) -> bool:
     directory shows that write done."""
     before = set(os.listdir(directory))
     daemon.start(timeout_s=TIMEOUT_S)
-    recall = _recall_pid(daemon.env)
+    recall = _recall_pid()
     deadline = time.monotonic() + TIMEOUT_S
     next_status = time.monotonic()
     while time.monotonic() < deadline:
@@ -139,7 +138,7 @@ def test_a_kill_during_a_segment_write_loses_and_doubles_nothing(agentd_home: Pa
     daemon = AgentdProcess()
     daemon.start(timeout_s=TIMEOUT_S)
     assert run_agentctl("chat", "-p", "hello", env=daemon.env).returncode == 0
-    _wait_ready(daemon.env)
+    _wait_ready()
     daemon.terminate()
     layout = Layout(agentd_home)
     (agent_dir,) = layout.agents_dir.iterdir()
@@ -162,7 +161,7 @@ def test_a_kill_during_a_segment_write_loses_and_doubles_nothing(agentd_home: Pa
     daemon.start(timeout_s=TIMEOUT_S)
     try:
         assert len(set(_search("group0"))) == GROUP  # persisted: found before the catch-up
-        _wait_ready(daemon.env)
+        _wait_ready()
         found: list[str] = []
         for group in range(groups):
             ids = _search(f"group{group}")

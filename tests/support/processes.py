@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from shared.protocol import socket_path
+from shared.protocol import request, socket_path
 
 
 class AgentdProcess:
@@ -31,7 +33,7 @@ class AgentdProcess:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"agentd exited early: {self.stderr()}")
-            if run_agentctl("status", env=self.env).returncode == 0:
+            if answers_status(self.home):
                 return self
             time.sleep(0.05)
         raise TimeoutError(f"agentd did not answer within {timeout_s} s")
@@ -57,6 +59,20 @@ class AgentdProcess:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.terminate()
+
+
+def answers_status(home: Path, timeout_s: float = 10.0) -> bool:
+    """Whether a daemon on ``home`` answers ``status``: what ``agentctl status`` asks,
+    asked on the socket here, so polling for a start costs no process per look."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect(str(socket_path(home)))
+            sock.sendall(request("probe", "status"))
+            with sock.makefile("rb") as lines:
+                return bool(json.loads(lines.readline() or b"{}").get("ok"))
+        except (OSError, ValueError):
+            return False
 
 
 def run_agentctl(
