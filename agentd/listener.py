@@ -120,6 +120,8 @@ class Listener:
                 conn.close()
                 return
             await self._serve(reader, writer)
+        except Exception:  # a bug in serving one client: said, and the others go on
+            log.exception("connection_crashed")
         finally:
             self._open -= 1
 
