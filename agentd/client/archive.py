@@ -53,14 +53,17 @@ def cmd_export(conn: Connection, args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _destination(output: str | None) -> Iterator[IO[bytes]]:
-    """stdout, or ``output`` written beside it and renamed into place only when complete."""
+    """stdout, or ``output`` written beside it and renamed into place only when complete;
+    private to the user whatever the umask, as the home it was read from is."""
     if output is None:
         yield sys.stdout.buffer
         sys.stdout.buffer.flush()
         return
     partial = Path(f"{output}.part")
     try:
-        with open(partial, "wb") as handle:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        with os.fdopen(os.open(partial, flags, 0o600), "wb") as handle:
+            os.fchmod(handle.fileno(), 0o600)  # a .part left by an earlier run kept its mode
             yield handle
         os.replace(partial, output)
     finally:

@@ -118,6 +118,23 @@ def test_an_export_is_never_written_to_a_terminal_and_an_import_needs_a_free_nam
     assert [a["name"] for a in daemon.result("agent.list")["agents"]] == ["ada"]
 
 
+def test_an_export_written_to_a_file_is_private_to_its_user(
+    daemon: DaemonRunner, ada: dict[str, Any], tmp_path: Path
+) -> None:
+    """It holds every transcript and the whole memory, as the 0600 files of the home do."""
+    file = tmp_path / "ada.tar.gz"
+    exported = subprocess.run(
+        [sys.executable, "-m", "agentd.client", "export", "--agent", "ada", "-o", str(file)],
+        capture_output=True,
+        env=dict(os.environ),
+        umask=0o022,
+        timeout=60,
+    )
+
+    assert exported.returncode == 0, exported.stderr
+    assert oct(file.stat().st_mode & 0o777) == "0o600"
+
+
 def _with(valid: bytes, name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"x") -> bytes:
     """``valid`` with one more member (a file by default) added."""
     out = io.BytesIO()
