@@ -41,7 +41,13 @@ RESEND_AFTER_S = 30 * 60.0
 """A sent job Redis still calls queued or running after this long is sent again: longer
 than a job may run (the Celery time limit), so only a job lost in some way no state shows
 is resent (the job is idempotent: a copy of a running job finds its lease taken)."""
-REDIS_TIMEOUT_S = 0.5
+REDIS_TIMEOUT_S = 3.0
+"""Longer than Valkey's own stall under a busy disk: with ``appendfsync everysec`` it holds
+writes for up to 2 s while the previous fsync finishes. At 0.5 s a loaded machine's
+broker was called unreachable, and the reflection a turn was due waited for the next
+reconcile instead of running. A broker that is down costs no wait: it refuses at once,
+or its socket file is gone. (redis-py reads the connection's handshake reply under the
+connect timeout, so both are this long.)"""
 
 EntryState = Literal["pending", "sent"]
 TRIGGER_STRENGTH: dict[TriggerSource, int] = {
@@ -229,7 +235,7 @@ class Outbox:
 
             self._app = Celery("agentd", broker=self.location.celery_url)
             self._app.conf.broker_connection_retry_on_startup = False
-            self._app.conf.broker_connection_timeout = 2
+            self._app.conf.broker_connection_timeout = REDIS_TIMEOUT_S
         return self._app
 
     # --- outcomes from disk ---------------------------------------------------------------

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -126,6 +128,31 @@ def test_a_trigger_during_a_run_waits_as_the_pending_request_and_runs_when_it_en
         assert entry.request.conversation_ids == [first.id, second.id]
 
     asyncio.run(scenario())
+
+
+def test_a_broker_stalled_as_by_a_busy_disk_still_takes_the_request(
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
+) -> None:
+    """Valkey holds its replies for up to 2 s while a busy disk finishes an fsync: that is
+    a slow broker, not an unreachable one (CI saw a 0.5 s timeout call it down)."""
+    request = reflections.outbox.submit(agent.id, "step-count", [chat.id])
+    valkey = redis_server.server.process
+    assert valkey is not None
+    valkey.send_signal(signal.SIGSTOP)  # stalled, as behind a disk that is slow to fsync
+    resume = threading.Timer(1.5, valkey.send_signal, args=(signal.SIGCONT,))
+    resume.start()
+    try:
+        sent = asyncio.run(reflections.dispatch(agent.id))
+    finally:
+        resume.join(30)
+
+    assert sent == request
+    assert _queued_jobs(redis_server) == [request.request_id]
+    assert not reflections.outbox.broker_down
 
 
 def test_a_manual_request_joins_the_pending_one_and_its_waiter_hears_that_outcome(
