@@ -107,7 +107,8 @@ class Listener:
                 self._refuse(conn)
                 continue
             self._open += 1
-            task = asyncio.get_running_loop().create_task(self._run(conn))
+            assert self._loop is not None  # called by the loop start() registered with
+            task = self._loop.create_task(self._run(conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -155,7 +156,8 @@ class Listener:
 
     def _resume(self) -> None:
         self._retry = None
-        self._spare = self._spare if self._spare is not None else _open_spare()
+        if self._spare is None:
+            self._spare = _open_spare()
         if self._loop is not None and self._sock.fileno() >= 0:
             self._loop.add_reader(self._sock.fileno(), self._accept_waiting)
 

@@ -131,7 +131,6 @@ def test_a_trigger_during_a_run_waits_as_the_pending_request_and_runs_when_it_en
 
 
 def test_a_broker_stalled_as_by_a_busy_disk_still_takes_the_request(
-    agentd_home: Path,
     agent: AgentRecord,
     redis_server: RedisForTests,
     reflections: Reflections,

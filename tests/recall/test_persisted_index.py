@@ -206,7 +206,8 @@ def test_a_small_agent_with_no_index_on_disk_is_searchable_whole_at_once(
 def test_a_segment_of_another_analyzer_is_rebuilt_and_says_why(
     layout: Layout, conversations: list[Conversation], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(recall, "READ_AT_OPEN", 0)  # rebuilt in the background, as a big one
+    # logs over the bound: not counted, rebuilt in the background (as a big agent's are)
+    monkeypatch.setattr(recall, "COUNT_AT_OPEN_BYTES", 0)
 
     def other_analyzer() -> None:
         path = layout.recall_files(AGENT).manifest
