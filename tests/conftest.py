@@ -3,6 +3,9 @@
 Unix socket paths are limited to ~107 bytes, and pytest's ``tmp_path`` can be longer, so
 the home lives in a short directory under /tmp. Remote model calls are refused
 (``AGENTD_BLOCK_REMOTE_MODELS``): only the local fake OpenAI server may be reached.
+Every test starts under the common login umask 022, whatever the one before it did:
+agentd's entry points set umask 077 for the whole process, and a test that calls one
+in-process would otherwise decide the modes of every later test's files on that worker.
 """
 
 from __future__ import annotations
@@ -18,6 +21,15 @@ import pytest
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
 from tests.support.workers import RedisForTests
+
+LOGIN_UMASK = 0o022
+
+
+@pytest.fixture(autouse=True)
+def login_umask() -> Iterator[None]:
+    before = os.umask(LOGIN_UMASK)
+    yield
+    os.umask(before)
 
 
 @pytest.fixture(autouse=True)

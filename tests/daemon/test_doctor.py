@@ -136,6 +136,7 @@ def test_an_unreachable_redis_a_missing_key_and_a_corrupt_record_are_named(
 ) -> None:
     broken = agentd_home / "agents" / "agent-x"
     broken.mkdir(parents=True)
+    (agentd_home / "agents").chmod(0o755)  # as made by hand under the login umask
     (broken / "agent.json").write_text("{not json")
     env = {
         "AGENTD_REDIS_URL": "redis://127.0.0.1:1/0",
