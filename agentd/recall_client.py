@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import queue
 import socket
 import subprocess
@@ -51,6 +52,9 @@ STATUS_TIMEOUT_S = 5.0
 """How long ``status`` waits for the process before it reports it as not answering."""
 EXIT_WAIT_S = 5.0
 """How long a stop waits for the process to exit once its socket is closed."""
+ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1"}
+"""Recall uses numpy's arrays, never its linear algebra: the thread pool OpenBLAS starts at
+import (a thread per core) would only cost the process memory and 65 ms of CPU a start."""
 
 
 @dataclass(eq=False)
@@ -245,6 +249,7 @@ class RecallClient:
                     self.settings.log_format,
                 ],
                 pass_fds=(theirs.fileno(),),
+                env={**os.environ, **ONE_BLAS_THREAD},
                 stdin=subprocess.DEVNULL,
                 # In a process group of its own: a terminal's Ctrl-C and a stop signal to
                 # the daemon's group must not end it before the daemon has had it write
