@@ -53,7 +53,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line, with the checks argparse cannot make alone; any usage error
     exits 2 with the usage, like argparse's own."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    arg = _ACTION_ARG.get(args.command)
+    left_over = len(extras) == 1 and not extras[0].startswith("-")
+    if arg is not None and getattr(args, arg) is None and left_over:
+        # ``memory why -a ada pnpm``: argparse matches ACTION and its optional ARG only
+        # when they stand together, so an option between them leaves ARG over.
+        setattr(args, arg, extras.pop())
+    if extras:
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
     if args.command == "messages" and args.around is not None:
         for flag in ("before", "after"):
             value = getattr(args, flag)
@@ -66,6 +74,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.usage_of.error(f"memory {args.action} needs {needed}")
     return args
 
+
+_ACTION_ARG = {"memory": "path", "conversations": "conversation"}
+"""Commands that take an ACTION then an optional ARG: where each keeps its ARG."""
 
 _MEMORY_ARG = {
     "blame": "a file, e.g. system/human.md",

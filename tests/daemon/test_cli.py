@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentd import __version__
-from agentd.client.parser import build_parser
+from agentd.client.parser import build_parser, parse_args
 from shared.store.layout import Layout
 from tests.support.memory_lock import wait_for
 from tests.support.processes import AgentdProcess, run_agentctl, socket_exists
@@ -93,6 +93,24 @@ def test_bad_usage_exits_2_before_asking_the_daemon() -> None:
         result = run_agentctl(*args)
         assert result.returncode == 2, args
         assert "usage: agentctl" in result.stderr, args
+
+
+def test_an_option_may_stand_between_an_action_and_its_argument() -> None:
+    for argv in (
+        ["memory", "why", "-a", "ada", "pnpm"],
+        ["memory", "why", "pnpm", "-a", "ada"],
+        ["memory", "-a", "ada", "why", "pnpm"],
+    ):
+        args = parse_args(argv)
+        assert (args.action, args.path, args.agent) == ("why", "pnpm", "ada"), argv
+    args = parse_args(["conversations", "delete", "-a", "ada", "conv-1"])
+    assert (args.action, args.conversation, args.agent) == ("delete", "conv-1", "ada")
+    for extra in (
+        ["memory", "why", "-a", "ada", "pnpm", "npm"],
+        ["memory", "why", "-a", "ada", "-z"],
+    ):
+        result = run_agentctl(*extra)
+        assert result.returncode == 2 and "unrecognized arguments: " in result.stderr, extra
 
 
 def test_version_prints_the_version() -> None:
