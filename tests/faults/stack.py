@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from agentd.supervisor import worker_command
-from shared import protocol
 from shared.coordination.embedded import ping
 from shared.store.layout import Layout
+from tests.support.processes import final_answer
 from tests.support.workers import RedisForTests
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,20 +124,14 @@ class Home:
 def call(home: Home, op: str, params: dict[str, Any] | None = None, timeout_s: float = 10.0) -> Any:
     """One request over the socket protocol; its result, or HarnessError."""
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.settimeout(timeout_s)
-            conn.connect(str(home.layout.socket_path))
-            conn.sendall(protocol.request("chaos", op, params))
-            for raw in conn.makefile("rb"):
-                message = json.loads(raw)
-                if "ok" not in message:
-                    continue
-                if not message["ok"]:
-                    raise HarnessError(f"{op}: {message.get('error')}")
-                return message["result"]
+        message = final_answer(home.layout.socket_path, op, params, timeout_s=timeout_s)
     except (OSError, ValueError) as exc:
         raise HarnessError(f"{op}: {exc!r}") from None
-    raise HarnessError(f"{op}: the daemon closed the connection before answering")
+    if message is None:
+        raise HarnessError(f"{op}: the daemon closed the connection before answering")
+    if not message["ok"]:
+        raise HarnessError(f"{op}: {message.get('error')}")
+    return message["result"]
 
 
 def answers(home: Home) -> bool:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from shared.protocol import request, socket_path
 
@@ -64,15 +65,29 @@ class AgentdProcess:
 def answers_status(home: Path, timeout_s: float = 10.0) -> bool:
     """Whether a daemon on ``home`` answers ``status``: what ``agentctl status`` asks,
     asked on the socket here, so polling for a start costs no process per look."""
+    try:
+        answer = final_answer(socket_path(home), "status", timeout_s=timeout_s)
+    except (OSError, ValueError):
+        return False
+    return answer is not None and bool(answer["ok"])
+
+
+def final_answer(
+    path: Path, op: str, params: dict[str, Any] | None = None, *, timeout_s: float = 10.0
+) -> dict[str, Any] | None:
+    """The final line of one request to the daemon listening on ``path`` (its ``ok`` true
+    or false), its event lines skipped; None if the daemon closed the connection first.
+    A socket error or a line that is not JSON is raised (``OSError``, ``ValueError``)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout_s)
-        try:
-            sock.connect(str(socket_path(home)))
-            sock.sendall(request("probe", "status"))
-            with sock.makefile("rb") as lines:
-                return bool(json.loads(lines.readline() or b"{}").get("ok"))
-        except (OSError, ValueError):
-            return False
+        sock.connect(str(path))
+        sock.sendall(request("probe", op, params))
+        with sock.makefile("rb") as lines:
+            for line in lines:
+                message: dict[str, Any] = json.loads(line)
+                if "ok" in message:
+                    return message
+    return None
 
 
 def run_agentctl(
