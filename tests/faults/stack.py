@@ -29,7 +29,7 @@ from typing import Any
 from agentd.supervisor import worker_command
 from shared.coordination.embedded import ping
 from shared.store.layout import Layout
-from tests.support.processes import final_answer
+from tests.support.processes import answers_status, final_answer
 from tests.support.workers import RedisForTests
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -132,14 +132,6 @@ def call(home: Home, op: str, params: dict[str, Any] | None = None, timeout_s: f
     if not message["ok"]:
         raise HarnessError(f"{op}: {message.get('error')}")
     return message["result"]
-
-
-def answers(home: Home) -> bool:
-    try:
-        call(home, "status", timeout_s=2.0)
-    except HarnessError:
-        return False
-    return True
 
 
 def agentctl(home: Home, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
@@ -352,7 +344,9 @@ class Pieces:
 
     def start_daemon(self) -> None:
         self.daemon.start()
-        self.daemon.wait_ready(lambda: answers(self.home), "agentd serve to answer")
+        self.daemon.wait_ready(
+            lambda: answers_status(self.home.path, timeout_s=2.0), "agentd serve to answer"
+        )
 
     def kill_daemon(self) -> None:
         self.daemon.kill_hard()
@@ -417,13 +411,12 @@ class Up:
         self.supervisor.start()
 
         def ready() -> bool:
-            output = self.supervisor.output_since_start()
-            names = {
-                line.split("|", 1)[0].strip()
-                for line in output.splitlines()
-                if " ready." in line and "|" in line
-            }
-            return len(names) >= self.workers and answers(self.home)
+            """The daemon answers and lists every worker (each registers once it is ready)."""
+            try:
+                status = call(self.home, "status", timeout_s=2.0)
+            except HarnessError:
+                return False
+            return len(status["redis"]["workers"]) >= self.workers
 
         self.supervisor.wait_ready(ready, f"agentd up with {self.workers} workers to be ready")
 
