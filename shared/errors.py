@@ -20,6 +20,9 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   ├── MemoryConflict           a hand edit whose file changed while it was edited
     │   │   └── RevertConflict       a memory revert whose lines later commits changed
     │   ├── MemoryPathError          a memory file path outside the repo or not present
+    │   ├── MemoryContentError       memory content we never keep (shared.memory.content)
+    │   │   ├── NestedRepository     a ``.git`` (or a gitlink) below memory's root
+    │   │   └── MemoryTooLarge       a file or the whole memory over its size limit
     │   └── UnknownRevision          a memory revision that names no commit of the repo
     ├── StoreError                   the data directory is not as we left it
     │   ├── CorruptStateFile
@@ -135,6 +138,33 @@ class RevertConflict(MemoryConflict):
 
 class MemoryPathError(RequestError):
     code = "memory_path"
+
+
+class MemoryContentError(RequestError):
+    """Memory content agentd never keeps; nothing of it was committed or merged.
+
+    ``path`` is the offending file (``""`` for the whole memory), ``rule`` names what it
+    broke (:data:`shared.memory.content.Rule`)."""
+
+    code = "memory_content"
+
+    def __init__(self, message: str, *, path: str, rule: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.rule = rule
+
+
+class NestedRepository(MemoryContentError):
+    """A ``.git`` directory or file (or a gitlink) below memory's root: git would descend
+    into it and obey its config, so it is never memory content."""
+
+    code = "nested_repository"
+
+
+class MemoryTooLarge(MemoryContentError):
+    """A memory file, or memory as a whole, over its configured size limit."""
+
+    code = "memory_too_large"
 
 
 class UnknownRevision(RequestError):

@@ -18,6 +18,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from shared.memory.content import DEFAULT_FILE_MAX_BYTES, DEFAULT_MEMORY_MAX_BYTES, MemoryLimits
 from shared.models.agents import MAX_CONTEXT_WINDOW
 from shared.protocol import MAX_REQUEST_BYTES, MergeMode, ReflectionTrigger, agentd_home
 from shared.reflection.settings import DEFAULT_MERGE, DEFAULT_STEP_COUNT, DEFAULT_TRIGGER
@@ -66,6 +67,13 @@ class Settings(BaseSettings):
     reflection_max_tries: int = Field(default=3, ge=1, le=100)
     """Starts of one reflection job before it is recorded ``failed: redelivered``: a job
     that keeps killing its worker must not be redelivered forever."""
+    reflection_hold_share: float = Field(default=0.3, gt=0, le=1)
+    """A reflection that removes more than this share of memory's lines (net of what it
+    adds) is held for the user (``agentctl memory proposals``) instead of merged."""
+    memory_file_max_bytes: int = Field(default=DEFAULT_FILE_MAX_BYTES, ge=1, le=1 << 40)
+    """Largest one memory file may be; over it a write or a reflection is refused."""
+    memory_max_bytes: int = Field(default=DEFAULT_MEMORY_MAX_BYTES, ge=1, le=1 << 40)
+    """Largest a whole memory repo's files may be together."""
     mock_latency_s: float = Field(default=0.0, ge=0, le=3_600)
     """Simulated model latency of the mock models (demos and tests of slow providers)."""
     reflection_wait_s: float = Field(default=15.0, ge=0, le=3_600)
@@ -127,6 +135,13 @@ class Settings(BaseSettings):
             init_settings,
             env_settings,
             TomlConfigSettingsSource(settings_cls, toml_file=toml_file),
+        )
+
+    @property
+    def memory_limits(self) -> MemoryLimits:
+        """The size limits every writer of memory applies (:mod:`shared.memory.content`)."""
+        return MemoryLimits(
+            file_bytes=self.memory_file_max_bytes, total_bytes=self.memory_max_bytes
         )
 
     @property
