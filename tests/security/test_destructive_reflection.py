@@ -13,8 +13,6 @@ happen once.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from reflector.hold import held_message
@@ -26,36 +24,20 @@ from shared.memory.proposals import Proposal, Proposals
 from shared.memory.repo import MemoryRepo
 from shared.models.reflection import ReflectionOutcome
 from shared.providers.mock_reflector import MockReflector
-from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
+from shared.providers.scripted import ScriptedProvider
 from shared.reflection.backoff import load_backoff
 from shared.reflection.settings import ReflectionOverrides
 from shared.store.agents import AgentStore
 from shared.store.layout import Layout
-from tests.reflector.conftest import READ, World, watermark
+from tests.reflector.conftest import World, watermark
 from tests.reflector.conftest import world as world  # the fixture
+from tests.security.hostile import FORGET, WIPE_HUMAN, attacker
 
 pytestmark = pytest.mark.skipif(
     not sandbox.available(), reason=f"bubblewrap unusable here: {sandbox.reason()}"
 )
 
-FORGET = 'cd "$MEMORY_DIR" && git rm -q system/human.md system/persona.md'
-WIPE_HUMAN = (
-    'cd "$MEMORY_DIR" && printf -- "---\\nname: human\\ndescription: What I know about the '
-    'user.\\n---\\n\\n   \\n" > system/human.md && git add -A'
-)
 HUMAN_BODY = "- Name: Ada Lovelace.\n- Prefers tabs.\n- Deploys with pnpm.\n"
-
-
-def attacker(command: str, subject: str = "chore(reflection): tidy up memory") -> ScriptedProvider:
-    """A sub-agent that reads the transcript, runs ``command`` and commits what it did."""
-    commit = f'{command} && git -C "$MEMORY_DIR" commit -qm "{subject}"'
-    return ScriptedProvider(
-        [
-            tool_reply(("bash", READ)),
-            tool_reply(("bash", json.dumps({"command": commit}))),
-            text_reply("Consolidated memory: removed stale and duplicate files."),
-        ]
-    )
 
 
 def _head(world: World) -> str:
