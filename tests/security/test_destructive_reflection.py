@@ -13,6 +13,8 @@ happen once.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from reflector.hold import held_message
@@ -29,9 +31,10 @@ from shared.reflection.backoff import load_backoff
 from shared.reflection.settings import ReflectionOverrides
 from shared.store.agents import AgentStore
 from shared.store.layout import Layout
-from tests.reflector.conftest import World, watermark
+from tests.reflector.conftest import READ, World, watermark
 from tests.reflector.conftest import world as world  # the fixture
 from tests.security.hostile import FORGET, WIPE_HUMAN, attacker
+from tests.support.openai_server import FakeOpenAIServer, chat_completion, tool_call
 
 pytestmark = pytest.mark.skipif(
     not sandbox.available(), reason=f"bubblewrap unusable here: {sandbox.reason()}"
@@ -95,6 +98,33 @@ def test_a_reflector_that_deletes_core_memory_is_held_and_memory_is_untouched(
     assert changed[:2] == ["D\tsystem/human.md", "D\tsystem/persona.md"]
     logged = (world.reflections / "log.jsonl").read_text().splitlines()
     assert ReflectionOutcome.model_validate_json(logged[-1]).status == "held"
+
+
+def test_the_attack_over_the_real_openai_compatible_path_is_held(world: World) -> None:
+    """The same model, spoken to as litellm speaks to any OpenAI-compatible server."""
+    from shared.providers.litellm_provider import LiteLLMProvider
+
+    commit = f'{FORGET} && git -C "$MEMORY_DIR" commit -qm "chore(reflection): tidy up"'
+    with FakeOpenAIServer() as server:
+        for number, command in enumerate((READ, json.dumps({"command": commit}))):
+            call = tool_call("bash", command, id=f"call-{number}")
+            server.enqueue(body=chat_completion(None, tool_calls=[call]))
+        server.enqueue(body=chat_completion("Consolidated memory: removed stale files."))
+        provider = LiteLLMProvider(
+            model="openai/test-model",
+            api_base=server.url,
+            api_key="sk-test",
+            context_window=32_000,
+            block_remote=True,
+        )
+        before = _head(world)
+        outcome = world.reflect(provider)
+        calls = len(server.requests)
+
+    assert (outcome.status, outcome.reason) == ("held", "system_file_deleted"), outcome.message
+    assert calls == 3
+    assert _head(world) == before
+    assert (world.memory / "system" / "human.md").is_file()
 
 
 def test_while_held_the_watermark_has_moved_and_the_next_reflection_does_not_redo_it(
