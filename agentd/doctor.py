@@ -159,6 +159,7 @@ def check_core_memory(settings: Settings) -> Finding:
     """Agents whose memory lost a core file (deleted by hand, or merged before destructive
     reflections were held), and the reflections held for the user (nothing to fix: a note)."""
     from shared.memory.compile import HUMAN_PATH, PERSONA_PATH
+    from shared.memory.destructive import system_files
     from shared.memory.proposals import held_proposals
     from shared.memory.repo import MemoryRepo
 
@@ -166,7 +167,8 @@ def check_core_memory(settings: Settings) -> Finding:
     waiting: list[str] = []
     for record in AgentStore(settings.layout).scan().records:
         with contextlib.suppress(AgentdError):  # a damaged repo is the memory repos finding
-            files = MemoryRepo(settings.layout.memory_dir(record.id)).read_tree()
+            repo = MemoryRepo(settings.layout.memory_dir(record.id))  # refuses a non-repo
+            files = system_files(repo.path, "HEAD")
             gone = [path for path in (PERSONA_PATH, HUMAN_PATH) if path not in files]
             if gone:
                 missing.append((record.name, gone))

@@ -12,15 +12,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import structlog
-
 from agentd.agents import Agents
 from agentd.requests import AgentTarget, MemoryAnswer
 from shared.memory.content import MemoryLimits
 from shared.memory.proposal_answers import accept, reject
 from shared.memory.proposals import Proposal, Proposals
-
-log = structlog.get_logger(__name__)
 
 
 class MemoryProposals:

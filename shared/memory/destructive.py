@@ -95,8 +95,8 @@ class Destruction(BaseModel):
 
 def judge(repo_dir: Path, base: str, head: str, hold_share: float) -> Destruction | None:
     """How commit ``head`` destroys memory relative to ``base``; None when it does not."""
-    before = _system_files(repo_dir, base)
-    after = _system_files(repo_dir, head)
+    before = system_files(repo_dir, base)
+    after = system_files(repo_dir, head)
     deleted = sorted(path for path in before if path not in after)
     emptied = sorted(
         path
@@ -130,8 +130,9 @@ def _too_many_removed(lines_before: int, net_removed: int, hold_share: float) ->
     return net_removed > MIN_REMOVED_LINES and net_removed > hold_share * lines_before
 
 
-def _system_files(repo_dir: Path, rev: str) -> dict[str, str]:
-    """The regular files under ``system/`` at ``rev``, path → blob."""
+def system_files(repo_dir: Path, rev: str) -> dict[str, str]:
+    """The regular files under ``system/`` at ``rev``, path → blob: what the system prompt
+    can show in full (a link or a gitlink there shows nothing)."""
     listing = git.run(repo_dir, "ls-tree", "-r", "-z", "--full-tree", rev, "--", SYSTEM_DIR)
     files = {}
     for entry in listing.stdout.split("\0"):
