@@ -155,6 +155,44 @@ def check_uncommitted_memory(settings: Settings) -> Finding:
     )
 
 
+def check_core_memory(settings: Settings) -> Finding:
+    """Agents whose memory lost a core file (deleted by hand, or merged before destructive
+    reflections were held), and the reflections held for the user (nothing to fix: a note)."""
+    from shared.memory.compile import HUMAN_PATH, PERSONA_PATH
+    from shared.memory.destructive import system_files
+    from shared.memory.proposals import held_proposals
+    from shared.memory.repo import MemoryRepo
+
+    missing: list[tuple[str, list[str]]] = []
+    waiting: list[str] = []
+    for record in AgentStore(settings.layout).scan().records:
+        with contextlib.suppress(AgentdError):  # a damaged repo is the memory repos finding
+            repo = MemoryRepo(settings.layout.memory_dir(record.id))  # refuses a non-repo
+            files = system_files(repo.path, "HEAD")
+            gone = [path for path in (PERSONA_PATH, HUMAN_PATH) if path not in files]
+            if gone:
+                missing.append((record.name, gone))
+        held = held_proposals(settings.layout.reflection_files(record.id).proposals)
+        if held:
+            waiting.append(
+                f"{len(held)} reflection(s) held for {record.name} "
+                f"(`agentctl memory proposals --agent {record.name}`)"
+            )
+    if missing:
+        named = "; ".join(f"{name}: {', '.join(paths)}" for name, paths in missing)
+        name = missing[0][0]
+        return Finding(
+            False,
+            "core memory",
+            f"missing, so the agent's prompt lacks them: {named}",
+            f"find the commit that removed them with `agentctl memory log --agent {name}` and "
+            f"undo it with `agentctl memory revert COMMIT --agent {name}`, or write them again "
+            f"with `agentctl memory edit system/human.md --agent {name}`",
+        )
+    present = f"every agent has {PERSONA_PATH} and {HUMAN_PATH}"
+    return Finding(True, "core memory", "; ".join([present, *waiting]))
+
+
 def check_redis(settings: Settings) -> Finding:
     location = locate(settings)
     if location.embedded:
@@ -210,6 +248,7 @@ CHECKS: list[Callable[[Settings], Finding]] = [
     check_state_files,
     check_memory_repos,
     check_uncommitted_memory,
+    check_core_memory,
     check_sandbox,
     check_agent_bash,
 ]

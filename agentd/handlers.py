@@ -16,6 +16,7 @@ from agentd.deletion import Deletions
 from agentd.effective_config import effective_config
 from agentd.memory_edit import read_for_edit, write_by_hand
 from agentd.memory_history import MemoryHistory
+from agentd.memory_proposals import MemoryProposals
 from agentd.recall_client import RecallClient
 from agentd.reflections import Reflections
 from agentd.requests import (
@@ -28,6 +29,7 @@ from agentd.requests import (
     Chat,
     ConversationDelete,
     ConversationTarget,
+    MemoryAnswer,
     MemoryBlame,
     MemoryCommit,
     MemoryDiff,
@@ -79,6 +81,7 @@ class Handlers:
         self.connections = 0
         self.deletions = Deletions(agents, turns, recall, reflections.location, agents.clock)
         self.history = MemoryHistory(agents, recall)
+        self.proposals = MemoryProposals(agents, settings.memory_limits)
         self.web = WebServer(settings, self)
         """The web view (``AGENTD_WEB``); the daemon starts and stops it with the socket."""
 
@@ -323,6 +326,18 @@ class Handlers:
     async def memory_revert(self, params: MemoryRevert, _emit: Emit) -> dict[str, Any]:
         """Undo one memory commit as the user; every conversation's next turn is told."""
         return await self.history.revert(params)
+
+    async def memory_proposals(self, params: AgentTarget, _emit: Emit) -> dict[str, Any]:
+        """The reflections held for the user (destructive ones), each with its diff."""
+        return await self.proposals.list(params)
+
+    async def memory_accept(self, params: MemoryAnswer, _emit: Emit) -> dict[str, Any]:
+        """Merge a held proposal into memory as the user; answered once."""
+        return await self.proposals.accept(params)
+
+    async def memory_reject(self, params: MemoryAnswer, _emit: Emit) -> dict[str, Any]:
+        """Drop a held proposal, memory untouched; answered once."""
+        return await self.proposals.reject(params)
 
     async def agent_delete(self, params: AgentDelete, _emit: Emit) -> dict[str, Any]:
         record = await self.agents.resolve(params.agent)

@@ -39,7 +39,12 @@ from shared.clock import Clock, utc_now
 from shared.coordination.broker import RedisLocation
 from shared.errors import AgentdError
 from shared.models.agents import AgentRecord
-from shared.models.reflection import ReflectionOutcome, ReflectionRequest, TriggerSource
+from shared.models.reflection import (
+    CONSUMING_STATUSES,
+    ReflectionOutcome,
+    ReflectionRequest,
+    TriggerSource,
+)
 from shared.models.turns import TurnResult
 from shared.reflection import events
 from shared.reflection.settings import ReflectionSettings, configured_defaults, resolve
@@ -246,12 +251,13 @@ class Reflections:
         """Whether to show an outcome in a chat. Successes and manual runs always are; an
         automatic failure, or a skip that waits for the user (uncommitted memory edits),
         once per kind until a reflection succeeds, so a broken setup does not repeat itself
-        after every turn; other skips never."""
+        after every turn; other skips never. A held reflection is told, once: each is a
+        proposal of its own waiting for an answer."""
         told = self._told[outcome.agent_id]
         if outcome.status in ("merged", "no_changes"):
             told.clear()
             return True
-        if outcome.trigger == "manual":
+        if outcome.trigger == "manual" or outcome.status == "held":
             return True
         if outcome.status == "skipped" and outcome.reason not in TOLD_ONCE:
             return False
@@ -364,7 +370,7 @@ class Reflections:
             return
         if not self.outbox.remove(outcome.request_id, outcome.agent_id):
             return  # already settled (the stream and the logs both told us)
-        if outcome.status in ("merged", "no_changes") and outcome.unread:
+        if outcome.status in CONSUMING_STATUSES and outcome.unread:
             await self._submit(outcome.agent_id, outcome.trigger, outcome.unread)
         self._deliver(outcome)
         await self.dispatch(outcome.agent_id)

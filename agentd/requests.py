@@ -209,6 +209,11 @@ class MemoryRevert(AgentTarget):
     commit: MemoryRev
 
 
+class MemoryAnswer(AgentTarget):
+    proposal: Annotated[str, _id("proposal id")]
+    """A held proposal's id (its reflection's id, as ``memory proposals`` lists it)."""
+
+
 class AgentDelete(Params):
     agent: AgentRef
 
@@ -259,6 +264,9 @@ PARAMS: dict[str, type[Params]] = {
     "memory.why": MemoryWhy,
     "memory.diff": MemoryDiff,
     "memory.revert": MemoryRevert,
+    "memory.proposals": AgentTarget,
+    "memory.accept": MemoryAnswer,
+    "memory.reject": MemoryAnswer,
     "agent.delete": AgentDelete,
     "conversation.delete": ConversationDelete,
     "agent.export": AgentTarget,

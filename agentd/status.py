@@ -21,6 +21,7 @@ from shared.coordination import keys
 from shared.coordination.broker import RedisLocation
 from shared.errors import AgentdError
 from shared.memory.hand_edits import uncommitted_notice
+from shared.memory.proposals import held_proposals
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.reflection import events
@@ -129,6 +130,7 @@ def agent_status(
         "configuration_error": backoff.configuration_error,
         "pending_requests": len(list(outbox.glob("*.json"))) if outbox.is_dir() else 0,
         **_uncommitted_memory(layout, agent),
+        "held_proposals": _held(layout, agent),
         "last_idle_request": None
         if swept is None
         else {
@@ -137,6 +139,19 @@ def agent_status(
             "requested_at": swept[1].at.isoformat(),
         },
     }
+
+
+def _held(layout: Layout, agent: AgentRecord) -> list[dict[str, Any]]:
+    """The reflections waiting for the user's answer (records only: no git)."""
+    return [
+        {
+            "id": proposal.id,
+            "created_at": proposal.created_at.isoformat(),
+            "reason": proposal.destruction.reason,
+            "why": proposal.destruction.describe(),
+        }
+        for proposal in held_proposals(layout.reflection_files(agent.id).proposals)
+    ]
 
 
 def _uncommitted_memory(layout: Layout, agent: AgentRecord) -> dict[str, Any]:

@@ -8,8 +8,9 @@ agent at a time — holds the agent's lease; its outcome settles the request);
 (checked before any payload or worktree exists); ``no_payload``. Then the slice after
 each conversation's watermark, up to a snapshot end recorded now (messages appended while
 the job runs stay unreflected) and cut to the job's budget, becomes a payload; the
-sub-agent works in a fresh worktree; finalize merges only a run that earned success; the
-watermark moves only for ``merged`` and ``no_changes``, and only as far as the sub-agent
+sub-agent works in a fresh worktree; a destructive result is held for the user
+(:mod:`reflector.hold`); finalize merges only a run that earned success; the watermark
+moves only for ``merged``, ``no_changes`` and ``held``, and only as far as the sub-agent
 read.
 
 Every job ends with a recorded outcome, whatever goes wrong: :func:`run_job` is the
@@ -36,6 +37,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from reflector.checkout import Worktree, collect, create_worktree, sweep_orphans
 from reflector.finalize import FinalizeResult, finalize
+from reflector.hold import held_message, hold_if_destructive, settle_held
 from reflector.integration import has_proposal, run_integration
 from reflector.memory_budget import MemoryBudget, budget_for, floor_at, over_budget
 from reflector.outcomes import publish_outcome
@@ -303,6 +305,18 @@ class _Job:
                 if over_budget(budget, floor_after):
                     finalize(worktree, should_merge=False, failure_summary="memory over budget")
                     return self._over_budget(budget, floor_after)
+                held = hold_if_destructive(worktree, self.request, self.reflection_id, self.ctx)
+                if held is not None:
+                    finalize(worktree, should_merge=False, failure_summary="held for the user")
+                    settle_held(
+                        run.consumed, self.reflections_dir, self._conversation_dir, self.ctx.clock
+                    )
+                    return self.outcome(
+                        "held",
+                        held.destruction.reason,
+                        held_message(held, agent.name),
+                        unread=run.unread,
+                    )
             result = self._finalize(agent, worktree, run, memory_dir)
         except BaseException:
             finalize(worktree, should_merge=False)

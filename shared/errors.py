@@ -18,12 +18,15 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   ├── InUse                    a turn or reflection runs on what is to be deleted
     │   ├── InvalidArchive           an import archive that is not one agentd wrote
     │   ├── MemoryConflict           a hand edit whose file changed while it was edited
-    │   │   └── RevertConflict       a memory revert whose lines later commits changed
+    │   │   ├── RevertConflict       a memory revert whose lines later commits changed
+    │   │   └── ProposalConflict     a held proposal whose lines later commits changed
     │   ├── MemoryPathError          a memory file path outside the repo or not present
     │   ├── MemoryContentError       memory content we never keep (shared.memory.content)
     │   │   ├── NestedRepository     a ``.git`` (or a gitlink) below memory's root
     │   │   └── MemoryTooLarge       a file or the whole memory over its size limit
-    │   └── UnknownRevision          a memory revision that names no commit of the repo
+    │   ├── UnknownRevision          a memory revision that names no commit of the repo
+    │   ├── UnknownProposal          no held reflection proposal has that id
+    │   └── ProposalAnswered         the proposal was accepted or rejected already
     ├── StoreError                   the data directory is not as we left it
     │   ├── CorruptStateFile
     │   │   └── StateFileTooNew      written by a newer agentd (a later schema_version)
@@ -136,6 +139,13 @@ class RevertConflict(MemoryConflict):
     code = "revert_conflict"
 
 
+class ProposalConflict(MemoryConflict):
+    """A held proposal that cannot be accepted because memory changed since in the same
+    lines; memory is left exactly as it was and the proposal stays held."""
+
+    code = "proposal_conflict"
+
+
 class MemoryPathError(RequestError):
     code = "memory_path"
 
@@ -171,6 +181,18 @@ class UnknownRevision(RequestError):
     """A revision (sha, ``HEAD~2``) that is not a commit of the agent's memory repo."""
 
     code = "unknown_revision"
+
+
+class UnknownProposal(RequestError):
+    """No reflection proposal of the agent has that id (``agentctl memory proposals``)."""
+
+    code = "unknown_proposal"
+
+
+class ProposalAnswered(RequestError):
+    """A proposal is answered once: a second accept or reject of it changes nothing."""
+
+    code = "proposal_answered"
 
 
 class StoreError(AgentdError):

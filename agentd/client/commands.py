@@ -241,13 +241,32 @@ def _memory_revert(conn: Connection, args: argparse.Namespace) -> int:
     return 0
 
 
+def _memory_proposals(conn: Connection, args: argparse.Namespace) -> int:
+    held = conn.result("memory.proposals", {"agent": args.agent})
+    if args.json:
+        render.print_json(held["proposals"])
+    else:
+        render.print_proposals(held)
+    return 0
+
+
+def _memory_answer(conn: Connection, args: argparse.Namespace) -> int:
+    answered = conn.result(f"memory.{args.action}", {"agent": args.agent, "proposal": args.path})
+    render.print_answered(answered)
+    return 0
+
+
 _MEMORY_HISTORY = {
     "blame": _memory_blame,
     "why": _memory_why,
     "diff": _memory_diff,
     "revert": _memory_revert,
+    "proposals": _memory_proposals,
+    "accept": _memory_answer,
+    "reject": _memory_answer,
 }
-"""``agentctl memory blame|why|diff|revert``: the requests of :mod:`agentd.memory_history`."""
+"""``agentctl memory blame|why|diff|revert``: the requests of :mod:`agentd.memory_history`;
+``proposals|accept|reject``: those of :mod:`agentd.memory_proposals`."""
 
 
 def cmd_web(conn: Connection, args: argparse.Namespace) -> int:

@@ -82,6 +82,8 @@ _MEMORY_ARG = {
     "blame": "a file, e.g. system/human.md",
     "why": "the text to look for",
     "revert": "the commit to undo (a sha from log, blame or why)",
+    "accept": "the proposal to merge (an id from memory proposals)",
+    "reject": "the proposal to drop (an id from memory proposals)",
 }
 """The memory actions whose ARG is required, and what it is."""
 
@@ -262,20 +264,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     memory.add_argument(
         "action",
-        choices=("log", "path", "show", "edit", "commit", "blame", "why", "diff", "revert"),
+        choices=(
+            "log",
+            "path",
+            "show",
+            "edit",
+            "commit",
+            "blame",
+            "why",
+            "diff",
+            "revert",
+            "proposals",
+            "accept",
+            "reject",
+        ),
         help="log: its history; path: where it is; show: its files; edit: edit one file in "
         "$VISUAL/$EDITOR and commit it; commit: commit edits made in the checkout; blame: "
         "each line of a file with the commit that wrote it (turn, reflection, user, merge); "
         "why: the lines containing TEXT, each with its commit and the messages it came from; "
         "diff: what changed since REV (default: since the conversation's previous turn ended, "
-        "i.e. what its next turn will be told changed); revert: undo COMMIT as the user",
+        "i.e. what its next turn will be told changed); revert: undo COMMIT as the user; "
+        "proposals: the reflections held for you (they delete or empty a system/ file, or "
+        "remove much of memory), each with its diff; accept ID: merge one; reject ID: drop it",
     )
     memory.add_argument(
         "path",
         nargs="?",
         metavar="ARG",
         help="with show, edit or blame: one file, e.g. system/human.md; with why: TEXT; with "
-        "diff: REV (a sha or HEAD~N); with revert: COMMIT (a sha from log, blame or why)",
+        "diff: REV (a sha or HEAD~N); with revert: COMMIT (a sha from log, blame or why); "
+        "with accept or reject: ID (from memory proposals)",
     )
     agent_flag(memory)
     memory.add_argument(
@@ -288,7 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit", type=count(1), default=20, help="with log: the newest N commits (default 20)"
     )
     memory.add_argument("-m", "--message", help="with edit or commit: the commit message")
-    memory.add_argument("--json", action="store_true", help=f"with blame, why or diff: {JSON_HELP}")
+    memory.add_argument(
+        "--json", action="store_true", help=f"with blame, why, diff or proposals: {JSON_HELP}"
+    )
 
     export = command(
         "export", cmd_export, "Write an agent (record, memory history, transcripts) as a .tar.gz."

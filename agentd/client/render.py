@@ -110,6 +110,11 @@ def print_status(status: dict[str, Any]) -> None:
         )
         if agent.get("uncommitted_notice"):
             print(f"         ! {agent['uncommitted_notice']}")
+        for held in agent.get("held_proposals") or []:
+            print(
+                f"         ! reflection {held['id']} is held for you: {held['why']}; review it "
+                f"with `agentctl memory proposals --agent {agent['name']}`"
+            )
         recall = agent.get("recall")
         if recall:
             size = recall["bytes_on_disk"]
@@ -298,6 +303,39 @@ def print_memory_diff(diff: dict[str, Any]) -> None:
     print(diff["diff"], end="")
     if diff["truncated"]:
         print("(the diff is cut here; see the rest with `git diff` in `agentctl memory path`)")
+
+
+def print_proposals(answer: dict[str, Any]) -> None:
+    """Each held proposal: why it is held, how to answer it, its diffstat and patch."""
+    flag = f" --agent {answer['agent']}"
+    if not answer["proposals"]:
+        print("no reflection is held for you", file=sys.stderr)
+    for proposal in answer["proposals"]:
+        print(f"proposal {proposal['id']}  held {shown(proposal['created_at'])}")
+        print(f"  held because {proposal['why']}")
+        print(
+            f"  accept: agentctl memory accept {proposal['id']}{flag}   "
+            f"reject: agentctl memory reject {proposal['id']}{flag}"
+        )
+        print(f"  {proposal['diffstat']}")
+        print()
+        print(proposal["diff"], end="")
+        if proposal["truncated"]:
+            print("(the diff is cut here)")
+        print()
+
+
+def print_answered(answer: dict[str, Any]) -> None:
+    proposal = answer["proposal"]
+    if proposal["state"] == "rejected":
+        print(f"rejected proposal {proposal['id']}: memory is unchanged")
+    elif proposal["merge_commit"]:
+        print(
+            f"accepted proposal {proposal['id']}: merged in {proposal['merge_commit'][:7]}; "
+            "every conversation's next turn is told"
+        )
+    else:
+        print(f"accepted proposal {proposal['id']}: its changes were in memory already")
 
 
 def print_reverted(done: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from shared.models.reflection import ReflectionOutcome
 
-STATUSES = ("merged", "no_changes", "skipped", "failed")
+STATUSES = ("merged", "no_changes", "held", "skipped", "failed")
 """Stacked bottom to top, in this order."""
 CHART_DAYS = 14
 _BAR_AREA_HEIGHT = 120

@@ -11,6 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
+from agentd.memory_proposals import held_with_diffs
 from agentd.requests import (
     AgentTarget,
     ConversationTarget,
@@ -76,8 +77,11 @@ async def agent(request: web.Request) -> web.StreamResponse:
     repo = ctx.handlers.agents.memory(record.id)
     files = await asyncio.to_thread(_described_files, repo)
     conversations = await asyncio.to_thread(ctx.handlers.agents.conversations, record)
+    held = await asyncio.to_thread(held_with_diffs, ctx.handlers.proposals.of(record.id))
     return render(
-        request, "agent.html", {"agent": record, "files": files, "conversations": conversations}
+        request,
+        "agent.html",
+        {"agent": record, "files": files, "conversations": conversations, "proposals": held},
     )
 
 

@@ -11,7 +11,12 @@ from shared.clock import utc_now
 
 TriggerSource = Literal["step-count", "compaction-event", "idle", "manual"]
 """What asked for a reflection: a post-turn trigger, the idle sweep, or the user."""
-OutcomeStatus = Literal["merged", "no_changes", "failed", "skipped"]
+OutcomeStatus = Literal["merged", "no_changes", "held", "failed", "skipped"]
+"""``held``: the reflection would delete or empty core memory, or remove a large share of
+it, so its commits wait for the user (``agentctl memory proposals``) instead of merging."""
+CONSUMING_STATUSES: frozenset[OutcomeStatus] = frozenset({"merged", "no_changes", "held"})
+"""Outcomes whose transcript counts as reflected: the watermark moved past what they read.
+A held proposal's messages were reflected; only its result waits for the user."""
 
 
 class ReflectionRequest(BaseModel):

@@ -83,6 +83,12 @@ class ReflectionFiles:
         return self.directory / "integrations"
 
     @property
+    def proposals(self) -> Path:
+        """Reflections held for the user (one record per proposal; the commits are under
+        ``refs/proposals/`` in the memory repo)."""
+        return self.directory / "proposals"
+
+    @property
     def outcome_log(self) -> Path:
         return self.directory / "log.jsonl"
 

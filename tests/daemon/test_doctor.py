@@ -4,6 +4,7 @@ its settings are the ones checked; and doctor leaves the home as it found it."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pty
 import re
@@ -15,6 +16,7 @@ from pathlib import Path
 from shared.providers.factory import ProviderFactory
 from shared.providers.keys import ProviderKeys
 from shared.settings import Settings
+from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
 from tests.support.openai_server import FakeOpenAIServer
 
@@ -105,6 +107,68 @@ class _KeyedProviders(ProviderFactory):
         super().__init__(settings, ProviderKeys({"OPENAI_API_KEY": KEY_CANARY}))
 
 
+def test_core_memory_lost_by_a_merge_or_by_hand_is_named_and_held_reflections_noted(
+    daemon: DaemonRunner, agentd_home: Path
+) -> None:
+    daemon.start()
+    memory = Path(daemon.result("agent.create", {"name": "ada"})["memory_dir"])
+    daemon.stop()
+    assert "✓ core memory: every agent has system/persona.md and system/human.md" in (
+        _doctor().stdout.splitlines()
+    )
+    held = Layout(agentd_home).reflection_files(next(agentd_home.glob("agents/*")).name)
+    held.proposals.mkdir(parents=True)
+    (held.proposals / "20270101000000-abcdef12.json").write_text(
+        json.dumps(
+            {
+                "id": "20270101000000-abcdef12",
+                "agent_id": "a",
+                "request_id": "rq-1",
+                "created_at": "2027-01-01T00:00:00Z",
+                "base": "a" * 40,
+                "head": "b" * 40,
+                "destruction": {
+                    "deleted": ["system/human.md"],
+                    "emptied": [],
+                    "lines_before": 11,
+                    "added": 0,
+                    "removed": 6,
+                    "hold_share": 0.3,
+                    "files_changed": 1,
+                },
+            }
+        )
+    )
+    subprocess.run(["git", "-C", str(memory), "rm", "-q", "system/human.md"], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(memory),
+            "-c",
+            "user.name=u",
+            "-c",
+            "user.email=u@x",
+            "commit",
+            "-qm",
+            "x",
+        ],
+        check=True,
+    )
+
+    lines = _doctor().stdout.splitlines()
+
+    assert "✗ core memory: missing, so the agent's prompt lacks them: ada: system/human.md" in lines
+    assert any("`agentctl memory revert COMMIT --agent ada`" in line for line in lines)
+    subprocess.run(
+        ["git", "-C", str(memory), "revert", "--no-edit", "HEAD"], check=True, capture_output=True
+    )
+    assert (
+        "✓ core memory: every agent has system/persona.md and system/human.md; 1 reflection(s) "
+        "held for ada (`agentctl memory proposals --agent ada`)"
+    ) in _doctor().stdout.splitlines()
+
+
 def test_doctor_checks_the_running_daemons_settings_not_its_own_and_asks_its_api(
     daemon: DaemonRunner,
 ) -> None:
@@ -156,7 +220,7 @@ def test_an_unreachable_redis_a_missing_key_and_a_corrupt_record_are_named(
     assert "    → export OPENAI_API_KEY=" in result.stdout
     assert any(line.startswith("✗ permissions: ") and "agents (0755)" in line for line in lines)
     assert DAEMON_DOWN in lines
-    assert lines[-1] == "6 ok, 6 to fix"
+    assert lines[-1] == "7 ok, 6 to fix"
 
 
 def test_a_home_an_older_agentd_left_open_is_reported_then_closed_by_fix(

@@ -51,3 +51,19 @@ def test_an_automatic_failure_is_told_once_per_kind_until_a_success(
         ]
     ]
     assert told == [True, False, True, True, True, True, False]
+
+
+def test_every_held_reflection_is_told_since_each_waits_for_its_own_answer(
+    reflections: Reflections,
+) -> None:
+    told = [
+        reflections.worth_telling(_outcome(*args))
+        for args in [
+            ("held", "system_file_deleted"),
+            ("held", "system_file_deleted"),
+            ("failed", "merge_conflict"),
+            ("held", "lines_removed"),
+            ("failed", "merge_conflict"),
+        ]
+    ]
+    assert told == [True, True, True, True, False]
