@@ -205,7 +205,7 @@ def test_a_configuration_error_pauses_automatic_runs_until_one_succeeds(world: W
     paused = world.reflect(MockReflector())
     assert (paused.status, paused.reason) == ("skipped", "configuration_error")
     assert world.reflect(MockReflector(), trigger="manual").status == "merged"
-    assert load_backoff(world.reflections).configuration_error is None
+    assert load_backoff(world.reflections).pause is None
 
 
 def test_a_job_for_a_busy_agent_is_skipped_and_runs_when_sent_again(
