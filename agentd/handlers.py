@@ -55,7 +55,7 @@ from shared.memory.provenance import USER_EMAIL, USER_NAME, user_trailers, with_
 from shared.models.agents import AgentRecord, ReflectionOverrides
 from shared.models.messages import Message, SummaryMessage
 from shared.models.reflection import ReflectionOutcome
-from shared.protocol import EVENT_REFLECTION, PROTOCOL_VERSION
+from shared.protocol import EVENT_REFLECTION, EVENT_WARNING, PROTOCOL_VERSION
 from shared.recall.ranking import SearchRequest
 from shared.reflection import events
 from shared.settings import Settings
@@ -164,6 +164,9 @@ class Handlers:
         for notice in self.reflections.take_notices(record.id):
             if self.reflections.worth_telling(notice):
                 await emit(EVENT_REFLECTION, _outcome_event(notice))
+        paused = await self.reflections.pause_notice(record)
+        if paused is not None:
+            await emit(EVENT_WARNING, {"code": "reflection_paused", "message": paused})
         return result.model_dump(mode="json")
 
     async def reflection_settings(self, params: SleeptimeSettings, _emit: Emit) -> dict[str, Any]:

@@ -21,7 +21,9 @@ its worker died, or Celery stranded it when Redis went away), and what waited fo
 broker; it runs at start, every few seconds, and survives any error of one pass.
 The client is told at the end of the turn that triggered the reflection if it finishes
 within ``reflection_wait_s``, else at the end of the agent's next turn, or by
-``agentctl reflect --wait``.
+``agentctl reflect --wait``. An agent whose automatic reflection is paused
+(:mod:`shared.reflection.pause`) is named at the end of its next chat, once per pause:
+that warning replaces the notice of the failure that paused it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest, TriggerSource
 from shared.models.turns import TurnResult
 from shared.reflection import events
+from shared.reflection.backoff import load_backoff
+from shared.reflection.pause import PAUSING_ERRORS, describe
 from shared.reflection.settings import ReflectionSettings, configured_defaults, resolve
 from shared.reflection.state import TranscriptState, peek_state
 from shared.reflection.triggers import DueTrigger, post_turn
@@ -78,6 +82,8 @@ class Reflections:
         self._notices: dict[str, list[ReflectionOutcome]] = defaultdict(list)
         self._tasks: list[asyncio.Task[None]] = []
         self._told: dict[str, set[str]] = defaultdict(set)
+        self._told_pauses: dict[str, tuple[str, str]] = {}
+        """Per agent, the pause (reason, setup) its chat was last told of."""
         self._sending: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self.idle = IdleSweep(
             layout,
@@ -255,11 +261,22 @@ class Reflections:
             return True
         if outcome.status == "skipped" and outcome.reason not in TOLD_ONCE:
             return False
+        if outcome.reason in PAUSING_ERRORS:
+            return False  # the pause's own warning tells it (:meth:`pause_notice`)
         kind = f"{outcome.status}:{outcome.reason}"
         if kind in told:
             return False
         told.add(kind)
         return True
+
+    async def pause_notice(self, agent: AgentRecord) -> str | None:
+        """The agent's pause, said once per pause (reason and model setup) per daemon."""
+        state = await asyncio.to_thread(load_backoff, self.layout.reflections_dir(agent.id))
+        pause = state.pause
+        if pause is None or self._told_pauses.get(agent.id) == (pause.reason, pause.setup):
+            return None
+        self._told_pauses[agent.id] = (pause.reason, pause.setup)
+        return describe(pause, agent.name)
 
     # --- background loops ------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from shared.errors import AgentdError
 from shared.memory.hand_edits import uncommitted_notice
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
-from shared.reflection import events
+from shared.reflection import events, pause
 from shared.reflection.backoff import load_backoff
 from shared.reflection.settings import ReflectionSettings
 from shared.reflection.state import peek_state
@@ -126,7 +126,7 @@ def agent_status(
             "message": last.message,
         },
         "backoff_until": backoff.retry_at.isoformat() if backoff.retry_at else None,
-        "configuration_error": backoff.configuration_error,
+        "reflection_paused": pause.view(backoff.pause, agent.name),
         "pending_requests": len(list(outbox.glob("*.json"))) if outbox.is_dir() else 0,
         **_uncommitted_memory(layout, agent),
         "last_idle_request": None

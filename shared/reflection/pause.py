@@ -62,3 +62,16 @@ def describe(pause: Pause, agent_name: str) -> str:
         "It resumes by itself once the reflector's model, api base, window or key changes "
         f"(restart agentd after changing them); `{resume_command(agent_name)}` retries now."
     )
+
+
+def view(pause: Pause | None, agent_name: str) -> dict[str, str] | None:
+    """The pause as ``agentctl status --json`` and the web view show it (None: not paused)."""
+    if pause is None:
+        return None
+    return {
+        "reason": pause.reason,
+        "message": pause.message,
+        "since": pause.since.isoformat(),
+        "resume": resume_command(agent_name),
+        "text": describe(pause, agent_name),
+    }
