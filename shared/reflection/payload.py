@@ -11,6 +11,10 @@ record holding a random nonce, and the payload remembers every eligible message 
 was written, so the harness can tell afterwards which messages the sub-agent's tools
 actually showed it (:mod:`shared.reflection.coverage`).
 
+A line of the log that is not a message (damaged, or written by another program) is shown
+too, as an ``unreadable`` record holding its text as found: the watermark moves past it
+only once a reflection has read it (:mod:`shared.reflection.slices`).
+
 Payload files are written atomically and never deleted: they are the record of what a
 reflection was shown.
 """
@@ -30,7 +34,7 @@ from pydantic import BaseModel
 from shared.agent.request import tool_result_cap
 from shared.clock import Clock, utc_now
 from shared.models.messages import AssistantMessage, Message, ToolCall, ToolResult
-from shared.reflection.slices import LogRow, Slice, ending_at, is_eligible, is_step, rows_of
+from shared.reflection.slices import BrokenLine, Slice, is_eligible, is_step, lines_of
 from shared.store.atomic import write_bytes_atomic
 
 log = structlog.get_logger(__name__)
@@ -80,11 +84,12 @@ class Limits:
 
 
 class ShownMessage(BaseModel):
-    """An eligible message as a part shows it: what proves it was read, and how far the
-    slice reaches if the reading stops after it."""
+    """An eligible message (or a line that is not a message) as a part shows it: what
+    proves it was read, and how far the slice reaches if the reading stops after it."""
 
     id: str
-    role: Literal["user", "assistant"]
+    """The message's id; for an ``unreadable`` line, ``line-<number>``."""
+    role: Literal["user", "assistant", "unreadable"]
     text: str
     """Its content exactly as written into the part (bounded); empty for an assistant
     message that only called tools."""
@@ -110,15 +115,21 @@ class SlicePayload(BaseModel):
     shown: list[ShownMessage]
 
     def through(self, message: ShownMessage) -> Slice:
-        """The shown slice cut short to end at ``message``."""
-        return self.slice.model_copy(
-            update={
-                "end_id": message.id,
-                "end_offset": message.end_offset,
-                "messages": message.messages_through,
-                "assistant_steps": message.steps_through,
-            }
-        )
+        """The shown slice cut short to end at ``message``, an eligible one."""
+        return _cut_at(self.slice, message)
+
+
+def _cut_at(slice: Slice, message: ShownMessage) -> Slice:
+    if message.role == "unreadable":
+        raise ValueError(f"{message.id} is not a message: a slice cannot end at it")
+    return slice.model_copy(
+        update={
+            "end_id": message.id,
+            "end_offset": message.end_offset,
+            "messages": message.messages_through,
+            "assistant_steps": message.steps_through,
+        }
+    )
 
 
 class PayloadFile(BaseModel):
@@ -238,6 +249,23 @@ def message_records(message: Message, text_limit: int) -> list[Record]:
     return records
 
 
+UNREADABLE_NOTE = (
+    "a line of the conversation's log that is not a message (damaged, or written by "
+    "another program), shown as found"
+)
+
+
+def unreadable_record(line: BrokenLine, text_limit: int) -> Record:
+    """The record of a log line that is not a message: its text, bounded, and where it is."""
+    return {
+        "role": "unreadable",
+        "content": bounded_text(line.text, text_limit),
+        "line": line.line,
+        "note": UNREADABLE_NOTE,
+        "id": f"line-{line.line}",
+    }
+
+
 def _encode(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
 
@@ -266,41 +294,57 @@ class _Cut:
 def _cut(log_path: Path, slice: Slice, budget_chars: int, text_limit: int) -> _Cut | None:
     """``slice`` up to the last eligible message whose records still fit the budget; the
     first eligible message is always shown. None when not even that fits."""
-    rows = rows_of(log_path, slice)
-    entries: list[tuple[LogRow, list[Record], int]] = []
-    used = steps = 0
+    entries: list[tuple[list[Record], ShownMessage | None]] = []
+    used = steps = messages = 0
     last = -1
-    shown: list[ShownMessage] = []
-    for index, row in enumerate(rows):
-        records = message_records(row.message, text_limit)
+    last_shown: ShownMessage | None = None
+    for index, found in enumerate(lines_of(log_path, slice)):
+        if isinstance(found, BrokenLine):
+            record = unreadable_record(found, text_limit)
+            used += _size_in_array(record)
+            entries.append(([record], _shown(record, found.end, messages, steps)))
+            continue
+        records = message_records(found.message, text_limit)
         used += sum(_size_in_array(record) for record in records)
-        steps += is_step(row.message)
-        if is_eligible(row.message):
+        steps += is_step(found.message)
+        messages += 1
+        shown = None
+        if is_eligible(found.message):
             if used > budget_chars and last >= 0:
                 break
-            last = index
             text = next((r["content"] for r in records if r.get("content") is not None), "")
-            shown.append(
-                ShownMessage(
-                    id=row.message.id,
-                    role=row.message.role,  # type: ignore[arg-type]
-                    text=text,
-                    end_offset=row.end,
-                    messages_through=index + 1,
-                    steps_through=steps,
-                )
+            shown = ShownMessage(
+                id=found.message.id,
+                role=found.message.role,  # type: ignore[arg-type]
+                text=text,
+                end_offset=found.end,
+                messages_through=messages,
+                steps_through=steps,
             )
-        entries.append((row, records, used))
-    if last < 0:
+            last, last_shown = index, shown
+        entries.append((records, shown))
+    if last_shown is None:
         return None
     kept = entries[: last + 1]
-    last_eligible = max(i for i, row in enumerate(rows) if is_eligible(row.message))
+    complete = last_shown.id == slice.end_id
     return _Cut(
-        slice=slice if last == last_eligible else ending_at(slice, rows, last),
-        complete=last == last_eligible,
-        records=[record for _, records, _ in kept for record in records],
-        sizes=[_size_in_array(record) for _, records, _ in kept for record in records],
-        shown=shown,
+        slice=slice if complete else _cut_at(slice, last_shown),
+        complete=complete,
+        records=[record for records, _ in kept for record in records],
+        sizes=[_size_in_array(record) for records, _ in kept for record in records],
+        shown=[shown for _, shown in kept if shown is not None],
+    )
+
+
+def _shown(record: Record, end_offset: int, messages: int, steps: int) -> ShownMessage:
+    """A shown line that is not a message: it must be read, and never ends a slice."""
+    return ShownMessage(
+        id=record["id"],
+        role="unreadable",
+        text=record["content"],
+        end_offset=end_offset,
+        messages_through=messages,
+        steps_through=steps,
     )
 
 
