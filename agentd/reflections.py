@@ -45,7 +45,7 @@ from shared.models.reflection import ReflectionOutcome, ReflectionRequest, Trigg
 from shared.models.turns import TurnResult
 from shared.reflection import events
 from shared.reflection.backoff import load_backoff
-from shared.reflection.pause import PAUSING_ERRORS, describe
+from shared.reflection.pause import Pause
 from shared.reflection.settings import ReflectionSettings, configured_defaults, resolve
 from shared.reflection.state import TranscriptState, peek_state
 from shared.reflection.triggers import DueTrigger, post_turn
@@ -248,11 +248,12 @@ class Reflections:
     def take_notices(self, agent_id: str) -> list[ReflectionOutcome]:
         return self._notices.pop(agent_id, [])
 
-    def worth_telling(self, outcome: ReflectionOutcome) -> bool:
+    def worth_telling(self, outcome: ReflectionOutcome, paused: Pause | None = None) -> bool:
         """Whether to show an outcome in a chat. Successes and manual runs always are; an
         automatic failure, or a skip that waits for the user (uncommitted memory edits),
         once per kind until a reflection succeeds, so a broken setup does not repeat itself
-        after every turn; other skips never."""
+        after every turn; other skips never. An automatic failure that ``paused`` the
+        agent is not: the pause's own warning, told with it, says more."""
         told = self._told[outcome.agent_id]
         if outcome.status in ("merged", "no_changes"):
             told.clear()
@@ -261,22 +262,23 @@ class Reflections:
             return True
         if outcome.status == "skipped" and outcome.reason not in TOLD_ONCE:
             return False
-        if outcome.reason in PAUSING_ERRORS:
-            return False  # the pause's own warning tells it (:meth:`pause_notice`)
+        if paused is not None and outcome.reason == paused.reason:
+            return False
         kind = f"{outcome.status}:{outcome.reason}"
         if kind in told:
             return False
         told.add(kind)
         return True
 
-    async def pause_notice(self, agent: AgentRecord) -> str | None:
-        """The agent's pause, said once per pause (reason and model setup) per daemon."""
+    async def untold_pause(self, agent: AgentRecord) -> Pause | None:
+        """The agent's pause if its chat has not been told of it yet: each pause (reason
+        and model setup) is told once per daemon, and this call counts as telling."""
         state = await asyncio.to_thread(load_backoff, self.layout.reflections_dir(agent.id))
         pause = state.pause
         if pause is None or self._told_pauses.get(agent.id) == (pause.reason, pause.setup):
             return None
         self._told_pauses[agent.id] = (pause.reason, pause.setup)
-        return describe(pause, agent.name)
+        return pause
 
     # --- background loops ------------------------------------------------------------------
 
