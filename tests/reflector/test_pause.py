@@ -5,6 +5,7 @@ through litellm to a local OpenAI-compatible server, as a real provider's would.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -149,3 +150,17 @@ def test_a_workers_model_setup_changes_with_its_keys_model_and_api_base(
     assert setup({"OPENAI_API_KEY": "sk-wrong"}, api_base="http://127.0.0.1:1/v1") != before
     assert setup({"OPENAI_API_KEY": "sk-wrong"}, reflection_model="openai/other") != before
     assert "sk-wrong" not in before
+
+
+def test_a_pause_the_previous_version_wrote_is_dropped_so_the_next_run_checks_again(
+    world: World,
+) -> None:
+    """v1 paused on a bare code, for a provider's one-off 400 too, and never lifted."""
+    world.reflections.mkdir(parents=True, exist_ok=True)
+    v1 = {"retry_at": None, "delay_s": 60.0, "configuration_error": "provider_config"}
+    (world.reflections / "backoff.json").write_text(json.dumps(v1))
+
+    state = load_backoff(world.reflections)
+
+    assert (state.schema_version, state.pause, state.delay_s) == (2, None, 60.0)
+    assert world.reflect(MockReflector()).status == "merged"
