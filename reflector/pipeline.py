@@ -5,14 +5,14 @@ and ``configuration_error`` (automatic runs only; manual runs bypass them:
 :mod:`reflector.gates`); ``already_active`` (another job holds the agent's lease; a
 copy of *this* job — a redelivery — records nothing, since the running one's outcome
 settles the request); ``parent_dirty`` (checked before any payload or worktree exists);
-``no_payload``. Then the slice after
-each conversation's watermark, up to a snapshot end recorded now (messages appended while
-the job runs stay unreflected) and cut to the job's budget, becomes a payload; the
-sub-agent works in a fresh worktree; finalize merges only a run that earned success; the
-watermark moves only for ``merged`` and ``no_changes``, and only as far as the sub-agent
-read.
+``no_payload``. Then the slice after each conversation's watermark, up to a snapshot end
+recorded now (messages appended while the job runs stay unreflected) and cut to the job's
+budget, becomes a payload (:mod:`reflector.selection`); the sub-agent works in a fresh
+worktree; finalize merges only a run that earned success; the watermark moves only for
+``merged`` and ``no_changes``, and only as far as the sub-agent read.
 
-Every job ends with a recorded outcome, whatever goes wrong: :func:`run_job` is the
+Every job but a redelivered copy of a running one ends with a recorded outcome, whatever
+goes wrong: :func:`run_job` is the
 boundary, and an exception there becomes ``failed`` with its reason (a Redis error, a
 time limit, a git or disk failure). A job redelivered more than
 ``AGENTD_REFLECTION_MAX_TRIES`` times — one that keeps killing its worker — is recorded
