@@ -71,4 +71,5 @@ class Reading:
                 through = message
         if through is None:
             return None
-        return shown.slice if through.id == shown.slice.end_id else shown.through(through)
+        complete = through.end_offset == shown.slice.end_offset
+        return shown.slice if complete else shown.through(through)

@@ -12,16 +12,8 @@ from typing import Any
 import pytest
 
 from shared.models.messages import ToolCall
-from shared.reflection.payload import (
-    ARGS_LIMIT,
-    MANIFEST_TYPE,
-    TOOL_RESULT_LIMIT,
-    Limits,
-    PayloadFile,
-    bounded_args,
-    bounded_text,
-    write_payload,
-)
+from shared.reflection.payload import MANIFEST_TYPE, Limits, PayloadFile, write_payload
+from shared.reflection.records import ARGS_LIMIT, TOOL_RESULT_LIMIT, bounded_args, bounded_text
 from shared.reflection.slices import Slice, replay_slice, select_slice
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
