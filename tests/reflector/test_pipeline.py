@@ -247,12 +247,18 @@ def test_a_copy_that_gets_the_lease_after_its_job_finished_records_nothing(
     first = world.reflect(MockReflector(), redis_client=client, request_id="rq-same")
     world.say("以后一律用 ruff 检查代码")  # something a second run would merge
     real = pipeline._finished
-    calls = iter([None])
-    monkeypatch.setattr(pipeline, "_finished", lambda c, j: next(calls, None) or real(c, j))
+    asked: list[str] = []
+
+    def finished_after_the_first_look(client: Any, job_id: str) -> ReflectionOutcome | None:
+        asked.append(job_id)
+        return None if len(asked) == 1 else real(client, job_id)
+
+    monkeypatch.setattr(pipeline, "_finished", finished_after_the_first_look)
 
     copy = world.reflect(MockReflector(), redis_client=client, request_id="rq-same")
 
     assert copy == first
+    assert len(asked) >= 2  # it looked again once it held the lease
     assert len((world.reflections / "log.jsonl").read_text().splitlines()) == 1
     assert "ruff" not in world.human()
 
