@@ -20,6 +20,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from agentd.doctor_logs import check_conversation_logs
 from agentd.doctor_service import service_findings
 from agentd.effective_config import redact_url
 from agentd.findings import Finding
@@ -246,6 +247,7 @@ CHECKS: list[Callable[[Settings], Finding]] = [
     check_home,
     check_permissions,
     check_state_files,
+    check_conversation_logs,
     check_memory_repos,
     check_uncommitted_memory,
     check_core_memory,

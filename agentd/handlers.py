@@ -57,9 +57,10 @@ from shared.memory.provenance import USER_EMAIL, USER_NAME, user_trailers, with_
 from shared.models.agents import AgentRecord, ReflectionOverrides
 from shared.models.messages import Message, SummaryMessage
 from shared.models.reflection import ReflectionOutcome
-from shared.protocol import EVENT_REFLECTION, PROTOCOL_VERSION
+from shared.protocol import EVENT_REFLECTION, EVENT_WARNING, PROTOCOL_VERSION
 from shared.recall.ranking import SearchRequest
 from shared.reflection import events
+from shared.reflection.pause import describe
 from shared.settings import Settings
 
 
@@ -158,15 +159,18 @@ class Handlers:
         repo = self.agents.memory(record.id)
         result = await self.turns.chat(record, repo, conversation, params.text, emit)
         request = await self.reflections.after_turn(record, conversation, result)
+        outcome = None
         if request is not None:
             outcome = await self.reflections.wait(
                 request.request_id, self.settings.reflection_wait_s
             )
-            if outcome is not None and self.reflections.worth_telling(outcome):
-                await emit(EVENT_REFLECTION, _outcome_event(outcome))
-        for notice in self.reflections.take_notices(record.id):
-            if self.reflections.worth_telling(notice):
+        paused = await self.reflections.untold_pause(record)
+        for notice in [outcome, *self.reflections.take_notices(record.id)]:
+            if notice is not None and self.reflections.worth_telling(notice, paused):
                 await emit(EVENT_REFLECTION, _outcome_event(notice))
+        if paused is not None:
+            text = describe(paused, record.name)
+            await emit(EVENT_WARNING, {"code": "reflection_paused", "message": text})
         return result.model_dump(mode="json")
 
     async def reflection_settings(self, params: SleeptimeSettings, _emit: Emit) -> dict[str, Any]:

@@ -21,7 +21,9 @@ its worker died, or Celery stranded it when Redis went away), and what waited fo
 broker; it runs at start, every few seconds, and survives any error of one pass.
 The client is told at the end of the turn that triggered the reflection if it finishes
 within ``reflection_wait_s``, else at the end of the agent's next turn, or by
-``agentctl reflect --wait``.
+``agentctl reflect --wait``. An agent whose automatic reflection is paused
+(:mod:`shared.reflection.pause`) is named at the end of its next chat, once per pause:
+that warning replaces the notice of the failure that paused it.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ from shared.models.reflection import (
 )
 from shared.models.turns import TurnResult
 from shared.reflection import events
+from shared.reflection.backoff import load_backoff
+from shared.reflection.pause import Pause
 from shared.reflection.settings import ReflectionSettings, configured_defaults, resolve
 from shared.reflection.state import TranscriptState, peek_state
 from shared.reflection.triggers import DueTrigger, post_turn
@@ -83,6 +87,8 @@ class Reflections:
         self._notices: dict[str, list[ReflectionOutcome]] = defaultdict(list)
         self._tasks: list[asyncio.Task[None]] = []
         self._told: dict[str, set[str]] = defaultdict(set)
+        self._told_pauses: dict[str, tuple[str, str]] = {}
+        """Per agent, the pause (reason, setup) its chat was last told of."""
         self._sending: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self.idle = IdleSweep(
             layout,
@@ -247,12 +253,13 @@ class Reflections:
     def take_notices(self, agent_id: str) -> list[ReflectionOutcome]:
         return self._notices.pop(agent_id, [])
 
-    def worth_telling(self, outcome: ReflectionOutcome) -> bool:
+    def worth_telling(self, outcome: ReflectionOutcome, paused: Pause | None = None) -> bool:
         """Whether to show an outcome in a chat. Successes and manual runs always are; an
         automatic failure, or a skip that waits for the user (uncommitted memory edits),
         once per kind until a reflection succeeds, so a broken setup does not repeat itself
         after every turn; other skips never. A held reflection is told, once: each is a
-        proposal of its own waiting for an answer."""
+        proposal of its own waiting for an answer. An automatic failure that ``paused`` the
+        agent is not: the pause's own warning, told with it, says more."""
         told = self._told[outcome.agent_id]
         if outcome.status in ("merged", "no_changes"):
             told.clear()
@@ -261,11 +268,23 @@ class Reflections:
             return True
         if outcome.status == "skipped" and outcome.reason not in TOLD_ONCE:
             return False
+        if paused is not None and outcome.reason == paused.reason:
+            return False
         kind = f"{outcome.status}:{outcome.reason}"
         if kind in told:
             return False
         told.add(kind)
         return True
+
+    async def untold_pause(self, agent: AgentRecord) -> Pause | None:
+        """The agent's pause if its chat has not been told of it yet: each pause (reason
+        and model setup) is told once per daemon, and this call counts as telling."""
+        state = await asyncio.to_thread(load_backoff, self.layout.reflections_dir(agent.id))
+        pause = state.pause
+        if pause is None or self._told_pauses.get(agent.id) == (pause.reason, pause.setup):
+            return None
+        self._told_pauses[agent.id] = (pause.reason, pause.setup)
+        return pause
 
     # --- background loops ------------------------------------------------------------------
 

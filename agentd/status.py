@@ -24,7 +24,7 @@ from shared.memory.hand_edits import uncommitted_notice
 from shared.memory.proposals import held_proposals
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
-from shared.reflection import events
+from shared.reflection import events, pause
 from shared.reflection.backoff import load_backoff
 from shared.reflection.settings import ReflectionSettings
 from shared.reflection.state import peek_state
@@ -127,7 +127,7 @@ def agent_status(
             "message": last.message,
         },
         "backoff_until": backoff.retry_at.isoformat() if backoff.retry_at else None,
-        "configuration_error": backoff.configuration_error,
+        "reflection_paused": pause.view(backoff.pause, agent.name),
         "pending_requests": len(list(outbox.glob("*.json"))) if outbox.is_dir() else 0,
         **_uncommitted_memory(layout, agent),
         "held_proposals": _held(layout, agent),

@@ -86,8 +86,8 @@ def settle_held(
     backoff.record_result(
         reflections_dir,
         consumed=True,
-        integration_failure=False,
-        configuration_error=None,
+        backs_off=False,
+        pause=None,
         now=clock(),
     )
     for read in consumed:

@@ -1,19 +1,19 @@
 """One reflection job: gates → payload → worktree → sub-agent → finalize → outcome.
 
 Gates, in order, each an outcome with a reason: ``memfs_disabled``; ``retry_backoff``
-and ``configuration_error`` (automatic runs only; manual runs bypass them);
-``already_active`` (another job — a copy of this one, since the daemon sends one job per
-agent at a time — holds the agent's lease; its outcome settles the request);
-``parent_dirty``
-(checked before any payload or worktree exists); ``no_payload``. Then the slice after
-each conversation's watermark, up to a snapshot end recorded now (messages appended while
-the job runs stay unreflected) and cut to the job's budget, becomes a payload; the
-sub-agent works in a fresh worktree; a destructive result is held for the user
-(:mod:`reflector.hold`); finalize merges only a run that earned success; the watermark
-moves only for ``merged``, ``no_changes`` and ``held``, and only as far as the sub-agent
-read.
+and ``configuration_error`` (automatic runs only; manual runs bypass them:
+:mod:`reflector.gates`); ``already_active`` (another job holds the agent's lease; a
+copy of *this* job — a redelivery — records nothing, since the running one's outcome
+settles the request); ``parent_dirty`` (checked before any payload or worktree exists);
+``no_payload``. Then the slice after each conversation's watermark, up to a snapshot end
+recorded now (messages appended while the job runs stay unreflected) and cut to the job's
+budget, becomes a payload (:mod:`reflector.selection`); the sub-agent works in a fresh
+worktree; a destructive result is held for the user (:mod:`reflector.hold`); finalize
+merges only a run that earned success; the watermark moves only for ``merged``,
+``no_changes`` and ``held``, and only as far as the sub-agent read.
 
-Every job ends with a recorded outcome, whatever goes wrong: :func:`run_job` is the
+Every job but a redelivered copy of a running one ends with a recorded outcome, whatever
+goes wrong: :func:`run_job` is the
 boundary, and an exception there becomes ``failed`` with its reason (a Redis error, a
 time limit, a git or disk failure). A job redelivered more than
 ``AGENTD_REFLECTION_MAX_TRIES`` times — one that keeps killing its worker — is recorded
@@ -37,10 +37,12 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from reflector.checkout import Worktree, collect, create_worktree, sweep_orphans
 from reflector.finalize import FinalizeResult, finalize
+from reflector.gates import automatic_gate, feed_backoff, model_setup
 from reflector.hold import held_message, hold_if_destructive, settle_held
 from reflector.integration import has_proposal, run_integration
 from reflector.memory_budget import MemoryBudget, budget_for, floor_at, over_budget
 from reflector.outcomes import publish_outcome
+from reflector.selection import requested_slices
 from reflector.snapshot import parent_snapshot
 from reflector.subagent import SubagentRun, run_reflection_subagent
 from shared import sandbox
@@ -56,11 +58,10 @@ from shared.providers.base import Provider
 from shared.reflection import backoff, events
 from shared.reflection.payload import Limits, PayloadFile, write_payload
 from shared.reflection.settings import configured_defaults, resolve
-from shared.reflection.slices import Slice, replay_slice, select_slice
-from shared.reflection.state import advance, load_state, mark_started
+from shared.reflection.state import advance, mark_started
 from shared.settings import Settings
 from shared.store.agents import AgentStore
-from shared.store.layout import ConversationFiles, Layout
+from shared.store.layout import Layout
 
 log = structlog.get_logger(__name__)
 
@@ -69,7 +70,6 @@ LEASE_WAIT_S = 3.0
 """How long a job waits for its agent's lease before it counts as ``already_active``: a
 worker's start-up sweep holds it for milliseconds, and a job redelivered just then must
 run, not skip."""
-CONFIGURATION_ERRORS = frozenset({"provider_config", "provider_auth", "prompt_floor"})
 
 
 class LeaseLost(ReflectionError):
@@ -88,10 +88,16 @@ class JobContext:
     clock: Clock = utc_now
     local_zone: tzinfo | None = None
     timezone_name: str = "UTC"
+    setup_of: Callable[[AgentRecord], str] | None = None
+    """The digest of the sub-agent's model setup for an agent (a pause lifts when it
+    changes); by default from the settings alone."""
     layout: Layout = field(init=False)
 
     def __post_init__(self) -> None:
         self.layout = Layout(self.settings.home)
+
+    def setup(self, agent: AgentRecord) -> str:
+        return self.setup_of(agent) if self.setup_of else model_setup(self.settings, agent)
 
 
 def reflection_id_for(request: ReflectionRequest) -> str:
@@ -100,8 +106,9 @@ def reflection_id_for(request: ReflectionRequest) -> str:
     return f"{request.requested_at:%Y%m%d%H%M%S}-{digest}"
 
 
-def run_job(request: ReflectionRequest, job_id: str, ctx: JobContext) -> ReflectionOutcome:
-    """Run one job to a recorded outcome; a job that already finished is a no-op."""
+def run_job(request: ReflectionRequest, job_id: str, ctx: JobContext) -> ReflectionOutcome | None:
+    """Run one job to a recorded outcome; a job that already finished is a no-op, and so
+    is a copy of a job that is running (None, or the outcome it just recorded)."""
     done = _finished(ctx.redis, job_id)
     if done is not None:
         log.info("reflection_already_finished", job_id=job_id, status=done.status)
@@ -112,6 +119,10 @@ def run_job(request: ReflectionRequest, job_id: str, ctx: JobContext) -> Reflect
             outcome = job.run()
         except Exception as exc:
             outcome = job.crashed(exc)
+        if outcome is None:
+            job.release_lease()
+            log.info("reflection_copy_not_run", job_id=job_id, hint="its running copy reports")
+            return _finished(ctx.redis, job_id)
         try:
             events.append(job.reflections_dir, outcome)
             publish_outcome(ctx.redis, job_id, outcome)
@@ -162,6 +173,8 @@ class _Job:
         self.reflections_dir = self.files.directory
         self.manual = request.trigger == "manual"
         self.lease: ReflectionLease | None = None
+        self.setup = ""
+        """The digest of the sub-agent's model setup, once the agent is read."""
 
     def outcome(
         self,
@@ -198,7 +211,8 @@ class _Job:
             log.exception("reflection_crashed", reason=reason)
         return self.outcome("failed", reason, f"{detail}; the transcript can be retried.")
 
-    def run(self) -> ReflectionOutcome:
+    def run(self) -> ReflectionOutcome | None:
+        """The job's outcome; None for a copy of this job that found it running or done."""
         memory_dir = self.layout.memory_dir(self.request.agent_id)
         if not (memory_dir / ".git").is_dir():
             return self.skipped("memfs_disabled", "The agent has no memory repo.")
@@ -212,21 +226,22 @@ class _Job:
                 "AGENTD_UNSANDBOXED_BASH=1 to let it run unconfined; the transcript can be "
                 "retried.",
             )
+        self.setup = self.ctx.setup(agent)
         if not self.manual:
-            state = backoff.load_backoff(self.reflections_dir)
-            if backoff.deferred(state, self.ctx.clock()):
-                return self.skipped("retry_backoff", f"Retrying after {state.retry_at}.")
-            if state.configuration_error:
-                return self.skipped(
-                    "configuration_error",
-                    "Automatic reflection is paused until the model configuration is fixed "
-                    f"({state.configuration_error}); `agentctl reflect` retries.",
-                )
+            closed = automatic_gate(
+                self.reflections_dir, now=self.ctx.clock(), setup=self.setup, agent=agent
+            )
+            if closed is not None:
+                return self.skipped(*closed)
         lease = self._lease()
         if lease is not None:
             if not lease.acquire(wait_s=LEASE_WAIT_S):
+                if lease.holder() == self.job_id or self._done():
+                    return None
                 return self.skipped("already_active", "Another reflection is running; queued.")
             self.lease = lease
+            if self._done():
+                return None
         if self.ctx.redis is not None:
             jobs.mark(self.ctx.redis, self.job_id, "running")
             tries = jobs.count_try(self.ctx.redis, self.job_id)
@@ -239,6 +254,10 @@ class _Job:
                     "`agentctl reflect` asks for a new one.",
                 )
         return self._reflect(agent, memory_dir)
+
+    def _done(self) -> bool:
+        """Another copy of this job finished it (checked with the lease, or without it)."""
+        return _finished(self.ctx.redis, self.job_id) is not None
 
     def release_lease(self) -> None:
         if self.lease is not None:
@@ -277,7 +296,7 @@ class _Job:
             context_window=provider.context_window,
             output_chars=self.ctx.settings.bash_output_chars,
         )
-        slices = self._slices()
+        slices = requested_slices(self.layout, self.request)
         if not slices:
             return self.skipped("no_payload", "Nothing new to reflect on.")
         payload = write_payload(
@@ -325,11 +344,7 @@ class _Job:
 
     def _over_budget(self, budget: MemoryBudget, floor_after: int) -> ReflectionOutcome:
         backoff.record_result(
-            self.reflections_dir,
-            consumed=False,
-            integration_failure=True,
-            configuration_error=None,
-            now=self.ctx.clock(),
+            self.reflections_dir, consumed=False, backs_off=True, pause=None, now=self.ctx.clock()
         )
         return self.outcome(
             "failed",
@@ -381,36 +396,6 @@ class _Job:
             worktree, should_merge=True, require_already_merged=True, failure_summary=detail
         )
 
-    def _slices(self) -> list[tuple[Path, Slice]]:
-        """Each requested conversation's log and its unreflected slice (a replay slice for
-        a manual run over several conversations with nothing new in one of them)."""
-        conversation_ids = list(self.request.conversation_ids)
-        if self.request.recent:
-            conversation_ids += self._recent(self.request.recent)
-        slices: list[tuple[Path, Slice]] = []
-        for conversation_id in dict.fromkeys(conversation_ids):
-            if not self._conversation_dir(conversation_id).is_dir():
-                log.info("reflection_conversation_gone", conversation_id=conversation_id)
-                continue  # deleted since the request: its state lock would recreate it
-            log_path = self._log(conversation_id)
-            state = load_state(self._conversation_dir(conversation_id))
-            found = select_slice(log_path, state.watermark, until_offset=_size(log_path))
-            if found is None and self.manual and len(conversation_ids) > 1:
-                found = replay_slice(log_path)
-            if found is not None:
-                slices.append((log_path, found))
-        return slices
-
-    def _recent(self, count: int) -> list[str]:
-        conversations = self.layout.conversations_dir(self.request.agent_id)
-        found = (ConversationFiles(child).messages for child in conversations.glob("*"))
-        logs = sorted(
-            (path for path in found if path.is_file()),
-            key=lambda path: path.stat().st_mtime,
-            reverse=True,
-        )
-        return [path.parent.name for path in logs[:count]]
-
     def _run_subagent(
         self,
         agent: AgentRecord,
@@ -443,14 +428,7 @@ class _Job:
     def _conclude(
         self, run: SubagentRun, result: FinalizeResult, memory_dir: Path, base_head: str
     ) -> ReflectionOutcome:
-        configuration_error = run.error_code if run.error_code in CONFIGURATION_ERRORS else None
-        backoff.record_result(
-            self.reflections_dir,
-            consumed=result.consumed,
-            integration_failure=result.status != "failed" or result.failure_phase == "integration",
-            configuration_error=configuration_error,
-            now=self.ctx.clock(),
-        )
+        feed_backoff(self.reflections_dir, run, result, setup=self.setup, now=self.ctx.clock())
         if result.consumed:
             for slice in run.consumed:
                 directory = self._conversation_dir(slice.conversation_id)
@@ -481,9 +459,6 @@ class _Job:
     def _conversation_dir(self, conversation_id: str) -> Path:
         return self.layout.conversation_dir(self.request.agent_id, conversation_id)
 
-    def _log(self, conversation_id: str) -> Path:
-        return ConversationFiles(self._conversation_dir(conversation_id)).messages
-
 
 NOT_MERGED = "the agent did not merge the proposal"
 
@@ -494,10 +469,6 @@ def _waiting_for_commit(agent: str, uncommitted: list[str], memory_dir: Path) ->
         f"({files_named(uncommitted)}). Commit them with `{commit_command(agent)}`, or "
         f"discard them (`git -C {memory_dir} stash -u`); it runs again after the next turn."
     )
-
-
-def _size(path: Path) -> int:
-    return path.stat().st_size if path.exists() else 0
 
 
 def _commits(memory_dir: Path, base_head: str) -> list[str]:

@@ -117,15 +117,17 @@ why, the commit (hash and subject, or "no commit"), and any issues. It must not 
 _ARRAY_FORM = """\
 It is one conversation's transcript: a JSON array whose first record is {"role": "meta"},
 followed by "user", "assistant", "summary" and "tool" records in order, each with a UTC
-"timestamp". Only "user" records are the user speaking. It is sized to be read whole:
-cat "$TRANSCRIPT_PATH"."""
+"timestamp". Only "user" records are the user speaking; an "unreadable" record is a line
+of the log that is not a message, shown as found: judge it by its text. It is sized to be
+read whole: cat "$TRANSCRIPT_PATH"."""
 
 _MANIFEST_FORM = """\
 It is a manifest: a JSON object whose "transcripts" list gives, in order, a "payload_path"
 for every part of every conversation's transcript ("part" of "parts"). Each part is a JSON
 array in the same record format: a {"role": "meta"} header, then "user", "assistant",
 "summary" and "tool" records with UTC timestamps; only "user" records are the user
-speaking. Each part is sized to be read whole: cat every payload_path, one after the
+speaking ("unreadable" records are log lines that are not messages, shown as found).
+Each part is sized to be read whole: cat every payload_path, one after the
 other. Slices with "mode": "replay" were reflected on before: use them to avoid
 duplicates and to spot contradictions."""
 

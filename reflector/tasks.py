@@ -12,6 +12,7 @@ import structlog
 from celery import Celery
 from pydantic import ValidationError
 
+from reflector.gates import model_setup
 from reflector.pipeline import JobContext, run_job
 from shared.clock import user_zone
 from shared.coordination import keys
@@ -55,6 +56,13 @@ class Reflect:
     def agent_provider_for(self, agent: AgentRecord) -> Provider:
         return self._providers.get(agent.model, agent.context_window)
 
+    def setup_of(self, agent: AgentRecord) -> str:
+        """The digest of :meth:`provider_for`'s setup, this worker's keys included: a
+        pause for a wrong key lifts once agentd runs with another."""
+        keys = self._providers.keys
+        held = sorted(keys.values.items()) if keys is not None else []
+        return model_setup(self.settings, agent, [f"{name}={value}" for name, value in held])
+
     def __call__(self, request: dict[str, Any], job_id: str) -> dict[str, Any] | None:
         try:
             parsed = ReflectionRequest.model_validate(request)
@@ -72,11 +80,13 @@ class Reflect:
             redis=client,
             provider_for=self.provider_for,
             agent_provider_for=self.agent_provider_for,
+            setup_of=self.setup_of,
             local_zone=zone,
             timezone_name=zone_name,
         )
         try:
-            return run_job(parsed, job_id, context).model_dump(mode="json")
+            outcome = run_job(parsed, job_id, context)
+            return outcome.model_dump(mode="json") if outcome is not None else None
         finally:
             client.close()
 

@@ -101,7 +101,10 @@ def print_status(status: dict[str, Any]) -> None:
             f" every {settings['stepCount']}" if settings["trigger"] == "step-count" else ""
         )
         last = agent["last_reflection"]
-        last_text = f"{last['status']} at {shown(last['finished_at'])}" if last else "never"
+        last_text = "never"
+        if last:
+            why = f" ({last['reason']})" if last.get("reason") else ""
+            last_text = f"{last['status']}{why} at {shown(last['finished_at'])}"
         backoff = agent["backoff_until"]
         extra = f"  backoff until {shown(backoff)}" if backoff else ""
         print(
@@ -115,6 +118,8 @@ def print_status(status: dict[str, Any]) -> None:
                 f"         ! reflection {held['id']} is held for you: {held['why']}; review it "
                 f"with `agentctl memory proposals --agent {agent['name']}`"
             )
+        if agent.get("reflection_paused"):
+            print(f"         ! {agent['reflection_paused']['text']}")
         recall = agent.get("recall")
         if recall:
             size = recall["bytes_on_disk"]

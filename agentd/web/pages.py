@@ -30,7 +30,9 @@ from shared.ids import find_message
 from shared.memory import frontmatter
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
-from shared.reflection import events
+from shared.reflection import events, pause
+from shared.reflection.backoff import load_backoff
+from shared.store.layout import Layout
 
 TRANSCRIPT_MESSAGES = 100
 """Messages a transcript page shows: the newest, or this many around the one linked to."""
@@ -68,7 +70,9 @@ async def login(request: web.Request) -> web.StreamResponse:
 async def agents(request: web.Request) -> web.StreamResponse:
     ctx = WebContext.of(request)
     records = await asyncio.to_thread(ctx.handlers.agents.store.list)
-    return render(request, "agents.html", {"agents": records})
+    layout = ctx.handlers.agents.layout
+    paused = await asyncio.to_thread(lambda: {r.id: _reflection_paused(layout, r) for r in records})
+    return render(request, "agents.html", {"agents": records, "paused": paused})
 
 
 async def agent(request: web.Request) -> web.StreamResponse:
@@ -78,10 +82,17 @@ async def agent(request: web.Request) -> web.StreamResponse:
     files = await asyncio.to_thread(_described_files, repo)
     conversations = await asyncio.to_thread(ctx.handlers.agents.conversations, record)
     held = await asyncio.to_thread(held_with_diffs, ctx.handlers.proposals.of(record.id))
+    paused = await asyncio.to_thread(_reflection_paused, ctx.handlers.agents.layout, record)
     return render(
         request,
         "agent.html",
-        {"agent": record, "files": files, "conversations": conversations, "proposals": held},
+        {
+            "agent": record,
+            "files": files,
+            "conversations": conversations,
+            "proposals": held,
+            "paused": paused,
+        },
     )
 
 
@@ -110,6 +121,7 @@ async def reflections(request: web.Request) -> web.StreamResponse:
     record = await _agent(request)
     reflections_dir = ctx.handlers.agents.layout.reflections_dir(record.id)
     outcomes = await asyncio.to_thread(events.read, reflections_dir, tail=REFLECTIONS_SHOWN)
+    paused = await asyncio.to_thread(_reflection_paused, ctx.handlers.agents.layout, record)
     return render(
         request,
         "reflections.html",
@@ -117,6 +129,7 @@ async def reflections(request: web.Request) -> web.StreamResponse:
             "agent": record,
             "outcomes": outcomes[::-1],
             "chart": outcomes_per_day(outcomes, ctx.zone),
+            "paused": paused,
         },
     )
 
@@ -210,6 +223,11 @@ async def _around_in_conversation(
     position = find_message(at, [m.id for m in messages], "this conversation")
     half = TRANSCRIPT_MESSAGES // 2
     return [m.to_api() for m in messages[max(0, position - half) : position + half]]
+
+
+def _reflection_paused(layout: Layout, record: AgentRecord) -> dict[str, str] | None:
+    """The agent's reflection pause as the pages show it (a file read: in a thread)."""
+    return pause.view(load_backoff(layout.reflections_dir(record.id)).pause, record.name)
 
 
 def _described_files(repo: MemoryRepo) -> list[tuple[str, str]]:

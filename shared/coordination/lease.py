@@ -102,6 +102,13 @@ class ReflectionLease:
                 log.error("reflection_lease_lost", error=str(exc))
                 return
 
+    def holder(self) -> str | None:
+        """The owner named by whoever holds the agent's lease now (a job id, for a job),
+        or None when it is free: a job that finds itself the holder is a redelivered copy
+        of a job that is still running."""
+        token = self._client.get(self._key)
+        return token.decode(errors="replace").split(" ", 1)[0] if token else None
+
     def still_held(self) -> bool:
         if self.lost:
             return False

@@ -9,6 +9,13 @@ litellm wraps two client-side failures as ``InternalServerError`` (HTTP 500) alt
 request was ever answered: a missing API key, and a connection that could not be opened.
 Only the exception chain tells them apart from a server's own 500, which matters twice:
 neither is worth four attempts, and "HTTP 500" sends the user looking in the wrong place.
+
+A refused request is a configuration error (``ProviderConfigError``) only when it says
+so: a 404 (no such model, or no such endpoint under the api_base), litellm's own refusals
+of a model string or parameter it cannot map, or a 400 whose code or text names an
+unknown model. Reflection pauses for an agent on a configuration error until the user
+fixes it, so any other 400 or 422 — a provider that refused one request for a reason of
+its own — stays an HTTP error: it is told as it is and retried later.
 """
 
 from __future__ import annotations
@@ -41,6 +48,16 @@ _OVERFLOW_TEXT = re.compile(
 _BAD_MODEL_TEXT = re.compile(
     r"LLM Provider NOT provided|Unmapped LLM provider|isn't mapped yet", re.IGNORECASE
 )
+_UNKNOWN_MODEL_TEXT = re.compile(
+    r"\b(unknown|invalid|unsupported|no such) model\b"
+    r"|\bmodel\b[^\n]{0,120}?\b(does not exist|doesn't exist|not found|is not supported)"
+    r"|does not support tools",
+    re.IGNORECASE,
+)
+"""Providers' words for a model they do not serve (OpenAI ``The model `x` does not exist``,
+Ollama ``model 'x' not found, try pulling it first``, ``… does not support tools``)."""
+_UNKNOWN_MODEL_CODES = frozenset({"model_not_found", "invalid_model", "unknown_model"})
+"""The ``code`` of an OpenAI-style error body that names an unknown model."""
 _MISBEHAVED_TEXT = re.compile(r"Invalid response object|response with no 'choices'")
 """litellm's words for a 200 response it could not parse (it reports them as 500s)."""
 _MISSING_KEY_TEXT = re.compile(
@@ -61,6 +78,7 @@ Failure = Literal[
     "timeout",
     "connection_lost",
     "refused",
+    "bad_config",
     "bad_request",
     "server_error",
     "other",
@@ -105,6 +123,8 @@ def failure_of(exc: Exception) -> Failure:
         return "connection_lost"
     if _is_refusal(exc, status):
         return "refused"
+    if _is_bad_config(exc, status):
+        return "bad_config"
     if _is_bad_request(exc, status):
         return "bad_request"
     if status is not None and status >= 500:
@@ -144,10 +164,16 @@ def _translate_error(exc: Exception, model: str, api_base: str | None) -> Provid
         return ProviderHTTPError(
             f"{model}: the provider refused the request ({text})", status_code=status, model=model
         )
-    if failure == "bad_request":
+    if failure == "bad_config":
         return ProviderConfigError(
-            f"{model}: the provider does not accept this model or request ({text}); check "
+            f"{model}: the provider does not serve this model or endpoint ({text}); check "
             f"the model string ({MODEL_STRING_HINT}) and the api_base"
+        )
+    if failure == "bad_request":
+        return ProviderHTTPError(
+            f"{model}: the provider refused the request (HTTP {status or 400}): {text}",
+            status_code=status,
+            model=model,
         )
     answered = failure not in ("timeout", "connection_lost")
     return ProviderHTTPError(
@@ -213,22 +239,35 @@ def _is_refusal(exc: Exception, status: int | None) -> bool:
     return isinstance(exc, refusals) or status == 402
 
 
-def _is_bad_request(exc: Exception, status: int | None) -> bool:
-    """A request the provider will never accept as sent: usually a wrong model string."""
+def _is_bad_config(exc: Exception, status: int | None) -> bool:
+    """The model string, a parameter or the api_base is wrong: no request will do until
+    the user changes the configuration (see the module docstring)."""
     import openai
 
     litellm = import_litellm()
-    bad_requests = (
-        openai.BadRequestError,
+    not_served = (
         openai.NotFoundError,
-        openai.UnprocessableEntityError,
-        litellm.ModelNotMappedError,
+        litellm.exceptions.ModelNotMappedError,
+        litellm.exceptions.LiteLLMUnknownProvider,
+        litellm.exceptions.UnsupportedParamsError,
+        litellm.exceptions.UnsupportedEndpointError,
+        litellm.exceptions.EndpointNotSupportedByModelError,
     )
-    return (
-        isinstance(exc, bad_requests)
-        or status in (400, 404, 422)
-        or bool(_BAD_MODEL_TEXT.search(str(exc)))
+    if isinstance(exc, not_served) or status == 404 or _BAD_MODEL_TEXT.search(str(exc)):
+        return True
+    body = getattr(exc, "body", None)
+    said = body.get("message") if isinstance(body, dict) else None
+    return getattr(exc, "code", None) in _UNKNOWN_MODEL_CODES or any(
+        isinstance(text, str) and _UNKNOWN_MODEL_TEXT.search(text) for text in (str(exc), said)
     )
+
+
+def _is_bad_request(exc: Exception, status: int | None) -> bool:
+    """Any other request the provider refused as sent (400, 422)."""
+    import openai
+
+    refused = (openai.BadRequestError, openai.UnprocessableEntityError)
+    return isinstance(exc, refused) or status in (400, 422)
 
 
 def is_overflow(exc: Exception) -> bool:

@@ -11,8 +11,9 @@ already holds word for word may count as seen through ``cat`` of a memory file: 
 known either way.)
 
 A reflection consumes a slice only as far as it read it: up to the first user message it
-never saw. Everything after is left for the next reflection, so a fact shown to nobody is
-never marked reflected.
+never saw, or the first line of the log that is not a message (its ``unreadable`` record
+may hold the user's words) it never saw. Everything after is left for the next
+reflection, so a fact shown to nobody is never marked reflected.
 """
 
 from __future__ import annotations
@@ -56,16 +57,19 @@ class Reading:
 
     def consumed(self, shown: SlicePayload) -> Slice | None:
         """How far ``shown`` was read: through the last message before the first user
-        message that no tool result showed (assistant replies ride along: the user's
-        words are what a reflection must not skip). None when nothing of the payload came
-        back at all, or the slice's first user message did not."""
+        message (or unreadable line) that no tool result showed (assistant replies ride
+        along: the user's words are what a reflection must not skip). None when nothing of
+        the payload came back at all, or the slice's first user message did not."""
         if not self.touched:
             return None
         through = None
         for message in shown.shown:
-            if message.role == "user" and message.text and message.id not in self.seen:
+            must_read = message.role in ("user", "unreadable") and message.text
+            if must_read and message.id not in self.seen:
                 break
-            through = message
+            if message.role != "unreadable":
+                through = message
         if through is None:
             return None
-        return shown.slice if through is shown.shown[-1] else shown.through(through)
+        complete = through.end_offset == shown.slice.end_offset
+        return shown.slice if complete else shown.through(through)

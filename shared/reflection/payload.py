@@ -11,6 +11,10 @@ record holding a random nonce, and the payload remembers every eligible message 
 was written, so the harness can tell afterwards which messages the sub-agent's tools
 actually showed it (:mod:`shared.reflection.coverage`).
 
+A line of the log that is not a message (damaged, or written by another program) is shown
+too, as an ``unreadable`` record holding its text as found: the watermark moves past it
+only once a reflection has read it (:mod:`shared.reflection.slices`).
+
 Payload files are written atomically and never deleted: they are the record of what a
 reflection was shown.
 """
@@ -20,25 +24,20 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import structlog
 from pydantic import BaseModel
 
 from shared.agent.request import tool_result_cap
 from shared.clock import Clock, utc_now
-from shared.models.messages import AssistantMessage, Message, ToolCall, ToolResult
-from shared.reflection.slices import LogRow, Slice, ending_at, is_eligible, is_step, rows_of
+from shared.reflection.records import Record, message_records, timestamp, unreadable_record
+from shared.reflection.slices import BrokenLine, Slice, is_eligible, is_step, lines_of
 from shared.store.atomic import write_bytes_atomic
 
 log = structlog.get_logger(__name__)
 
-ARGS_LIMIT = 300
-"""Characters of a tool call's arguments in a payload; the bounded text is still JSON."""
-TOOL_RESULT_LIMIT = 2_500
-"""Characters of a tool result in a payload; longer ones keep their head and tail."""
 MAX_JOB_CHARS = 60_000
 """Most characters one job shows, whatever the window: a reflection that reads more at
 once consolidates worse, and the remainder is simply the next job's slice."""
@@ -52,8 +51,6 @@ RECORD_ROOM = 600
 """Characters of a part kept free for JSON around one record and the meta record."""
 MANIFEST_TYPE = "multi_transcript_reflection_payload"
 MANIFEST_SCHEMA_VERSION = 2
-
-Record = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -80,11 +77,12 @@ class Limits:
 
 
 class ShownMessage(BaseModel):
-    """An eligible message as a part shows it: what proves it was read, and how far the
-    slice reaches if the reading stops after it."""
+    """An eligible message (or a line that is not a message) as a part shows it: what
+    proves it was read, and how far the slice reaches if the reading stops after it."""
 
     id: str
-    role: Literal["user", "assistant"]
+    """The message's id; for an ``unreadable`` line, ``line-<number>``."""
+    role: Literal["user", "assistant", "unreadable"]
     text: str
     """Its content exactly as written into the part (bounded); empty for an assistant
     message that only called tools."""
@@ -110,15 +108,22 @@ class SlicePayload(BaseModel):
     shown: list[ShownMessage]
 
     def through(self, message: ShownMessage) -> Slice:
-        """The shown slice cut short to end at ``message``."""
-        return self.slice.model_copy(
-            update={
-                "end_id": message.id,
-                "end_offset": message.end_offset,
-                "messages": message.messages_through,
-                "assistant_steps": message.steps_through,
-            }
-        )
+        """The shown slice cut short to end at ``message``, an eligible one."""
+        return _cut_at(self.slice, message)
+
+
+def _cut_at(slice: Slice, message: ShownMessage) -> Slice:
+    """``slice`` ending at ``message`` instead (a line that is not a message never ends one)."""
+    if message.role == "unreadable":
+        raise ValueError(f"{message.id} is not a message: a slice cannot end at it")
+    return slice.model_copy(
+        update={
+            "end_id": message.id,
+            "end_offset": message.end_offset,
+            "messages": message.messages_through,
+            "assistant_steps": message.steps_through,
+        }
+    )
 
 
 class PayloadFile(BaseModel):
@@ -134,108 +139,6 @@ class PayloadFile(BaseModel):
         """Every file the sub-agent may read: the manifest (if any) and the parts."""
         parts = [part for shown in self.slices for part in shown.parts]
         return [self.path, *parts] if self.is_manifest else parts
-
-
-# --- records ------------------------------------------------------------------------------
-
-
-def _timestamp(at: datetime) -> str:
-    """ISO 8601 in UTC with milliseconds and ``Z`` (a naive time is taken as UTC)."""
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=UTC)
-    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
-
-
-def bounded_args(raw: str) -> str:
-    """Tool-call arguments as JSON text of at most 300 characters.
-
-    Valid arguments that fit are kept verbatim; anything else becomes a small JSON object
-    with a note and as much of the raw text as fits, so the payload stays parseable.
-    """
-    raw = raw or "{}"
-    valid = _is_json(raw)
-    if valid and len(raw) <= ARGS_LIMIT:
-        return raw
-    note = f"{'truncated' if valid else 'not valid JSON'}, {len(raw)} chars"
-    keep = ARGS_LIMIT
-    while True:
-        text = json.dumps({"_note": note, "_preview": raw[:keep]}, ensure_ascii=False)
-        if len(text) <= ARGS_LIMIT:
-            return text
-        keep = max(0, keep - (len(text) - ARGS_LIMIT))
-
-
-def _omission_marker(omitted: int) -> str:
-    return f"\n[… {omitted} chars omitted …]\n"
-
-
-def bounded_text(text: str, limit: int = TOOL_RESULT_LIMIT) -> str:
-    """``text`` if it fits, else exactly ``limit`` chars: head, an omission marker, tail."""
-    if len(text) <= limit:
-        return text
-    omitted = len(text) - limit
-    while True:
-        marker = _omission_marker(omitted)
-        room = limit - len(marker)
-        if len(text) - room == omitted:
-            break
-        omitted = len(text) - room
-    tail = room // 2
-    return text[: room - tail] + marker + text[len(text) - tail :]
-
-
-def _call_record(call: ToolCall) -> Record:
-    return {"id": call.id, "name": call.name, "args": bounded_args(call.arguments)}
-
-
-def message_records(message: Message, text_limit: int) -> list[Record]:
-    """The trajectory records of one message; reminders, notes and stop records give none.
-
-    Message and summary texts are bounded to ``text_limit``, tool results to 2,500
-    characters and tool arguments to 300, so every record fits in a part."""
-    at = _timestamp(message.created_at)
-    if message.kind == "summary":
-        content = bounded_text(message.content, text_limit)
-        return [{"role": "summary", "content": content, "timestamp": at, "id": message.id}]
-    if message.kind != "message":
-        return []
-    if isinstance(message, ToolResult):
-        return [
-            {
-                "role": "tool",
-                "tool_call_id": message.tool_call_id,
-                "content": bounded_text(message.content, min(TOOL_RESULT_LIMIT, text_limit)),
-                "ok": not message.is_error,
-                "timestamp": at,
-                "id": message.id,
-            }
-        ]
-    records: list[Record] = []
-    calls = message.tool_calls if isinstance(message, AssistantMessage) else []
-    if message.content or not calls:
-        content = bounded_text(message.content, text_limit)
-        records.append(
-            {"role": message.role, "content": content, "timestamp": at, "id": message.id}
-        )
-    if calls:
-        records.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [_call_record(call) for call in calls],
-                "timestamp": at,
-                "id": message.id,
-            }
-        )
-    return records
 
 
 def _encode(value: object) -> str:
@@ -266,41 +169,57 @@ class _Cut:
 def _cut(log_path: Path, slice: Slice, budget_chars: int, text_limit: int) -> _Cut | None:
     """``slice`` up to the last eligible message whose records still fit the budget; the
     first eligible message is always shown. None when not even that fits."""
-    rows = rows_of(log_path, slice)
-    entries: list[tuple[LogRow, list[Record], int]] = []
-    used = steps = 0
+    entries: list[tuple[list[Record], ShownMessage | None]] = []
+    used = steps = messages = 0
     last = -1
-    shown: list[ShownMessage] = []
-    for index, row in enumerate(rows):
-        records = message_records(row.message, text_limit)
+    last_shown: ShownMessage | None = None
+    for index, found in enumerate(lines_of(log_path, slice)):
+        if isinstance(found, BrokenLine):
+            record = unreadable_record(found, text_limit)
+            used += _size_in_array(record)
+            entries.append(([record], _shown(record, found.end, messages, steps)))
+            continue
+        records = message_records(found.message, text_limit)
         used += sum(_size_in_array(record) for record in records)
-        steps += is_step(row.message)
-        if is_eligible(row.message):
+        steps += is_step(found.message)
+        messages += 1
+        shown = None
+        if is_eligible(found.message):
             if used > budget_chars and last >= 0:
                 break
-            last = index
             text = next((r["content"] for r in records if r.get("content") is not None), "")
-            shown.append(
-                ShownMessage(
-                    id=row.message.id,
-                    role=row.message.role,  # type: ignore[arg-type]
-                    text=text,
-                    end_offset=row.end,
-                    messages_through=index + 1,
-                    steps_through=steps,
-                )
+            shown = ShownMessage(
+                id=found.message.id,
+                role=found.message.role,  # type: ignore[arg-type]
+                text=text,
+                end_offset=found.end,
+                messages_through=messages,
+                steps_through=steps,
             )
-        entries.append((row, records, used))
-    if last < 0:
+            last, last_shown = index, shown
+        entries.append((records, shown))
+    if last_shown is None:
         return None
     kept = entries[: last + 1]
-    last_eligible = max(i for i, row in enumerate(rows) if is_eligible(row.message))
+    complete = last_shown.end_offset == slice.end_offset
     return _Cut(
-        slice=slice if last == last_eligible else ending_at(slice, rows, last),
-        complete=last == last_eligible,
-        records=[record for _, records, _ in kept for record in records],
-        sizes=[_size_in_array(record) for _, records, _ in kept for record in records],
-        shown=shown,
+        slice=slice if complete else _cut_at(slice, last_shown),
+        complete=complete,
+        records=[record for records, _ in kept for record in records],
+        sizes=[_size_in_array(record) for records, _ in kept for record in records],
+        shown=[shown for _, shown in kept if shown is not None],
+    )
+
+
+def _shown(record: Record, end_offset: int, messages: int, steps: int) -> ShownMessage:
+    """A shown line that is not a message: it must be read, and never ends a slice."""
+    return ShownMessage(
+        id=record["id"],
+        role="unreadable",
+        text=record["content"],
+        end_offset=end_offset,
+        messages_through=messages,
+        steps_through=steps,
     )
 
 
@@ -397,7 +316,7 @@ def write_payload(
         "schema_version": MANIFEST_SCHEMA_VERSION,
         "type": MANIFEST_TYPE,
         "agent_id": agent_id,
-        "created_at": _timestamp(now),
+        "created_at": timestamp(now),
     }
     if instruction:
         manifest["user_instruction"] = instruction

@@ -8,6 +8,13 @@ appended while a reflection runs lie past that boundary and are left for the nex
 Only ordinary user and assistant messages are *eligible*: they start and end slices and
 their ids become watermarks. Tool results and harness messages (summaries, reminders,
 notes, stop records) ride inside a slice but never bound it.
+
+A complete line that is not a message (damaged, or written by another program: a
+:class:`BrokenLine`) has no id and can never be a watermark, but it may hold what the user
+said, so the watermark must not pass it unseen. A slice covers every byte from just after
+its watermark to its end, broken lines included; the payload shows them as they are
+(:mod:`shared.reflection.payload`), and a reflection consumes a slice only up to the
+first one it did not read, as for a user message (:mod:`shared.reflection.coverage`).
 """
 
 from __future__ import annotations
@@ -38,28 +45,55 @@ class LogRow:
     end: int
 
 
-def read_rows(log_path: Path, until_offset: int | None = None) -> list[LogRow]:
-    """Every readable message of the log that ends at or before ``until_offset``.
+@dataclass(frozen=True)
+class BrokenLine:
+    """A complete line of the log that is not a message, as found."""
 
-    A torn last line (no newline yet) and lines that do not parse are skipped, as the
-    log's own reader does.
-    """
+    text: str
+    """The line without its newline (bytes that are not UTF-8 replaced)."""
+    line: int
+    """Its line number in the file, from 1."""
+    start: int
+    end: int
+
+
+def read_lines(log_path: Path, until_offset: int | None = None) -> list[LogRow | BrokenLine]:
+    """Every complete, non-blank line of the log that ends at or before ``until_offset``:
+    a message, or a :class:`BrokenLine`. A torn last line (no newline yet) is left out."""
     try:
         with open(log_path, "rb") as handle:
             data = handle.read() if until_offset is None else handle.read(until_offset)
     except FileNotFoundError:
         return []
-    rows: list[LogRow] = []
-    start = 0
+    lines: list[LogRow | BrokenLine] = []
+    start = number = 0
     while (newline := data.find(b"\n", start)) >= 0:
+        number += 1
         line = data[start:newline]
         if line.strip():
             try:
-                rows.append(LogRow(Message.parse_line(line), start, newline + 1))
+                lines.append(LogRow(Message.parse_line(line), start, newline + 1))
             except ValidationError:
-                log.warning("unreadable_message_line", path=str(log_path), offset=start)
+                text = line.decode(errors="replace")
+                lines.append(BrokenLine(text, number, start, newline + 1))
         start = newline + 1
+    return lines
+
+
+def read_rows(log_path: Path, until_offset: int | None = None) -> list[LogRow]:
+    """The messages among :func:`read_lines`; a line that is not one is logged."""
+    rows = []
+    for found in read_lines(log_path, until_offset):
+        if isinstance(found, BrokenLine):
+            log.warning("unreadable_message_line", path=str(log_path), line=found.line)
+        else:
+            rows.append(found)
     return rows
+
+
+def broken_lines(log_path: Path) -> list[BrokenLine]:
+    """The lines of the log that are not messages (what ``agentd doctor`` names)."""
+    return [found for found in read_lines(log_path) if isinstance(found, BrokenLine)]
 
 
 def is_eligible(message: Message) -> bool:
@@ -95,22 +129,25 @@ class Slice(BaseModel):
     end_id: str
     """The last eligible message: the watermark once this slice is consumed."""
     start_offset: int
-    """Where the slice's first line starts in ``messages.jsonl``."""
+    """Where the slice starts in ``messages.jsonl``: just after the watermark's line (or at
+    the start of the file), so that no line between them is left out."""
     end_offset: int
     """Just after the end message's line: the exclusive snapshot boundary."""
     messages: int
-    """Log lines in the slice, of every kind."""
+    """Messages in the slice, of every kind."""
     assistant_steps: int
 
 
-def _make_slice(rows: list[LogRow], first: int, start: int, end: int, mode: SliceMode) -> Slice:
+def _make_slice(
+    rows: list[LogRow], first: int, start: int, end: int, mode: SliceMode, start_offset: int
+) -> Slice:
     span = rows[first : end + 1]
     return Slice(
         conversation_id=rows[start].message.conversation_id,
         mode=mode,
         start_id=rows[start].message.id,
         end_id=rows[end].message.id,
-        start_offset=rows[first].start,
+        start_offset=start_offset,
         end_offset=rows[end].end,
         messages=len(span),
         assistant_steps=count_steps(span),
@@ -127,7 +164,8 @@ def select_rows(rows: list[LogRow], watermark: str | None) -> Slice | None:
     eligible = [i for i in range(anchor + 1, len(rows)) if is_eligible(rows[i].message)]
     if not eligible:
         return None
-    return _make_slice(rows, anchor + 1, eligible[0], eligible[-1], "unreflected")
+    after_watermark = rows[anchor].end if anchor >= 0 else 0
+    return _make_slice(rows, anchor + 1, eligible[0], eligible[-1], "unreflected", after_watermark)
 
 
 def select_slice(
@@ -150,17 +188,10 @@ def replay_slice(log_path: Path) -> Slice | None:
     end = eligible[-1]
     users = [i for i in eligible if rows[i].message.role == "user"]
     start = users[-REPLAY_USER_TURNS:][0] if users else eligible[0]
-    return _make_slice(rows, start, start, end, "replay")
+    return _make_slice(rows, start, start, end, "replay", rows[start].start)
 
 
-def rows_of(log_path: Path, slice: Slice) -> list[LogRow]:
-    """The rows ``slice`` spans, oldest first."""
-    return [row for row in read_rows(log_path, slice.end_offset) if row.start >= slice.start_offset]
-
-
-def ending_at(slice: Slice, rows: list[LogRow], end: int) -> Slice:
-    """``slice`` cut short to end at ``rows[end]``, an eligible row of ``rows_of(slice)``."""
-    if not is_eligible(rows[end].message):
-        raise ValueError(f"row {end} of the slice is not eligible to end it")
-    start = next(i for i, row in enumerate(rows) if is_eligible(row.message))
-    return _make_slice(rows, 0, start, end, slice.mode)
+def lines_of(log_path: Path, slice: Slice) -> list[LogRow | BrokenLine]:
+    """The lines ``slice`` spans, oldest first, broken ones included."""
+    lines = read_lines(log_path, slice.end_offset)
+    return [found for found in lines if found.start >= slice.start_offset]

@@ -3,6 +3,7 @@ success; manual runs and successes always."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from agentd.reflections import Reflections
 from shared.coordination.broker import locate
 from shared.models.reflection import ReflectionOutcome
+from shared.reflection.pause import Pause
 from shared.settings import Settings
 from shared.store.agents import AgentStore
 from shared.store.layout import Layout
@@ -67,3 +69,14 @@ def test_every_held_reflection_is_told_since_each_waits_for_its_own_answer(
         ]
     ]
     assert told == [True, True, True, True, False]
+
+
+def test_a_failure_that_paused_the_agent_is_told_by_the_pause_and_never_silently_dropped(
+    reflections: Reflections,
+) -> None:
+    pause = Pause(reason="provider_auth", message="m", setup="s", since=datetime.now(UTC))
+    failed = _outcome("failed", "provider_auth")
+
+    assert not reflections.worth_telling(failed, pause)  # the pause's warning says it
+    assert reflections.worth_telling(failed)  # with no pause to tell, the failure is told
+    assert reflections.worth_telling(_outcome("failed", "provider_http"), pause)

@@ -411,6 +411,57 @@ def test_model_string_without_known_provider_becomes_config_error_before_any_req
 
 
 @pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        pytest.param(404, error_body("The model `gpt-9` does not exist"), id="404"),
+        pytest.param(
+            400,
+            error_body("The model `gpt-9` does not exist", code="model_not_found"),
+            id="400-model-not-found",
+        ),
+        pytest.param(
+            404, error_body("model 'llama9' not found, try pulling it first"), id="ollama-pull"
+        ),
+        pytest.param(400, error_body("library/gemma:2b does not support tools"), id="no-tools"),
+    ],
+)
+def test_a_refusal_that_names_an_unknown_model_or_endpoint_is_a_config_error(
+    openai_server: FakeOpenAIServer, sleeps: Sleeps, status: int, body: dict[str, Any]
+) -> None:
+    openai_server.enqueue(status=status, body=body)
+
+    with pytest.raises(ProviderConfigError, match="check the model string") as caught:
+        run(make_provider(openai_server, sleeps).complete(ask()))
+
+    assert MODEL in caught.value.message
+    assert len(openai_server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        pytest.param(400, error_body("Invalid 'messages[3].tool_call_id'"), id="400-plain"),
+        pytest.param(400, {"detail": "bad"}, id="400-no-error-body"),
+        pytest.param(422, error_body("unprocessable tool schema"), id="422"),
+    ],
+)
+def test_any_other_refused_request_is_an_http_error_not_a_config_error(
+    openai_server: FakeOpenAIServer, sleeps: Sleeps, status: int, body: dict[str, Any]
+) -> None:
+    """Reflection pauses an agent on a config error: a provider's one-off 400 must not."""
+    openai_server.enqueue(status=status, body=body)
+
+    with pytest.raises(
+        ProviderHTTPError, match=f"refused the request \\(HTTP {status}\\)"
+    ) as caught:
+        run(make_provider(openai_server, sleeps).complete(ask()))
+
+    assert not isinstance(caught.value, ProviderConfigError)
+    assert (caught.value.code, caught.value.status_code) == ("provider_http", status)
+    assert len(openai_server.requests) == 1
+
+
+@pytest.mark.parametrize(
     "mangle",
     [
         pytest.param(lambda body: body.update(choices=[]), id="empty-choices"),
@@ -540,7 +591,7 @@ _EXPECTED = {
     "AuthenticationError": ProviderAuthError,
     "PermissionDeniedError": ProviderAuthError,
     "NotFoundError": ProviderConfigError,
-    "BadRequestError": ProviderConfigError,
+    "BadRequestError": ProviderHTTPError,
     "UnsupportedParamsError": ProviderConfigError,
     "LiteLLMUnknownProvider": ProviderConfigError,
     "RateLimitError": ProviderHTTPError,

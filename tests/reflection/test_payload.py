@@ -12,16 +12,8 @@ from typing import Any
 import pytest
 
 from shared.models.messages import ToolCall
-from shared.reflection.payload import (
-    ARGS_LIMIT,
-    MANIFEST_TYPE,
-    TOOL_RESULT_LIMIT,
-    Limits,
-    PayloadFile,
-    bounded_args,
-    bounded_text,
-    write_payload,
-)
+from shared.reflection.payload import MANIFEST_TYPE, Limits, PayloadFile, write_payload
+from shared.reflection.records import ARGS_LIMIT, TOOL_RESULT_LIMIT, bounded_args, bounded_text
 from shared.reflection.slices import Slice, replay_slice, select_slice
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
@@ -254,7 +246,9 @@ def test_until_offset_leaves_later_messages_out_of_the_slice(chat: Conversation)
     assert (found.end_id, found.end_offset) == (a1.id, boundary)
 
 
-def test_a_torn_last_line_and_an_unreadable_line_are_skipped(chat: Conversation) -> None:
+def test_a_torn_last_line_is_skipped_and_a_line_that_is_no_message_is_shown_as_found(
+    chat: Conversation,
+) -> None:
     say(chat, "user", "one")
     with open(chat.log.path, "ab") as handle:
         handle.write(b'{"not": "a message"}\n')
@@ -267,7 +261,26 @@ def test_a_torn_last_line_and_an_unreadable_line_are_skipped(chat: Conversation)
     assert found is not None
     assert found.end_id == a1.id
     assert found.messages == 2
-    assert roles(slice_records(chat.log.path, found)) == ["meta", "user", "assistant"]
+    records = slice_records(chat.log.path, found)
+    assert roles(records) == ["meta", "user", "unreadable", "assistant"]
+    assert (records[2]["content"], records[2]["line"]) == ('{"not": "a message"}', 2)
+
+
+def test_a_line_that_is_no_message_just_after_the_watermark_is_in_the_next_slice(
+    chat: Conversation,
+) -> None:
+    say(chat, "user", "one")
+    a1 = say(chat, "assistant", "1")
+    with open(chat.log.path, "ab") as handle:
+        handle.write(b"\xff\xfe damaged bytes\n")
+    u2 = say(chat, "user", "two")
+
+    found = select_slice(chat.log.path, a1.id)
+
+    assert found is not None and found.start_id == u2.id
+    records = slice_records(chat.log.path, found)
+    assert roles(records) == ["meta", "unreadable", "user"]
+    assert records[1]["content"] == "\ufffd\ufffd damaged bytes"
 
 
 def test_short_valid_arguments_are_kept_verbatim() -> None:

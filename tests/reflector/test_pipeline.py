@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from agentd.agents import Agents
+from reflector import pipeline
 from reflector.pipeline import run_job
 from shared import sandbox
 from shared.clock import user_zone
@@ -205,7 +206,7 @@ def test_a_configuration_error_pauses_automatic_runs_until_one_succeeds(world: W
     paused = world.reflect(MockReflector())
     assert (paused.status, paused.reason) == ("skipped", "configuration_error")
     assert world.reflect(MockReflector(), trigger="manual").status == "merged"
-    assert load_backoff(world.reflections).configuration_error is None
+    assert load_backoff(world.reflections).pause is None
 
 
 def test_a_job_for_a_busy_agent_is_skipped_and_runs_when_sent_again(
@@ -221,6 +222,45 @@ def test_a_job_for_a_busy_agent_is_skipped_and_runs_when_sent_again(
     again = world.reflect(MockReflector(), redis_client=client, request_id="rq-a")
 
     assert again.status == "merged"  # a busy skip is not a finished job
+
+
+def test_a_copy_of_a_job_that_holds_the_lease_records_nothing(
+    world: World, redis_server: RedisForTests
+) -> None:
+    client = redis_server.client
+    running = ReflectionLease(client, world.agent.id, owner="rq-same", ttl_s=30)
+    assert running.acquire()
+
+    copy = world.reflect(MockReflector(), redis_client=client, request_id="rq-same")
+
+    assert copy is None
+    assert not (world.reflections / "log.jsonl").exists()
+    assert running.still_held()  # the copy did not take or drop its job's lease
+    running.release()
+
+
+def test_a_copy_that_gets_the_lease_after_its_job_finished_records_nothing(
+    world: World, redis_server: RedisForTests, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job ends while its copy waits for the lease: the copy must not run it again."""
+    client = redis_server.client
+    first = world.reflect(MockReflector(), redis_client=client, request_id="rq-same")
+    world.say("以后一律用 ruff 检查代码")  # something a second run would merge
+    real = pipeline._finished
+    asked: list[str] = []
+
+    def finished_after_the_first_look(client: Any, job_id: str) -> ReflectionOutcome | None:
+        asked.append(job_id)
+        return None if len(asked) == 1 else real(client, job_id)
+
+    monkeypatch.setattr(pipeline, "_finished", finished_after_the_first_look)
+
+    copy = world.reflect(MockReflector(), redis_client=client, request_id="rq-same")
+
+    assert copy == first
+    assert len(asked) >= 2  # it looked again once it held the lease
+    assert len((world.reflections / "log.jsonl").read_text().splitlines()) == 1
+    assert "ruff" not in world.human()
 
 
 def test_a_redelivered_job_that_already_finished_is_a_no_op(

@@ -195,3 +195,36 @@ def test_turns_that_edit_memory_while_a_reflection_runs_both_land(
     subjects = [c["subject"] for c in daemon.result("memory.log")["commits"]]
     assert "write_file: create notes/deploy.md" in subjects
     assert any("(reflection): " in s for s in subjects)
+
+
+def test_a_copy_of_a_running_job_records_no_outcome_of_its_own(
+    daemon: DaemonRunner, agentd_home: Path, stack: dict[str, Any]
+) -> None:
+    """A worker that starts requeues every unacked message (``restore_unacked``), the one
+    a live worker is running included: the copy finds its own job holding the agent's
+    lease, and the request still gets exactly one outcome."""
+    stack["redis"] = RedisForTests(agentd_home).start()
+    stack["workers"].append(WorkerProcess(agentd_home, "first", AGENTD_MOCK_LATENCY_S="3").start())
+    daemon.start(reflection_wait_s=0)
+    daemon.result("reflection.settings", {"trigger": "step-count", "step_count": 3})
+    for text in SAID:
+        daemon.result("chat", {"text": text})
+    agent_dir = next(agentd_home.glob("agents/*"))
+    worktrees = agent_dir / "reflections" / "worktrees"
+    _wait_for(lambda: worktrees.is_dir() and any(worktrees.iterdir()), 30, "the job to start")
+    (sent,) = (agent_dir / "reflections" / "outbox").glob("*.json")
+    job = f"reflector.reflect[{sent.stem}]"
+
+    second = WorkerProcess(agentd_home, "second").start()
+    stack["workers"].append(second)
+    _wait_for(lambda: f"{job} received" in second.output(), 30, "the copy to reach a worker")
+    _wait_for(lambda: f"{job} succeeded" in second.output(), 30, "the copy to end")
+    _wait_for(lambda: bool(_outcomes(agentd_home)), 60, "the job's outcome")
+
+    (outcome,) = _outcomes(agentd_home)
+    assert outcome.status == "merged"
+    listed = daemon.result("reflection.list")["reflections"]
+    assert [(r["reflection_id"], r["status"]) for r in listed] == [
+        (outcome.reflection_id, "merged")
+    ]
+    assert "reflection_copy_not_run" in second.output()
