@@ -56,6 +56,7 @@ from shared.models.messages import Message
 from shared.protocol import ARCHIVE_CHUNK_BYTES, EVENT_ARCHIVE, MAX_ARCHIVE_BYTES
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.conversations import scan_conversations
+from shared.store.jsonl import is_whole_line
 from shared.store.layout import AgentFiles, ArchiveFiles, ConversationFiles, Layout
 
 log = structlog.get_logger(__name__)
@@ -199,10 +200,13 @@ def _build_export(layout: Layout, record: AgentRecord, work: Path, clock: Clock)
 
 def _copy_complete_lines(source: Path, target: Path) -> None:
     """Copy ``source`` as far as its last complete line: a log a turn is appending to is
-    cut where the append began (the state files are replaced whole, never appended)."""
+    cut where the append began, and a whole last line a crash left without its newline
+    gets it, as the log's repair would (the state files are replaced whole, never
+    appended)."""
     data = source.read_bytes()
     if source.name == _CONVERSATION.messages.name:
-        data = data[: data.rfind(b"\n") + 1]
+        end = data.rfind(b"\n") + 1
+        data = data + b"\n" if is_whole_line(data[end:]) else data[:end]
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
