@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import os
 import subprocess
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Self, TypeVar
@@ -66,6 +66,10 @@ class Edit:
     """HEAD when the lock was taken."""
     after: str | None = None
     """HEAD once the block's changes are committed (``before`` if nothing changed)."""
+    undo: Callable[[], None] | None = None
+    """Set by a block that knows what it wrote: puts the checkout back as it was if the
+    commit fails (a full disk, content refused), still under the lock, so the next
+    unrelated edit does not commit it."""
 
 
 def validate_memory_path(path: str) -> str:
@@ -186,16 +190,21 @@ class MemoryRepo:
 
         Yields the :class:`Edit`, whose ``after`` is set once the commit is made. The commit
         runs in a thread so the event loop keeps serving other agents. Nothing is committed
-        if the body raises.
+        if the body raises; if the commit fails, the body's :attr:`Edit.undo` runs.
         """
         async with async_file_lock(self.lock_path):
             change = Edit(before=self.head())
             yield change
-            sha = await _run_to_completion(
-                asyncio.to_thread(
-                    self.commit_all, message, author_name=author_name, author_email=author_email
+            try:
+                sha = await _run_to_completion(
+                    asyncio.to_thread(
+                        self.commit_all, message, author_name=author_name, author_email=author_email
+                    )
                 )
-            )
+            except BaseException:
+                if change.undo is not None and self.head() == change.before:
+                    await _run_to_completion(asyncio.to_thread(change.undo))
+                raise
             change.after = self.head()
         # The message may quote a tool's arguments (``bash: <command>``): debug only.
         if sha is None:
