@@ -342,7 +342,11 @@ class Handlers:
 
     async def agent_import(self, params: AgentImport, _emit: Emit) -> dict[str, Any]:
         imported = await archive.import_agent(
-            self.agents, params.upload, keep_id=params.keep_id, name=params.name
+            self.agents,
+            params.upload,
+            keep_id=params.keep_id,
+            name=params.name,
+            limits=self.settings.memory_limits,
         )
         self.recall.start([imported.record.id])
         return {

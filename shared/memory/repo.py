@@ -114,7 +114,7 @@ class MemoryRepo:
         repo = cls(path)
         try:
             email = f"{agent_id}@agentd.local"
-            repo._configure(agent_name, email)
+            repo.configure(agent_name, email)
             repo._write_system_file("persona", "Who I am and how I behave.", persona)
             repo._write_system_file("human", "What I know about the user.", human)
             repo.commit_all(INITIAL_COMMIT_MESSAGE, author_name=agent_name, author_email=email)
@@ -309,7 +309,9 @@ class MemoryRepo:
             if lock.exists():
                 raise git_locks.busy(lock)
 
-    def _configure(self, agent_name: str, email: str) -> None:
+    def configure(self, agent_name: str, email: str) -> None:
+        """The repo's own settings: who commits, and nothing git would do on its own
+        (signing, auto gc). Set when the repo is created or imported."""
         settings = {
             "user.name": agent_name,
             "user.email": email,
