@@ -9,9 +9,10 @@ The port is served by the daemon's own accept loop (:class:`agentd.listener.List
 not aiohttp's: at most ``web_max_connections`` connections (and an eighth of the open
 files) at once, one over that answered ``503`` and closed, so a flood of connections to
 the port cannot take the descriptors the socket and the turns need. Each accepted socket
-is handed to aiohttp's protocol; a connection that has not sent a whole request head
-within ``web_header_timeout_s`` is closed by aiohttp's keep-alive timer, which runs from
-the moment a connection is made.
+is handed to aiohttp's protocol, watched: a connection that has not sent a whole request
+head within ``web_header_timeout_s`` of being accepted is closed (aiohttp itself waits for
+a first request as long as it is not sent), and between requests aiohttp's keep-alive
+timeout, set to the same, closes one that sends only part of its next.
 """
 
 from __future__ import annotations
@@ -145,7 +146,10 @@ class WebServer:
         loop = asyncio.get_running_loop()
         closed: asyncio.Future[None] = loop.create_future()
         try:
-            await loop.connect_accepted_socket(lambda: _Watched(protocols(), closed), sock=conn)
+            await loop.connect_accepted_socket(
+                lambda: _Watched(protocols(), closed, self.settings.web_header_timeout_s),
+                sock=conn,
+            )
         except OSError as exc:  # the client went away as it was accepted
             log.debug("web_connection_lost_at_accept", error=str(exc))
             conn.close()
@@ -199,18 +203,39 @@ def _bind(address: WebAddress, *, backlog: int) -> list[socket.socket]:
 
 
 class _Watched(asyncio.Protocol):
-    """aiohttp's protocol for one connection, passed every call, with a future that is
-    set once the connection is gone: the listener counts the connection until then."""
+    """aiohttp's protocol for one connection, passed every call; it closes the connection
+    if no whole request head (a blank line) arrives within ``header_timeout_s``, and sets
+    ``closed`` once the connection is gone (the listener counts it until then)."""
 
-    def __init__(self, inner: asyncio.Protocol, closed: asyncio.Future[None]) -> None:
+    def __init__(
+        self, inner: asyncio.Protocol, closed: asyncio.Future[None], header_timeout_s: float
+    ) -> None:
         self._inner = inner
         self._closed = closed
+        self._header_timeout_s = header_timeout_s
+        self._deadline: asyncio.TimerHandle | None = None
+        self._tail = b""
+        """The last bytes received before the head ends, to find a blank line split
+        across two reads."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.call_later(self._header_timeout_s, self._too_slow, transport)
         self._inner.connection_made(transport)
 
     def data_received(self, data: bytes) -> None:
+        if self._deadline is not None:
+            seen = self._tail + data
+            if b"\r\n\r\n" in seen or b"\n\n" in seen:
+                self._deadline.cancel()
+                self._deadline = None
+            self._tail = seen[-3:]
         self._inner.data_received(data)
+
+    def _too_slow(self, transport: asyncio.BaseTransport) -> None:
+        self._deadline = None
+        log.debug("web_request_head_timed_out", timeout_s=self._header_timeout_s)
+        transport.abort()
 
     def eof_received(self) -> bool | None:
         return self._inner.eof_received()
@@ -222,6 +247,8 @@ class _Watched(asyncio.Protocol):
         self._inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
         try:
             self._inner.connection_lost(exc)
         finally:
