@@ -7,12 +7,16 @@ directory, plus a manifest. It travels over the socket (base64 events out, uploa
 pieces in), so it works whatever the daemon can see of the user's files (a systemd unit
 with ``PrivateTmp``/``ProtectHome``).
 
-An import is checked whole before it touches the home: every member is a regular file
-(or directory) with one of the expected names, the sizes add up to less than the limits,
-the records parse, and the bundle verifies. The agent is then built in a directory under
+An import is checked as it is read, member by member, before it touches the home
+(:mod:`agentd.archive_members`, :mod:`agentd.archive_import`): every member is a regular
+file (or directory) with one of the expected names and within its limit, every log line
+is a message of its conversation, the records are ones agentd writes, the bundle
+verifies and its memory keeps the content rules. The agent is built in a directory under
 ``$AGENTD_HOME/staging/`` and renamed into ``agents/`` in one step, so a failed import
 leaves nothing behind and a half-built agent is never seen. Under a new id (the default)
-the records and messages are rewritten to it; the memory history is kept as it is.
+the records and messages are rewritten to it; the memory history is kept as it is. The
+import runs in a thread of its own at background priority: the daemon's event loop
+answers everyone else meanwhile.
 """
 
 from __future__ import annotations
@@ -21,85 +25,45 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import gzip
 import hashlib
 import os
 import shutil
 import tarfile
-import time
-import zlib
-from dataclasses import dataclass
-from datetime import datetime
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import structlog
-from pydantic import BaseModel, ValidationError
 
 from agentd import __version__
 from agentd.agents import Agents
+from agentd.archive_format import (
+    ARCHIVE_FORMAT,
+    CONVERSATION_FILE_LIMITS,
+    MESSAGES,
+    Manifest,
+    new_staging,
+    sweep_staging,
+)
+from agentd.archive_import import BRANCH_REF, Imported, prepare_import
 from shared.agent.loop import Emit
 from shared.clock import Clock
-from shared.errors import (
-    AgentExists,
-    CorruptStateFile,
-    InvalidArchive,
-    MalformedRequest,
-    MemoryRepoError,
-    NameTaken,
-    PayloadTooLarge,
-)
-from shared.ids import ID_PATTERN, new_id
+from shared.errors import MalformedRequest, NameTaken, PayloadTooLarge
+from shared.ids import new_id
 from shared.memory import git
-from shared.memory.git import first_line
-from shared.models.agents import AgentRecord, ContextState, ConversationRecord
-from shared.models.messages import Message
+from shared.memory.content import MemoryLimits
+from shared.models.agents import AgentRecord
+from shared.priority import lower_this_thread
 from shared.protocol import ARCHIVE_CHUNK_BYTES, EVENT_ARCHIVE, MAX_ARCHIVE_BYTES
-from shared.store.atomic import read_model, write_model_atomic
+from shared.store.atomic import write_model_atomic
 from shared.store.conversations import scan_conversations
+from shared.store.jsonl import is_whole_line
 from shared.store.layout import AgentFiles, ArchiveFiles, ConversationFiles, Layout
 
 log = structlog.get_logger(__name__)
 
-ARCHIVE_FORMAT = 1
-MAX_UNPACKED_BYTES = 8 * 1024**3
-"""Largest total its members may unpack to: a small archive of zeros does not fill the disk."""
-MAX_MEMBERS = 100_000
-STALE_STAGING_S = 24 * 3600.0
-"""Staging left by an export or import whose process died is removed after a day."""
-_BRANCH_REF = "refs/heads/main"
-
-_ROOT = Path("")
-_AGENT = AgentFiles(_ROOT)
-_ARCHIVE = ArchiveFiles(_ROOT)
-_CONVERSATION = ConversationFiles(_ROOT)
-_TOP_FILES = frozenset(
-    p.as_posix() for p in (_AGENT.record, _ARCHIVE.manifest, _ARCHIVE.memory_bundle)
-)
-_CONVERSATIONS_DIR = _AGENT.conversations.as_posix()
-_CONVERSATION_FILES = {
-    _CONVERSATION.record.name: True,
-    _CONVERSATION.messages.name: True,
-    _CONVERSATION.context.name: False,
-    _CONVERSATION.reflection_state.name: False,
-}
-"""The files of a conversation an archive carries, and whether each must be there."""
-
-
-class Manifest(BaseModel):
-    format: int
-    agentd_version: str
-    agent_id: str
-    name: str
-    exported_at: datetime
-    memory_head: str
-    conversations: list[str]
-
-
-@dataclass(frozen=True)
-class Imported:
-    record: AgentRecord
-    conversations: int
-    memory_head: str
+T = TypeVar("T")
 
 
 async def export(agents: Agents, record: AgentRecord, emit: Emit) -> dict[str, object]:
@@ -119,14 +83,21 @@ async def export(agents: Agents, record: AgentRecord, emit: Emit) -> dict[str, o
 
 
 async def import_agent(
-    agents: Agents, upload_id: str, *, keep_id: bool, name: str | None
+    agents: Agents, upload_id: str, *, keep_id: bool, name: str | None, limits: MemoryLimits
 ) -> Imported:
     """Import the uploaded archive: checked and built under ``staging/``, then renamed
     into ``agents/`` under the lock agent creation takes (its name and id re-checked)."""
     work: Path | None = None
     try:
-        built, imported = await asyncio.to_thread(
-            prepare_import, agents.layout, upload_id, keep_id=keep_id, name=name
+        built, imported = await _in_background(
+            lambda: prepare_import(
+                agents.layout,
+                upload_id,
+                keep_id=keep_id,
+                name=name,
+                limits=limits,
+                name_free=agents.store.ensure_name_free,
+            )
         )
         work = built.parent
         await agents.adopt(built, imported.record)
@@ -146,6 +117,34 @@ async def import_agent(
     return imported
 
 
+async def _in_background(work: Callable[[], T]) -> T:
+    """``work``'s result, computed in a thread of its own at background priority (its
+    git processes too), so the event loop wins the CPU while an import parses."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def run() -> None:
+        lower_this_thread()
+        try:
+            outcome: tuple[T | None, BaseException | None] = (work(), None)
+        except BaseException as exc:  # handed to the awaiting task
+            outcome = (None, exc)
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(_settle, done, *outcome)
+
+    threading.Thread(target=run, name="agentd-import", daemon=True).start()
+    return await done
+
+
+def _settle(future: asyncio.Future[T], result: T | None, error: BaseException | None) -> None:
+    if future.done():  # the awaiting task was cancelled
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)  # type: ignore[arg-type]  # None only with an error
+
+
 # --- export --------------------------------------------------------------------------------
 
 
@@ -153,7 +152,7 @@ def build_export(layout: Layout, record: AgentRecord, clock: Clock) -> Path:
     """Write the agent's archive under ``staging/`` and return its path; the caller removes
     its directory. Blocking (git, file copies)."""
     sweep_staging(layout)
-    work = _new_staging(layout, "export")
+    work = new_staging(layout, "export")
     try:
         return _build_export(layout, record, work, clock)
     except BaseException:
@@ -166,15 +165,15 @@ def _build_export(layout: Layout, record: AgentRecord, work: Path, clock: Clock)
     content = work / "content"
     content.mkdir()
     bundle = ArchiveFiles(content).memory_bundle
-    git.run(files.memory, "bundle", "create", "--quiet", str(bundle), _BRANCH_REF)
-    head = git.run(files.memory, "rev-parse", "--verify", _BRANCH_REF).stdout.strip()
+    git.run(files.memory, "bundle", "create", "--quiet", str(bundle), BRANCH_REF)
+    head = git.run(files.memory, "rev-parse", "--verify", BRANCH_REF).stdout.strip()
     write_model_atomic(AgentFiles(content).record, record)
     conversations = scan_conversations(layout, record.id).ids
     for conversation_id in conversations:
         source = ConversationFiles(layout.conversation_dir(record.id, conversation_id))
         target = ConversationFiles(AgentFiles(content).conversations / conversation_id)
         target.directory.mkdir(parents=True)
-        for name in _CONVERSATION_FILES:
+        for name in CONVERSATION_FILE_LIMITS:
             if (source.directory / name).is_file():
                 _copy_complete_lines(source.directory / name, target.directory / name)
     manifest = Manifest(
@@ -199,10 +198,13 @@ def _build_export(layout: Layout, record: AgentRecord, work: Path, clock: Clock)
 
 def _copy_complete_lines(source: Path, target: Path) -> None:
     """Copy ``source`` as far as its last complete line: a log a turn is appending to is
-    cut where the append began (the state files are replaced whole, never appended)."""
+    cut where the append began, and a whole last line a crash left without its newline
+    gets it, as the log's repair would (the state files are replaced whole, never
+    appended)."""
     data = source.read_bytes()
-    if source.name == _CONVERSATION.messages.name:
-        data = data[: data.rfind(b"\n") + 1]
+    if source.name == MESSAGES:
+        end = data.rfind(b"\n") + 1
+        data = data + b"\n" if is_whole_line(data[end:]) else data[:end]
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
@@ -254,240 +256,3 @@ def append_upload(layout: Layout, upload_id: str | None, offset: int, data: str)
     with open(path, "ab") as handle:
         handle.write(piece)
     return upload_id, size + len(piece)
-
-
-# --- import --------------------------------------------------------------------------------
-
-
-def prepare_import(
-    layout: Layout, upload_id: str, *, keep_id: bool, name: str | None
-) -> tuple[Path, Imported]:
-    """Check the uploaded archive and build the agent from it under ``staging/``: the
-    directory to rename into ``agents/`` (and the staging to remove), and what it holds.
-    Blocking. Nothing under ``agents/`` is touched."""
-    upload = layout.upload_file(upload_id)
-    if not upload.is_file():
-        raise MalformedRequest(f"no upload {upload_id}: send the archive first")
-    work = _new_staging(layout, "import")
-    try:
-        unpacked = work / "unpacked"
-        unpacked.mkdir()
-        _unpack(upload, unpacked)
-        manifest = _manifest(unpacked)
-        record = _record(unpacked, manifest)
-        agent_id = manifest.agent_id if keep_id else new_id("agent")
-        if keep_id and layout.agent_dir(agent_id).exists():
-            raise AgentExists(
-                f"an agent with id {agent_id} exists already; delete it first, or import "
-                "without --keep-id to give the copy a new id"
-            )
-        record = record.model_copy(update={"id": agent_id, "name": name or record.name})
-        built = work / "agent"
-        imported = _build_agent(unpacked, built, manifest, record)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    finally:
-        upload.unlink(missing_ok=True)
-    return built, imported
-
-
-def _unpack(archive: Path, target: Path) -> None:
-    """Extract ``archive`` into ``target`` once every member has passed (see the module)."""
-    try:
-        with tarfile.open(archive, "r:gz") as tar:
-            members = _checked_members(tar)
-            tar.extractall(target, members=members, filter="data")
-    except (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
-        raise InvalidArchive(
-            f"not a readable .tar.gz archive ({exc}); nothing was imported"
-        ) from None
-
-
-def _checked_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    members: list[tarfile.TarInfo] = []
-    seen: set[str] = set()
-    total = 0
-    while (info := tar.next()) is not None:
-        if len(members) >= MAX_MEMBERS:
-            raise InvalidArchive(f"more than {MAX_MEMBERS:,} members; nothing was imported")
-        name = _member_name(info)
-        if name in seen:
-            raise InvalidArchive(f"member {name!r} appears twice; nothing was imported")
-        seen.add(name)
-        total += info.size
-        if total > MAX_UNPACKED_BYTES:
-            raise InvalidArchive(
-                f"the members unpack to more than {MAX_UNPACKED_BYTES:,} bytes; "
-                "nothing was imported"
-            )
-        members.append(info)
-    return members
-
-
-def _member_name(info: tarfile.TarInfo) -> str:
-    """The member's name if it is one an export writes, of the type it writes it as."""
-    name = info.name.removesuffix("/")
-    parts = name.split("/")
-    refused = InvalidArchive(
-        f"member {info.name!r} is not part of an agentd export (only the agent's record, "
-        "memory bundle, manifest and conversation files are); nothing was imported"
-    )
-    if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise refused
-    is_file = len(parts) == 1 and name in _TOP_FILES
-    is_dir = parts[0] == _CONVERSATIONS_DIR and len(parts) <= 2
-    if len(parts) >= 2 and parts[0] == _CONVERSATIONS_DIR and not ID_PATTERN.fullmatch(parts[1]):
-        raise refused
-    if len(parts) == 3 and parts[0] == _CONVERSATIONS_DIR:
-        is_file = parts[2] in _CONVERSATION_FILES
-    if is_file and info.isreg():
-        return name
-    if is_dir and info.isdir():
-        return name
-    if is_file or is_dir:
-        expected = "a regular file" if is_file else "a directory"
-        raise InvalidArchive(
-            f"member {info.name!r} is not {expected} (links and devices are never part of "
-            "an agentd export); nothing was imported"
-        )
-    raise refused
-
-
-def _manifest(unpacked: Path) -> Manifest:
-    path = ArchiveFiles(unpacked).manifest
-    try:
-        manifest = Manifest.model_validate_json(path.read_bytes())
-    except (OSError, ValidationError) as exc:
-        raise InvalidArchive(f"the archive's manifest is missing or unreadable ({exc})") from None
-    if manifest.format != ARCHIVE_FORMAT:
-        raise InvalidArchive(
-            f"archive format {manifest.format} (agentd {manifest.agentd_version}); this "
-            f"agentd reads format {ARCHIVE_FORMAT}: upgrade agentd"
-        )
-    if not ID_PATTERN.fullmatch(manifest.agent_id) or not all(
-        ID_PATTERN.fullmatch(c) for c in manifest.conversations
-    ):
-        raise InvalidArchive("the manifest names an id that is not valid")
-    listed = sorted(manifest.conversations)
-    present = sorted(p.name for p in AgentFiles(unpacked).conversations.glob("*"))
-    if listed != present:
-        raise InvalidArchive(
-            f"the manifest lists {len(listed)} conversation(s), the archive holds {len(present)}"
-        )
-    return manifest
-
-
-def _record(unpacked: Path, manifest: Manifest) -> AgentRecord:
-    try:
-        record = read_model(AgentFiles(unpacked).record, AgentRecord)
-    except CorruptStateFile as exc:
-        raise InvalidArchive(f"the agent record is unreadable: {exc.message}") from None
-    if record is None or record.id != manifest.agent_id:
-        raise InvalidArchive("the archive has no agent record for the agent its manifest names")
-    return record
-
-
-def _build_agent(unpacked: Path, built: Path, manifest: Manifest, record: AgentRecord) -> Imported:
-    files = AgentFiles(built)
-    built.mkdir(mode=0o700)
-    files.workspace.mkdir(mode=0o700)
-    files.conversations.mkdir(mode=0o700)
-    head = _restore_memory(ArchiveFiles(unpacked).memory_bundle, files.memory, record)
-    if head != manifest.memory_head:
-        raise InvalidArchive(
-            f"the memory bundle's main is {head[:7]}, the manifest says {manifest.memory_head[:7]}"
-        )
-    for conversation_id in manifest.conversations:
-        source = ConversationFiles(AgentFiles(unpacked).conversations / conversation_id)
-        target = ConversationFiles(files.conversations / conversation_id)
-        target.directory.mkdir(mode=0o700)
-        _import_conversation(source, target, record.id, conversation_id)
-    if record.default_conversation_id not in (None, *manifest.conversations):
-        raise InvalidArchive("the agent's default conversation is not in the archive")
-    write_model_atomic(files.record, record)
-    return Imported(record, len(manifest.conversations), head)
-
-
-def _restore_memory(bundle: Path, memory: Path, record: AgentRecord) -> str:
-    """A memory repo at ``memory`` whose ``main`` is the bundle's; its HEAD sha."""
-    if not bundle.is_file():
-        raise InvalidArchive("the archive has no memory bundle")
-    memory.mkdir(mode=0o700)
-    git.run(memory, "init", "--quiet", "--template=", "--initial-branch=main")
-    verified = git.run(memory, "bundle", "verify", "--quiet", str(bundle), check=False)
-    if verified.returncode != 0:
-        raise InvalidArchive(f"the memory bundle does not verify: {first_line(verified.stderr)}")
-    try:
-        git.run(
-            memory,
-            "fetch",
-            "--quiet",
-            "--no-tags",
-            "--update-head-ok",
-            str(bundle),
-            f"{_BRANCH_REF}:{_BRANCH_REF}",
-        )
-        git.run(memory, "reset", "--quiet", "--hard", _BRANCH_REF)
-    except MemoryRepoError as exc:
-        raise InvalidArchive(f"the memory bundle cannot be restored: {exc.message}") from None
-    git.run(memory, "config", "--local", "user.name", record.name)
-    git.run(memory, "config", "--local", "user.email", f"{record.id}@agentd.local")
-    return git.run(memory, "rev-parse", "--verify", _BRANCH_REF).stdout.strip()
-
-
-def _import_conversation(
-    source: ConversationFiles, target: ConversationFiles, agent_id: str, conversation_id: str
-) -> None:
-    for name, required in _CONVERSATION_FILES.items():
-        if required and not (source.directory / name).is_file():
-            raise InvalidArchive(f"conversation {conversation_id} has no {name}")
-    try:
-        conversation = read_model(source.record, ConversationRecord)
-        read_model(source.context, ContextState)
-    except CorruptStateFile as exc:
-        raise InvalidArchive(f"conversation {conversation_id}: {exc.message}") from None
-    if conversation is None or conversation.id != conversation_id:
-        raise InvalidArchive(f"conversation {conversation_id}'s record names another one")
-    write_model_atomic(target.record, conversation.model_copy(update={"agent_id": agent_id}))
-    for name in (source.context.name, source.reflection_state.name):
-        if (source.directory / name).is_file():
-            shutil.copyfile(source.directory / name, target.directory / name)
-    with open(source.messages, "rb") as lines, open(target.messages, "wb") as out:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                message = Message.parse_line(line)
-            except ValidationError as exc:
-                raise InvalidArchive(
-                    f"conversation {conversation_id}, message line {number}: "
-                    f"{exc.errors()[0]['msg']}"
-                ) from None
-            out.write(message.model_copy(update={"agent_id": agent_id}).to_line())
-        out.flush()
-        os.fsync(out.fileno())
-
-
-# --- staging -------------------------------------------------------------------------------
-
-
-def _new_staging(layout: Layout, kind: str) -> Path:
-    layout.staging_dir.mkdir(mode=0o700, exist_ok=True)
-    path = layout.staging_dir / new_id(kind)
-    path.mkdir(mode=0o700)
-    return path
-
-
-def sweep_staging(layout: Layout) -> None:
-    """Remove what an export or import left in ``staging/`` when its process died."""
-    if not layout.staging_dir.is_dir():
-        return
-    cutoff = time.time() - STALE_STAGING_S
-    for entry in layout.staging_dir.iterdir():
-        with contextlib.suppress(OSError):
-            if entry.lstat().st_mtime < cutoff:
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry)
-                else:
-                    entry.unlink()

@@ -14,7 +14,7 @@ from agentd import __version__, archive
 from agentd.agents import Agents
 from agentd.deletion import Deletions
 from agentd.effective_config import effective_config
-from agentd.memory_edit import read_for_edit, write_by_hand
+from agentd.memory_edit import edit_by_hand, read_for_edit
 from agentd.memory_history import MemoryHistory
 from agentd.memory_proposals import MemoryProposals
 from agentd.recall_client import RecallClient
@@ -312,10 +312,7 @@ class Handlers:
         refused if it changed since :meth:`memory_read` (see :mod:`agentd.memory_edit`)."""
         record = await self.agents.resolve(params.agent)
         repo = self.agents.memory(record.id)
-        message = with_trailers(params.message or f"edit {params.path} by hand", user_trailers())
-        async with repo.edit(message, author_name=USER_NAME, author_email=USER_EMAIL) as change:
-            await asyncio.to_thread(write_by_hand, repo, params.path, params.text, params.base)
-        committed = change.after if change.after != change.before else None
+        committed = await edit_by_hand(repo, params.path, params.text, params.base, params.message)
         return {"agent_id": record.id, "path": params.path, "commit": committed}
 
     async def memory_blame(self, params: MemoryBlame, _emit: Emit) -> dict[str, Any]:
@@ -364,7 +361,11 @@ class Handlers:
 
     async def agent_import(self, params: AgentImport, _emit: Emit) -> dict[str, Any]:
         imported = await archive.import_agent(
-            self.agents, params.upload, keep_id=params.keep_id, name=params.name
+            self.agents,
+            params.upload,
+            keep_id=params.keep_id,
+            name=params.name,
+            limits=self.settings.memory_limits,
         )
         self.recall.start([imported.record.id])
         return {

@@ -1,4 +1,4 @@
-"""The daemon's listening socket, and the accept loop that keeps within its descriptors.
+"""The daemon's listening sockets, and the accept loop that keeps within its descriptors.
 
 asyncio's own server accepts every connection waiting in the listen queue at once (up to
 its backlog, 1,000 here) before any handler runs, so a burst took a descriptor per client
@@ -8,6 +8,11 @@ answer. Here connections are accepted one at a time and one over the cap is answ
 closed before the next is accepted, so a burst holds at most the cap and one more. Should
 the process still run out (its turns hold files too), a spare descriptor is given up to
 accept the waiting client and tell it ``busy`` rather than leave it hanging.
+
+The same loop serves the Unix socket and the web view's port, each with its own cap, so a
+flood of web connections can take no more than the web's share of the open files and the
+socket keeps serving. What it logs per refused or failed accept is throttled: a flood is
+a few lines a minute, each counting the ones held back, not a line per connection.
 """
 
 from __future__ import annotations
@@ -16,20 +21,26 @@ import asyncio
 import contextlib
 import errno
 import os
+import resource
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 log = structlog.get_logger(__name__)
 
-Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+Serve = Callable[[socket.socket], Awaitable[None]]
+"""Serves one accepted connection until it is done (the socket is the server's to close)."""
 
 ACCEPTS_PER_WAKE = 64
 """Connections accepted per readiness event before the loop serves anything else."""
 RETRY_ACCEPT_S = 0.1
 """With no descriptor to spare, how long accepting pauses (the queue keeps the clients)."""
+LOG_EVERY_S = 60.0
+"""A refused or failed accept is logged at most once a minute per kind and listener."""
 _OUT_OF_DESCRIPTORS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 
 
@@ -59,20 +70,32 @@ def listen_at(path: Path, *, backlog: int) -> socket.socket:
     return sock
 
 
-class Listener:
-    """Accepts on ``sock`` and runs ``serve`` for each connection, at most ``cap`` at a
-    time; one over the cap gets ``busy_line`` and is closed at once."""
+class Slots:
+    """How many connections may be served at once, and how many are: shared by the
+    listeners of one service (the web view may listen on several addresses)."""
 
-    def __init__(self, sock: socket.socket, serve: Serve, *, cap: int, busy_line: bytes) -> None:
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.open = 0
+
+
+class Listener:
+    """Accepts on ``sock`` and runs ``serve`` for each connection while ``slots`` has room;
+    one over the cap gets ``busy_line`` and is closed at once. ``name`` says which
+    listener a log line is about."""
+
+    def __init__(
+        self, sock: socket.socket, serve: Serve, *, slots: Slots, busy_line: bytes, name: str
+    ) -> None:
         self._sock = sock
         self._serve = serve
-        self._cap = cap
+        self._slots = slots
         self._busy_line = busy_line
-        self._open = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._spare: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._retry: asyncio.TimerHandle | None = None
+        self._log = ThrottledLog(LOG_EVERY_S, listener=name)
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -98,15 +121,15 @@ class Listener:
                 return
             except OSError as exc:
                 if exc.errno not in _OUT_OF_DESCRIPTORS:
-                    log.warning("accept_failed", error=str(exc))
+                    self._log.warning("accept_failed", error=str(exc))
                     return
                 self._out_of_descriptors()
                 return
-            if self._open >= self._cap:
-                log.warning("connection_refused_busy", limit=self._cap)
+            if self._slots.open >= self._slots.cap:
+                self._log.warning("connection_refused_busy", limit=self._slots.cap)
                 self._refuse(conn)
                 continue
-            self._open += 1
+            self._slots.open += 1
             assert self._loop is not None  # called by the loop start() registered with
             task = self._loop.create_task(self._run(conn))
             self._tasks.add(task)
@@ -114,17 +137,11 @@ class Listener:
 
     async def _run(self, conn: socket.socket) -> None:
         try:
-            try:
-                reader, writer = await asyncio.open_unix_connection(sock=conn)
-            except OSError as exc:  # the client went away as it was accepted
-                log.debug("connection_lost_at_accept", error=str(exc))
-                conn.close()
-                return
-            await self._serve(reader, writer)
+            await self._serve(conn)
         except Exception:  # a bug in serving one client: said, and the others go on
             log.exception("connection_crashed")
         finally:
-            self._open -= 1
+            self._slots.open -= 1
 
     def _refuse(self, conn: socket.socket) -> None:
         """Say ``busy`` and close: the line fits an empty socket buffer, so it is sent
@@ -141,7 +158,7 @@ class Listener:
         """Give up the spare descriptor to accept the next client and refuse it; with no
         spare to give, stop accepting for a moment (the readable socket would otherwise
         wake the loop again at once)."""
-        log.warning("accept_out_of_descriptors", open_connections=self._open)
+        self._log.warning("accept_out_of_descriptors", open_connections=self._slots.open)
         if self._spare is not None:
             os.close(self._spare)
             self._spare = None
@@ -160,6 +177,60 @@ class Listener:
             self._spare = _open_spare()
         if self._loop is not None and self._sock.fileno() >= 0:
             self._loop.add_reader(self._sock.fileno(), self._accept_waiting)
+
+
+class ThrottledLog:
+    """Warnings at most once per ``interval_s`` per event; the next line that is written
+    says how many were held back (``held_back``)."""
+
+    def __init__(
+        self, interval_s: float, clock: Callable[[], float] = time.monotonic, **context: Any
+    ) -> None:
+        self._interval_s = interval_s
+        self._clock = clock
+        self._context = context
+        self._last: dict[str, float] = {}
+        self._held: dict[str, int] = {}
+
+    def warning(self, event: str, **fields: Any) -> None:
+        now = self._clock()
+        last = self._last.get(event)
+        if last is not None and now - last < self._interval_s:
+            self._held[event] = self._held.get(event, 0) + 1
+            return
+        self._last[event] = now
+        held = self._held.pop(event, 0)
+        log.warning(event, **self._context, **fields, **({"held_back": held} if held else {}))
+
+
+def raise_open_file_limit() -> int:
+    """Raise the open-file soft limit to the hard one (each connection holds a descriptor,
+    and the turns need more: logs, git, model calls); the soft limit after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("open_file_limit_not_raised", soft=soft, hard=hard, error=str(exc))
+    return soft
+
+
+def connection_cap(configured: int, *, share: int, setting: str) -> int:
+    """``configured``, or the ``1/share`` of the open files the process may have if that
+    is fewer (at least 1); ``setting`` names what the user configured, for the warning."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    cap = min(configured, max(1, soft // share))
+    if cap < configured:
+        log.warning(
+            "max_connections_lowered",
+            setting=setting,
+            configured=configured,
+            cap=cap,
+            open_file_limit=soft,
+            fix="raise the open-file limit (ulimit -n, LimitNOFILE=) to serve more",
+        )
+    return cap
 
 
 def _open_spare() -> int | None:

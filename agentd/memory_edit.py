@@ -9,16 +9,40 @@ next turn of every conversation then carries ``<memory_update>`` naming the file
 
 A new file starts from frontmatter naming it (the description is for the user to fill
 in: it is what the system prompt lists); text sent without any frontmatter gets it.
+
+A write that fails leaves the checkout as it was, so the next unrelated edit (which
+commits everything) never seals half of it: the text is written to a temporary file in
+``.git`` and renamed over the file, and the file it replaces is kept (a hard link, no
+space needed) until the commit lands. A full disk, for the file or for git's copy of it,
+is :class:`DiskFull`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+import contextlib
+import errno
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from shared.errors import MalformedRequest, MemoryConflict, MemoryPathError
+import structlog
+
+from shared.errors import (
+    DiskFull,
+    MalformedRequest,
+    MemoryConflict,
+    MemoryPathError,
+    MemoryRepoError,
+)
 from shared.memory import frontmatter, git
+from shared.memory.provenance import USER_EMAIL, USER_NAME, user_trailers, with_trailers
 from shared.memory.repo import MemoryRepo, validate_memory_path
+from shared.store.writes import raise_if_disk_full, write_all
+
+log = structlog.get_logger(__name__)
 
 MEMORY_SUFFIX = ".md"
 """Only markdown files are memory: the system prompt lists nothing else."""
@@ -54,11 +78,64 @@ def read_for_edit(repo: MemoryRepo, path: str) -> Editable:
     return Editable(path, repo.show(path), blob)
 
 
-def write_by_hand(repo: MemoryRepo, path: str, text: str, base: str | None) -> None:
+@dataclass
+class Written:
+    """A file :func:`write_by_hand` put in the checkout, and how to take it back."""
+
+    repo: MemoryRepo
+    path: str
+    saved: Path | None
+    """The file it replaced (a hard link in ``.git``); None: there was none."""
+    made: list[Path] = field(default_factory=list)
+    """Directories made for it, outermost first."""
+
+    def undo(self) -> None:
+        """Put the checkout (and the index, should ``git add`` have run) back as at HEAD."""
+        target = self.repo.path / self.path
+        if self.saved is not None:
+            os.replace(self.saved, target)
+        else:
+            target.unlink(missing_ok=True)
+        for directory in reversed(self.made):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        git.run(self.repo.path, "reset", "--quiet", "--", self.path, check=False)
+        log.info("memory_hand_edit_undone", path=self.path)
+
+    def forget(self) -> None:
+        """Drop the replaced file's link, once the edit is committed or undone."""
+        if self.saved is not None:
+            self.saved.unlink(missing_ok=True)
+
+
+async def edit_by_hand(
+    repo: MemoryRepo, path: str, text: str, base: str | None, message: str | None
+) -> str | None:
+    """Write ``text`` to ``path`` and commit it as the user, under the memory lock; the
+    new commit (None: the text was what memory held). Refused if the file changed since
+    ``base``; on any failure the checkout is as it was."""
+    message = with_trailers(message or f"edit {path} by hand", user_trailers())
+    written: Written | None = None
+    try:
+        async with repo.edit(message, author_name=USER_NAME, author_email=USER_EMAIL) as change:
+            written = await asyncio.to_thread(write_by_hand, repo, path, text, base)
+            change.undo = written.undo
+    except MemoryRepoError as exc:
+        if not any(os.strerror(code) in exc.message for code in (errno.ENOSPC, errno.EDQUOT)):
+            raise
+        free = shutil.disk_usage(repo.path).free
+        raise DiskFull(repo.path / path, needed=len(text.encode()), free=free) from exc
+    finally:
+        if written is not None:
+            written.forget()
+    return change.after if change.after != change.before else None
+
+
+def write_by_hand(repo: MemoryRepo, path: str, text: str, base: str | None) -> Written:
     """Write ``text`` to ``path`` in the checkout if it is still as it was at ``base``.
 
-    Call it inside :meth:`MemoryRepo.edit` (it holds the memory lock, and commits).
-    Blocking (git).
+    Call it inside :meth:`MemoryRepo.edit` (it holds the memory lock, and commits), and
+    give it the result's :meth:`Written.undo`. Blocking (git).
     """
     path = editable_path(path)
     target = _checkout_file(repo, path)
@@ -80,8 +157,49 @@ def write_by_hand(repo: MemoryRepo, path: str, text: str, base: str | None) -> N
         raise MalformedRequest(f"{path}: {exc}; nothing was written") from None
     if not meta and base is None:
         text = _new_file(path, text)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
+    return _replace(repo, path, target, text.encode("utf-8"))
+
+
+def _replace(repo: MemoryRepo, path: str, target: Path, data: bytes) -> Written:
+    """Put ``data`` at ``target`` in one rename, keeping the file it replaces; on failure
+    nothing of it is left (:class:`DiskFull` for a full disk)."""
+    git_dir = repo.path / ".git"
+    temporary = git_dir / f"agentd-edit-{os.getpid()}.tmp"
+    written = Written(repo, path, None, _missing_parents(repo.path, target))
+    try:
+        for directory in written.made:
+            directory.mkdir(mode=0o700)
+        if target.exists():
+            written.saved = git_dir / f"agentd-edit-{os.getpid()}.saved"
+            written.saved.unlink(missing_ok=True)
+            os.link(target, written.saved)
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            if written.saved is not None:  # keep its mode (git records the executable bit)
+                os.fchmod(descriptor, stat.S_IMODE(os.stat(written.saved).st_mode))
+            write_all(descriptor, data)
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        os.replace(temporary, target)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        written.forget()
+        for directory in reversed(written.made):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        raise_if_disk_full(exc, target, len(data))
+        raise
+    return written
+
+
+def _missing_parents(root: Path, target: Path) -> list[Path]:
+    """The directories between ``root`` and ``target`` that do not exist, outermost first."""
+    missing = []
+    for parent in target.relative_to(root).parents:
+        if parent != Path(".") and not (root / parent).exists():
+            missing.append(root / parent)
+    return missing[::-1]
 
 
 def _new_file(path: str, body: str) -> str:

@@ -7,9 +7,10 @@ what a half-close, a hang-up, a client that stops reading and an idle one do). B
 of any kind gets a typed error line and the connection keeps working.
 
 The daemon raises its open-file soft limit to the hard limit at start, and serves at
-most ``max_connections`` clients (and no more than half its open files allow); one over
-the cap is told ``busy`` and closed, so running out of descriptors never leaves new
-connections hanging in the listen queue.
+most ``max_connections`` clients (and no more than half its open files allow; the web
+view, when on, takes at most an eighth more); one over the cap is told ``busy`` and
+closed, so running out of descriptors never leaves new connections hanging in the listen
+queue.
 
 SIGTERM or the ``shutdown`` op: stop accepting, refuse new turns, give turns in flight
 ``shutdown_grace_s`` to finish, cancel the rest (each records a ``cancelled`` stop in its
@@ -22,7 +23,6 @@ import asyncio
 import contextlib
 import json
 import os
-import resource
 import signal
 import socket
 from collections.abc import Awaitable, Callable
@@ -36,7 +36,13 @@ from agentd import __version__
 from agentd.agents import Agents
 from agentd.connection import TOO_LONG, Connection, Send
 from agentd.handlers import Handlers
-from agentd.listener import Listener, listen_at
+from agentd.listener import (
+    Listener,
+    Slots,
+    connection_cap,
+    listen_at,
+    raise_open_file_limit,
+)
 from agentd.quiet_collection import QuietCollection
 from agentd.recall_client import RecallClient
 from agentd.reflections import Reflections
@@ -117,13 +123,17 @@ class Daemon:
     ) -> None:
         path = self.settings.layout.socket_path
         _prepare_socket_dir(path)
-        cap = _connection_cap(self.settings.max_connections)
+        raise_open_file_limit()
+        cap = connection_cap(
+            self.settings.max_connections, share=2, setting="AGENTD_MAX_CONNECTIONS"
+        )
         busy = {"id": None, "ok": False, "error": Busy(cap).to_dict()}
         listener = Listener(
             listen_at(path, backlog=self.settings.max_connections),
             self._on_connection,
-            cap=cap,
+            slots=Slots(cap),
             busy_line=encode(busy),
+            name="socket",
         )
         listener.start()
         self.recall.open([record.id for record in self.agents.store.list()])
@@ -181,9 +191,13 @@ class Daemon:
         self.agents.close()
         log.info("agentd_stopped")
 
-    async def _on_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _on_connection(self, conn: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=conn)
+        except OSError as exc:  # the client went away as it was accepted
+            log.debug("connection_lost_at_accept", error=str(exc))
+            conn.close()
+            return
         me = asyncio.current_task()
         assert me is not None
         connection = Connection(
@@ -291,26 +305,3 @@ def _prepare_socket_dir(path: Path) -> None:
     finally:
         probe.close()
     raise AlreadyRunning(f"agentd is already running on {path}; stop it first (agentctl shutdown)")
-
-
-def _connection_cap(configured: int) -> int:
-    """``configured``, or half the open files the process may have if that is fewer:
-    each connection holds a descriptor, and the turns it starts need more (logs, git,
-    model calls). The soft limit is first raised to the hard one."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError) as exc:
-            log.warning("open_file_limit_not_raised", soft=soft, hard=hard, error=str(exc))
-    cap = min(configured, max(1, soft // 2))
-    if cap < configured:
-        log.warning(
-            "max_connections_lowered",
-            configured=configured,
-            cap=cap,
-            open_file_limit=soft,
-            fix="raise the open-file limit (ulimit -n, LimitNOFILE=) to serve more",
-        )
-    return cap

@@ -115,6 +115,12 @@ class Settings(BaseSettings):
     web: str | None = Field(default=None, pattern=r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$")
     """Serve the web view at ``host:port`` (``AGENTD_WEB=127.0.0.1:8765``; ``agentd up
     --web`` sets that); unset: no web view. Any address but loopback is warned about."""
+    web_max_connections: int = Field(default=64, ge=1, le=100_000)
+    """Web view connections served at once; more get ``503`` and are closed. Capped further
+    at an eighth of the daemon's open-file limit, so the socket and turns keep theirs."""
+    web_header_timeout_s: float = Field(default=15.0, gt=0, le=3_600)
+    """A web connection has this long to send a whole request head (a slow one holds a
+    connection); an idle keep-alive connection is closed after it too."""
 
     @field_validator("log_level", mode="before")
     @classmethod

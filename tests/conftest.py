@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
+from tests.support.small_disk import SmallDisk, mounted_small_disk
 from tests.support.workers import RedisForTests
 
 LOGIN_UMASK = 0o022
@@ -69,3 +70,19 @@ def redis_server(agentd_home: Path) -> Iterator[RedisForTests]:
     server = RedisForTests(agentd_home).start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def small_disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[SmallDisk]:
+    """A 4 MiB tmpfs whose ``home`` is ``AGENTD_HOME`` (skipped where it cannot be mounted)."""
+    with mounted_small_disk() as disk:
+        monkeypatch.setenv("AGENTD_HOME", str(disk.home))
+        yield disk
+
+
+@pytest.fixture
+def daemon_on_small_disk(small_disk: SmallDisk) -> Iterator[DaemonRunner]:
+    """An in-process daemon whose home is on :func:`small_disk`."""
+    runner = DaemonRunner(small_disk.home)
+    yield runner
+    runner.stop()

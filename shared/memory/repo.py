@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import os
 import subprocess
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Self, TypeVar
@@ -66,6 +66,10 @@ class Edit:
     """HEAD when the lock was taken."""
     after: str | None = None
     """HEAD once the block's changes are committed (``before`` if nothing changed)."""
+    undo: Callable[[], None] | None = None
+    """Set by a block that knows what it wrote: puts the checkout back as it was if the
+    commit fails (a full disk, content refused), still under the lock, so the next
+    unrelated edit does not commit it."""
 
 
 def validate_memory_path(path: str) -> str:
@@ -110,7 +114,7 @@ class MemoryRepo:
         repo = cls(path)
         try:
             email = f"{agent_id}@agentd.local"
-            repo._configure(agent_name, email)
+            repo.configure(agent_name, email)
             repo._write_system_file("persona", "Who I am and how I behave.", persona)
             repo._write_system_file("human", "What I know about the user.", human)
             repo.commit_all(INITIAL_COMMIT_MESSAGE, author_name=agent_name, author_email=email)
@@ -186,16 +190,21 @@ class MemoryRepo:
 
         Yields the :class:`Edit`, whose ``after`` is set once the commit is made. The commit
         runs in a thread so the event loop keeps serving other agents. Nothing is committed
-        if the body raises.
+        if the body raises; if the commit fails, the body's :attr:`Edit.undo` runs.
         """
         async with async_file_lock(self.lock_path):
             change = Edit(before=self.head())
             yield change
-            sha = await _run_to_completion(
-                asyncio.to_thread(
-                    self.commit_all, message, author_name=author_name, author_email=author_email
+            try:
+                sha = await _run_to_completion(
+                    asyncio.to_thread(
+                        self.commit_all, message, author_name=author_name, author_email=author_email
+                    )
                 )
-            )
+            except BaseException:
+                if change.undo is not None and self.head() == change.before:
+                    await _run_to_completion(asyncio.to_thread(change.undo))
+                raise
             change.after = self.head()
         # The message may quote a tool's arguments (``bash: <command>``): debug only.
         if sha is None:
@@ -300,7 +309,9 @@ class MemoryRepo:
             if lock.exists():
                 raise git_locks.busy(lock)
 
-    def _configure(self, agent_name: str, email: str) -> None:
+    def configure(self, agent_name: str, email: str) -> None:
+        """The repo's own settings: who commits, and nothing git would do on its own
+        (signing, auto gc). Set when the repo is created or imported."""
         settings = {
             "user.name": agent_name,
             "user.email": email,

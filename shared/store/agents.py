@@ -144,10 +144,19 @@ class AgentStore:
         raise UnknownAgent(f"no agent named or with id {ref!r}; see `agentctl agents list`")
 
     def ensure_name_free(self, name: str, *, except_id: str | None = None) -> None:
+        """Raise :class:`NameTaken` if another agent has ``name`` as its name or its id
+        (an agent is found by either: one would hide the other)."""
         scan = self.scan()
         for record in scan.records:
-            if record.name == name and record.id != except_id:
+            if record.id == except_id:
+                continue
+            if record.name == name:
                 raise NameTaken(f"an agent named {name!r} exists already ({record.id})")
+            if record.id == name:
+                raise NameTaken(
+                    f"{name!r} is the id of agent {record.name!r}; names and ids "
+                    "of agents must differ"
+                )
         if scan.damaged:
             raise scan.damaged[0]
 

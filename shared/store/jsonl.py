@@ -12,15 +12,19 @@ it held before and nothing of the refused messages, and the caller gets
 
 A crash can leave a torn last line (a write cut short). :meth:`MessageLog.repair_tail`
 detects it on open, moves the fragment to ``messages.jsonl.torn`` for inspection and
-truncates the log back to its last complete line: every complete line survives. Every
-append checks the same before writing (one byte read), so a fragment that an undo could
-not remove is repaired rather than glued to the next message.
+truncates the log back to its last complete line: every complete line survives. A last
+line that is whole but for its newline (a JSON object: no proper prefix of a line is one)
+is a complete line too: the repair adds the newline and keeps it where it is, so recall,
+which read it as the message it is, and the log agree on it. Every append checks the same
+before writing (one byte read), so a fragment that an undo could not remove is repaired
+rather than glued to the next message.
 Reading skips (and logs) a complete line that does not parse rather than dropping the
 conversation.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -41,21 +45,27 @@ class MessageLog:
         self.path = path
 
     def repair_tail(self) -> int:
-        """Cut a torn last line off the log; return how many bytes were moved aside."""
+        """End the log with a complete line: a torn last line is cut off, a whole one gets
+        its newline. How many bytes were moved aside."""
         try:
             fd = os.open(self.path, os.O_RDWR)
         except FileNotFoundError:
             return 0
         try:
-            return self._repair(fd, os.fstat(fd).st_size)
+            size = os.fstat(fd).st_size
+            return max(0, size - self._repair(fd, size))
         finally:
             os.close(fd)
 
     def _repair(self, fd: int, size: int) -> int:
+        """Repair the tail of the log open as ``fd`` (``size`` bytes); its size after."""
         if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-            return 0
+            return size
         keep = self._end_of_last_complete_line(fd, size)
         fragment = os.pread(fd, size - keep, keep)
+        if is_whole_line(fragment):
+            self._terminate(fd, size)
+            return size + 1
         torn_path = self.path.with_name(self.path.name + ".torn")
         try:
             with open(torn_path, "ab") as torn:
@@ -68,7 +78,17 @@ class MessageLog:
         os.ftruncate(fd, keep)
         os.fsync(fd)
         log.warning("torn_line_repaired", path=str(self.path), bytes=size - keep)
-        return size - keep
+        return keep
+
+    def _terminate(self, fd: int, size: int) -> None:
+        """Add the newline a whole last line lacks, at ``size`` (the end)."""
+        try:
+            os.pwrite(fd, b"\n", size)
+            os.fsync(fd)
+        except OSError as exc:
+            raise_if_disk_full(exc, self.path, 1)
+            raise
+        log.warning("unterminated_line_completed", path=str(self.path))
 
     @staticmethod
     def _end_of_last_complete_line(fd: int, size: int) -> int:
@@ -96,8 +116,7 @@ class MessageLog:
         data = b"".join(lines)
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         try:
-            size = os.fstat(fd).st_size
-            start = size - self._repair(fd, size)
+            start = self._repair(fd, os.fstat(fd).st_size)
             offsets = []
             offset = start
             for line in lines:
@@ -164,6 +183,16 @@ class MessageLog:
                 error=exc.errors()[0]["msg"],
             )
             return None
+
+
+def is_whole_line(tail: bytes) -> bool:
+    """Whether ``tail``, the bytes after a log's last newline, is a whole line without its
+    newline rather than a fragment: it parses as a JSON object, and no proper prefix of a
+    line (one JSON object) does."""
+    try:
+        return isinstance(json.loads(tail), dict)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8; nested too deeply
+        return False
 
 
 def lines_backwards(path: Path, end: int | None = None) -> Iterator[bytes]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentd import archive
+from agentd import archive_members
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import run_agentctl
@@ -190,7 +190,7 @@ def test_an_archive_agentd_did_not_write_is_refused_and_changes_nothing(
         "not gzip": b"PK\x03\x04 a zip file",
     }
     agents_before = sorted(p.name for p in Layout(agentd_home).agents_dir.iterdir())
-    monkeypatch.setattr(archive, "MAX_UNPACKED_BYTES", len(valid) * 2)
+    monkeypatch.setattr(archive_members, "MAX_UNPACKED_BYTES", len(valid) * 2)
     bad["too big"] = _replaced(valid, f"{conversation}/messages.jsonl", b"0" * len(valid) * 2)
 
     refused = {}

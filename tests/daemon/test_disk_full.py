@@ -1,78 +1,22 @@
 """A full disk fails the turn with ``disk_full`` and loses nothing that was acknowledged.
 
-The daemon runs on a tiny tmpfs as its ``AGENTD_HOME``. Filling it leaves the slack in the
-last page of ``messages.jsonl`` writable, so a long message is written in part and then
-refused: exactly the torn append a real full disk produces.
+The daemon runs on a tiny tmpfs as its ``AGENTD_HOME`` (:mod:`tests.support.small_disk`).
+Filling it leaves the slack in the last page of ``messages.jsonl`` writable, so a long
+message is written in part and then refused: exactly the torn append a real full disk
+produces.
 """
 
 from __future__ import annotations
 
-import errno
 import re
-import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from shared.models.messages import Message
 from shared.providers.base import ModelRequest, ModelResponse
 from shared.providers.scripted import ScriptedProvider, text_reply
 from tests.support.daemon import DaemonRunner
-
-
-class SmallDisk:
-    """A 4 MiB tmpfs that can be filled to the last page and emptied again."""
-
-    def __init__(self, mount: Path) -> None:
-        self.mount = mount
-        self.home = mount / "home"
-        self.filler = mount / "filler"
-
-    def fill(self) -> None:
-        chunk = b"\0" * (64 * 1024)
-        with open(self.filler, "ab", buffering=0) as handle:
-            try:
-                while True:
-                    handle.write(chunk)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
-
-    def free(self) -> None:
-        self.filler.unlink()
-
-
-@pytest.fixture
-def small_disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[SmallDisk]:
-    mount = Path(tempfile.mkdtemp(prefix="agentd-disk-", dir="/tmp"))
-    try:
-        mounted = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount)],
-            capture_output=True,
-            text=True,
-        )
-        reason = mounted.stderr.strip() or f"exit status {mounted.returncode}"
-    except FileNotFoundError:
-        mounted, reason = None, "no mount command"
-    if mounted is None or mounted.returncode != 0:
-        mount.rmdir()
-        pytest.skip(f"cannot mount a small tmpfs here ({reason}); this test needs root")
-    disk = SmallDisk(mount)
-    monkeypatch.setenv("AGENTD_HOME", str(disk.home))
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-        mount.rmdir()
-
-
-@pytest.fixture
-def daemon_on_small_disk(small_disk: SmallDisk) -> Iterator[DaemonRunner]:
-    runner = DaemonRunner(small_disk.home)
-    yield runner
-    runner.stop()
+from tests.support.small_disk import SmallDisk
 
 
 def _logged_messages(home: Path, conversation_id: str) -> list[Message]:

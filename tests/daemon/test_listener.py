@@ -13,14 +13,16 @@ OUT_OF_DESCRIPTORS = textwrap.dedent(
     """
     import asyncio, json, os, resource, socket, sys
     from pathlib import Path
-    from agentd.listener import Listener, listen_at
+    from agentd.listener import Listener, Slots, listen_at
 
     async def main(path: Path) -> dict:
         served = []
-        async def hold(reader, writer):
-            served.append(writer)
+        async def hold(conn):
+            served.append(conn)
             await asyncio.Event().wait()
-        listener = Listener(listen_at(path, backlog=8), hold, cap=100, busy_line=b"busy\\n")
+        listener = Listener(
+            listen_at(path, backlog=8), hold, slots=Slots(100), busy_line=b"busy\\n", name="test"
+        )
         listener.start()
         clients = [socket.socket(socket.AF_UNIX) for _ in range(4)]
         _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

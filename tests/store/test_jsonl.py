@@ -47,6 +47,25 @@ def test_torn_last_line_is_repaired_and_complete_lines_kept(tmp_path: Path) -> N
     assert [m.content for m in log] == ["kept 1", "kept 2", "after repair"]
 
 
+def test_a_whole_last_line_without_its_newline_is_completed_and_kept_where_it_is(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "messages.jsonl"
+    log = MessageLog(path)
+    log.append([_message("kept 1")])
+    whole = _message("whole but unterminated").to_line().removesuffix(b"\n")
+    with open(path, "ab") as handle:
+        handle.write(whole)
+    size = path.stat().st_size
+
+    offsets = log.append([_message("next")])
+
+    assert offsets == [size + 1], "the next line starts after the added newline"
+    assert [m.content for m in log] == ["kept 1", "whole but unterminated", "next"]
+    assert not (tmp_path / "messages.jsonl.torn").exists()
+    assert log.repair_tail() == 0
+
+
 def test_repair_of_a_log_that_is_one_torn_line_leaves_it_empty(tmp_path: Path) -> None:
     path = tmp_path / "messages.jsonl"
     path.write_bytes(b'{"id": "msg-1", "ro')

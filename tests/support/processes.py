@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -18,9 +19,12 @@ from shared.protocol import request, socket_path
 class AgentdProcess:
     """``agentd serve`` in a subprocess on the current ``AGENTD_HOME``."""
 
-    def __init__(self, **env: str) -> None:
+    def __init__(self, *, open_file_limit: int | None = None, **env: str) -> None:
+        """``open_file_limit`` sets both the soft and the hard limit of the daemon, which
+        then cannot raise it (as under a unit's ``LimitNOFILE=``)."""
         self.env = {**os.environ, **env}
         self.home = Path(self.env["AGENTD_HOME"])
+        self.open_file_limit = open_file_limit
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 60.0) -> AgentdProcess:
@@ -29,6 +33,7 @@ class AgentdProcess:
             env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            preexec_fn=None if self.open_file_limit is None else self._limit_open_files,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -38,6 +43,11 @@ class AgentdProcess:
                 return self
             time.sleep(0.05)
         raise TimeoutError(f"agentd did not answer within {timeout_s} s")
+
+    def _limit_open_files(self) -> None:
+        assert self.open_file_limit is not None
+        limit = self.open_file_limit
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
     def stderr(self) -> str:
         if self.proc is None or self.proc.stderr is None:
