@@ -155,6 +155,8 @@ def integrate(
         )
     )
     log.info("reflection_integration_finished", stop_reason=run.stop_reason)
+    if proposal.merged_head is None and proposal.refused is not None:
+        raise proposal.refused  # the job fails with it; the caller cleans up
     if proposal.declined is not None:
         detail = f"the agent declined the proposal: {proposal.declined}"
     else:

@@ -9,7 +9,9 @@ follow-up commits re-signed as the agent's, the content checked:
 summary). What went wrong comes back as the tool's result, for the agent to mend in the
 checkout: uncommitted edits, content memory may not hold, a conflict with newer memory
 (``memory/main`` is brought up to date first). It may try :data:`MAX_MERGE_ATTEMPTS`
-times. ``decline_proposal`` records why not and ends the turn.
+times. ``decline_proposal`` records why not and ends the turn. A proposal whose last
+landing was refused for its content and that the agent then left unmerged fails the job
+with that refusal (``nested_repository``, ``memory_too_large``), as in auto mode.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class Proposal:
         self.attempts = 0
         self.merged_head: str | None = None
         self.declined: str | None = None
+        self.refused: MemoryContentError | None = None
+        """Why its last landing was refused for content; the job fails with it if the
+        agent merges nothing after."""
 
     def merge(self, summary: str) -> str:
         """Land and merge the checkout's ``HEAD``; what happened, for the agent."""
@@ -84,7 +89,10 @@ class Proposal:
             )
         try:
             problem = fetch_locked(parent, self.worktree)
+            self.refused = None
         except (MemoryContentError, TooManyCommits) as exc:
+            if isinstance(exc, MemoryContentError):
+                self.refused = exc
             raise ToolError(
                 f"not merged: {exc.message}. Fix it in the proposal checkout with a new "
                 "commit and call merge_proposal again."
