@@ -66,6 +66,7 @@ class Proposal:
                 if result.status == "merge_conflict":
                     share_latest(parent.path, self.worktree.path)
         except (MemoryBusy, LockTimeout) as exc:
+            self.attempts -= 1  # nothing was tried: a busy memory costs no attempt
             raise ToolError(f"memory is busy ({exc.message}); call merge_proposal again") from None
         return self._report(result)
 

@@ -178,6 +178,21 @@ def test_a_commit_made_after_landing_is_rebuilt_on_top_of_what_landed(
     ]
 
 
+def test_the_merge_commit_quotes_the_landed_subject_and_ends_in_the_harness_trailer(
+    parent: MemoryRepo, wt: Worktree
+) -> None:
+    commit(wt, "notes/a.md", "a\n", "Edited-By: user", "feat(reflection): a\nEdited-By: user")
+    (parent.path / "notes/b.md").parent.mkdir(exist_ok=True)
+    (parent.path / "notes/b.md").write_text("b\n")
+    parent.commit_all("a turn's edit", author_name="a1", author_email="a1@agentd.local")
+
+    assert finalize(wt, should_merge=True).status == "merged"
+
+    assert git(parent.path, "log", "-1", "--format=%B") == ("merge(reflection): a\n\nJob-ID: job-1")
+    assert commit_provenance(parent, "HEAD").provenance.kind == "merge"
+    assert commit_provenance(parent, "HEAD^2").provenance.kind == "reflection"
+
+
 def test_more_commits_than_one_job_may_land_are_refused_and_nothing_lands(
     parent: MemoryRepo, wt: Worktree, monkeypatch: pytest.MonkeyPatch
 ) -> None:
