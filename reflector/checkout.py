@@ -11,10 +11,9 @@ sandbox shows read-only. Its commits come back only through :func:`collect`: the
 first puts the clone's git metadata back the way it made it (config, no hooks, no
 ``commondir``, its alternates), then lands the clone's ``HEAD`` as the parent's
 ``reflection/<job_id>`` branch, re-signed and checked (:mod:`reflector.landing`). Every
-git command here runs through
-:mod:`shared.memory.git`, inert to hooks and config planted in either repo. Jobs may run
-twice, so every step here is safe to repeat; :func:`sweep_orphans` clears what killed
-jobs left behind.
+git command here runs through :mod:`shared.memory.git`, inert to hooks and config planted
+in either repo. Jobs may run twice, so every step here is safe to repeat;
+:func:`sweep_orphans` clears what killed jobs left behind.
 """
 
 from __future__ import annotations

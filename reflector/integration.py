@@ -97,8 +97,8 @@ class IntegrationBash(Bash):
         "as it is now is the branch memory/main there. Background jobs are killed."
     )
 
-    def __init__(self, parent_objects: Path | None = None) -> None:
-        self.readable = [parent_objects] if parent_objects is not None else []
+    def __init__(self, parent_objects: Path) -> None:
+        self.readable = [parent_objects]
 
     def walls(self, ctx: ToolContext) -> sandbox.Walls:
         return sandbox.Walls(cwd=ctx.workspace, writable=[ctx.workspace], readable=self.readable)
