@@ -36,6 +36,7 @@ from shared.memory.changes import memory_update_reminder
 from shared.memory.compile import compile_system_prompt
 from shared.memory.provenance import turn_trailers, with_trailers
 from shared.memory.repo import MemoryRepo
+from shared.memory.signing import one_line
 from shared.models.agents import AgentRecord
 from shared.models.messages import Message
 from shared.models.turns import TurnResult
@@ -324,6 +325,9 @@ def _memory_edit(
     The commit's trailers name the conversation and the assistant message whose tool call
     made the edit (the newest in the window while its tools run), so ``agentctl memory
     why`` can lead from a line to what the user said (:mod:`shared.memory.provenance`).
+    The tool's description of its change quotes the model (a command, a path), so it is
+    made one line first: no paragraph or cut line of the model's can stand in for the
+    trailers (:mod:`shared.memory.signing`).
 
     The conversation moves past its own commit only if it had seen the HEAD the commit
     was made on, both read under the memory lock: a reflection that merged while this
@@ -337,7 +341,7 @@ def _memory_edit(
         )
         trailers = turn_trailers(agent.id, conversation.id, calling)
         async with repo.edit(
-            with_trailers(message, trailers),
+            with_trailers(one_line(message), trailers),
             author_name=agent.name,
             author_email=f"{agent.id}@agentd.local",
         ) as change:

@@ -9,24 +9,29 @@ move the parent's ``main`` (``../shared/spec/sandbox.md``). The clone has a git 
 own and borrows the parent's objects through ``objects/info/alternates``, which the
 sandbox shows read-only. Its commits come back only through :func:`collect`: the harness
 first puts the clone's git metadata back the way it made it (config, no hooks, no
-``commondir``, its alternates), then fetches the clone's ``HEAD`` into the parent's
-``reflection/<job_id>`` branch. Every git command here runs through
-:mod:`shared.memory.git`, inert to hooks and config planted in either repo. Jobs may run
-twice, so every step here is safe to repeat; :func:`sweep_orphans` clears what killed
-jobs left behind.
+``commondir``, its alternates), then lands the clone's ``HEAD`` as the parent's
+``reflection/<job_id>`` branch, re-signed and checked (:mod:`reflector.landing`). Every
+git command here runs through :mod:`shared.memory.git`, inert to hooks and config planted
+in either repo. Jobs may run twice, so every step here is safe to repeat;
+:func:`sweep_orphans` clears what killed jobs left behind.
 """
 
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 
+from reflector.landing import INCOMING_PREFIX, Landing, land_locked
 from shared.ids import validate_id
 from shared.memory import git
+from shared.memory.content import MemoryLimits
+from shared.memory.provenance import JOB_ID
 from shared.memory.repo import MemoryRepo
+from shared.memory.signing import Signature
 from shared.store.locks import DEFAULT_LOCK_TIMEOUT_S, file_lock
 
 log = structlog.get_logger(__name__)
@@ -62,11 +67,23 @@ class Worktree:
     """The parent HEAD the clone started from: commits after it are the job's work."""
     parent_dir: Path
     author_email: str
+    signature: Signature | None = None
+    """Who its commits land as (:mod:`reflector.landing`); by default the reflection
+    identity with the job's id as the one trailer."""
+    limits: MemoryLimits = field(default_factory=MemoryLimits)
+    """What its commits may hold (:mod:`shared.memory.content`)."""
 
     @property
     def parent_objects(self) -> Path:
         """The parent's object store the clone borrows from; the sandbox shows it read-only."""
         return self.parent_dir / ".git" / "objects"
+
+    @property
+    def landing(self) -> Landing:
+        signature = self.signature or Signature(
+            SUBAGENT_NAME, self.author_email, {JOB_ID: self.job_id}
+        )
+        return Landing(self.path, self.branch, self.base_head, self.job_id, signature, self.limits)
 
 
 def create_worktree(
@@ -75,14 +92,17 @@ def create_worktree(
     job_id: str,
     *,
     author_email: str,
+    trailers: Mapping[str, str | None] | None = None,
+    limits: MemoryLimits | None = None,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> Worktree:
     """Clone the parent's HEAD to ``worktrees_dir/<job_id>`` on branch ``reflection/<job_id>``.
 
     A checkout or branch left by an earlier run of the same job (a redelivery) is removed
     first, so the job starts again from the current parent HEAD. The clone has no remote
-    (nothing to push to) and no hooks; its commits are authored by the sub-agent
-    (``author_email``). Holds the memory lock while it reads HEAD and removes leftovers.
+    (nothing to push to) and no hooks; its commits land as the sub-agent's
+    (``author_email``) with ``trailers`` (by default the job id) and must keep within
+    ``limits``. Holds the memory lock while it reads HEAD and removes leftovers.
     """
     validate_id(job_id, "reflection job id")
     worktrees_dir = worktrees_dir.absolute()
@@ -97,7 +117,17 @@ def create_worktree(
         base_head = parent.head()
         if _force_remove(parent.path, path, branch):
             log.warning("reflection_worktree_recreated", job_id=job_id)
-    worktree = Worktree(job_id, path, branch, base_head, parent.path, author_email)
+    signature = Signature(SUBAGENT_NAME, author_email, trailers or {JOB_ID: job_id})
+    worktree = Worktree(
+        job_id,
+        path,
+        branch,
+        base_head,
+        parent.path,
+        author_email,
+        signature,
+        limits or MemoryLimits(),
+    )
     worktrees_dir.mkdir(parents=True, exist_ok=True)
     clone = ["clone", "--quiet", "--shared", "--no-checkout", "--template="]
     git.run(worktrees_dir, *clone, str(parent.path), str(path))
@@ -108,11 +138,12 @@ def create_worktree(
 
 
 def collect(worktree: Worktree, *, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> bool:
-    """Fetch the clone's ``HEAD`` into the parent as ``reflection/<job_id>``; False if the
-    clone cannot be trusted (its git dir was replaced) or is gone.
+    """Land the clone's ``HEAD`` in the parent as ``reflection/<job_id>``, re-signed and
+    checked (:mod:`reflector.landing`); False if the clone cannot be trusted (its git dir
+    was replaced) or is gone. Commits holding what memory may not raise its typed error.
 
-    Safe to repeat: the branch is force-updated to whatever the clone holds now. Under the
-    memory lock, since it writes the parent's objects and refs.
+    Safe to repeat: the branch is moved to whatever the clone holds now. Under the memory
+    lock, since it writes the parent's objects and refs.
     """
     with MemoryRepo(worktree.parent_dir) as parent, file_lock(parent.lock_path, lock_timeout_s):
         return collect_locked(parent, worktree) is None
@@ -145,6 +176,10 @@ def sweep_orphans(
             if branch.removeprefix(BRANCH_PREFIX) not in live_job_ids:
                 git.run(parent.path, "branch", "-D", branch)
                 done.append(f"deleted branch {branch}")
+        for ref in _refs(parent.path, INCOMING_PREFIX):  # a landing killed halfway
+            if ref.removeprefix(INCOMING_PREFIX) not in live_job_ids:
+                git.run(parent.path, "update-ref", "-d", ref)
+                done.append(f"deleted {ref}")
     for action in done:
         log.warning("reflection_orphan_swept", path=str(parent_dir), action=action)
     return done
@@ -165,22 +200,9 @@ def secure(worktree: Worktree) -> str | None:
 
 
 def fetch_locked(parent: MemoryRepo, worktree: Worktree) -> str | None:
-    r"""Fetch a :func:`secure`\ d clone's ``HEAD``; why it failed, or None."""
-    target = f"+HEAD:refs/heads/{worktree.branch}"
-    fetched = git.run(
-        parent.path,
-        "fetch",
-        "--quiet",
-        "--no-tags",
-        "--no-write-fetch-head",
-        "--no-recurse-submodules",
-        str(worktree.path),
-        target,
-        check=False,
-    )
-    if fetched.returncode != 0:
-        return f"the reflection's commits could not be fetched: {git.first_line(fetched.stderr)}"
-    return None
+    r"""Land a :func:`secure`\ d clone's ``HEAD`` (:func:`reflector.landing.land_locked`);
+    why it could not be fetched, or None."""
+    return land_locked(parent, worktree.landing)
 
 
 def untrusted(worktree: Worktree) -> str | None:
@@ -230,8 +252,11 @@ def branch_exists(parent_dir: Path, branch: str) -> bool:
 
 
 def _reflection_branches(parent_dir: Path) -> list[str]:
-    refs = git.run(parent_dir, "for-each-ref", "--format=%(refname)", "refs/heads/reflection/")
-    return [ref.removeprefix("refs/heads/") for ref in refs.stdout.split()]
+    return [ref.removeprefix("refs/heads/") for ref in _refs(parent_dir, "refs/heads/reflection/")]
+
+
+def _refs(parent_dir: Path, prefix: str) -> list[str]:
+    return git.run(parent_dir, "for-each-ref", "--format=%(refname)", prefix).stdout.split()
 
 
 def _dir_entries(directory: Path) -> list[Path]:

@@ -8,8 +8,9 @@ never do: the daemon's next commit would seal the conflict markers into memory. 
 checkout is never reset or cleaned: ``merge --abort`` is the only undo, so an edit the user
 makes in it meanwhile survives. A git lock in the way is removed when a dead git left it
 and is :class:`MemoryBusy` when a live git holds it (:mod:`shared.memory.git_locks`),
-never a merge conflict. What is merged is what :func:`reflector.checkout.collect` fetched
-from the job's private clone. Jobs may run twice, so every step here is safe to repeat.
+never a merge conflict. What is merged is what :func:`reflector.checkout.collect` landed
+from the job's private clone: re-signed by the harness and checked
+(:mod:`reflector.landing`). Jobs may run twice, so every step here is safe to repeat.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from shared.errors import MemoryRepoError
 from shared.memory import git, git_locks
 from shared.memory.provenance import JOB_ID, with_trailers
 from shared.memory.repo import MemoryRepo
+from shared.memory.signing import one_line
 from shared.store.locks import DEFAULT_LOCK_TIMEOUT_S, file_lock
 
 log = structlog.get_logger(__name__)
@@ -90,22 +92,28 @@ def finalize(
     1. uncommitted changes in the checkout → ``dirty_uncommitted`` (checked before
        ``should_merge``, so a failed sub-agent that left edits ends here too);
     2. ``should_merge`` false (the sub-agent failed) → ``failed``/reflection;
-    2'. its ``HEAD`` cannot be fetched into ``reflection/<job_id>`` → ``failed``/reflection;
+    2'. its ``HEAD`` cannot be landed as ``reflection/<job_id>`` → ``failed``/reflection
+       (commits memory may not hold raise their typed error instead);
     3. no commits since ``base_head`` → ``no_changes``;
-    4. parent checkout dirty → ``parent_dirty`` (its files are left alone);
-    6. ``require_already_merged`` and the branch is not in the parent's history →
-       ``failed``/integration; 6'. it is → ``merged``;
+    4. the branch is already in the parent's history → ``merged``;
+    5. parent checkout dirty → ``parent_dirty`` (its files are left alone);
+    6. ``require_already_merged`` → ``failed``/integration: it was not merged;
     7. the merge would conflict or fails → ``merge_conflict``, parent unchanged;
     7'. a live git holds a lock the merge needs → :class:`MemoryBusy` raised, nothing
        merged (a lock left by a dead git is removed first);
     8. otherwise fast-forward (parent unmoved) or merge commit → ``merged``.
 
+    With ``require_already_merged`` (explicit merge mode, after the agent's turn) the
+    checkout is not read again: what is judged is the branch as the harness last landed
+    it (:mod:`reflector.integration`), whatever the agent did in its checkout afterwards.
+
     Repeating is safe. A branch already in the parent's history (a run that merged, then
     died before cleanup) is reported ``merged`` without merging again. A missing checkout
     whose branch survives is judged like ``require_already_merged``: nothing can be
-    checked there, so nothing unverified is merged. If both are gone (a second finalize)
-    the result is ``failed``/integration "already finalized": not consumed, because the
-    first outcome is unknown and consuming is irreversible, while a retry is harmless.
+    checked there, so nothing unverified is merged. If the branch is gone too (a second
+    finalize) the result is ``failed``/integration "already finalized": not consumed,
+    because the first outcome is unknown and consuming is irreversible, while a retry is
+    harmless.
 
     Consumed outcomes clean up gently (``branch -d``), the others by force; the checkout is
     always deleted. Everything happens under the memory lock; :class:`LockTimeout` or a git error
@@ -137,12 +145,13 @@ def _decide(
 ) -> FinalizeResult:
     """The outcome row of spec §4 that applies; merges on the last row."""
     missing = not worktree.path.exists()
-    if missing:
+    branch_only = missing or require_already_merged
+    if branch_only:
         if not branch_exists(parent.path, worktree.branch):
             return _failed(
                 "integration",
-                f"nothing to finalize: job {worktree.job_id} has no checkout or branch left "
-                "(already finalized?)",
+                f"nothing to finalize: job {worktree.job_id} has no "
+                f"{'checkout or ' if missing else ''}branch left (already finalized?)",
             )
     else:
         refused = secure(worktree)
@@ -155,31 +164,61 @@ def _decide(
             )
     if not should_merge:
         return _failed("reflection", failure_summary or "the reflection did not complete cleanly")
-    if not missing and (problem := fetch_locked(parent, worktree)) is not None:
+    if not branch_only and (problem := fetch_locked(parent, worktree)) is not None:
         return _failed("reflection", problem)
+    if branch_only:
+        template = INTEGRATED_MESSAGE if require_already_merged else MERGED_MESSAGE
+        result = merge_locked(parent, worktree, merge=False, template=template)
+        if result.status != "failed":
+            return result
+        default = (
+            "the reflection checkout disappeared and its branch did not merge"
+            if missing
+            else "the primary agent did not merge the reflection branch"
+        )
+        return _failed("integration", failure_summary or default, result.commit_count)
+    return merge_locked(parent, worktree)
+
+
+def merge_locked(
+    parent: MemoryRepo,
+    worktree: Worktree,
+    *,
+    merge: bool = True,
+    template: str = MERGED_MESSAGE,
+    summary: str | None = None,
+    trailers: dict[str, str | None] | None = None,
+) -> FinalizeResult:
+    """Rows 3 to 8 for the landed branch; the caller holds the memory lock.
+
+    ``merge`` false judges only (row 6 instead of 7 and 8: ``failed`` if not merged);
+    ``template`` is the message of a ``merged`` found already merged.
+    ``summary`` (one line, from the agent in explicit mode) and ``trailers`` make a merge
+    commit even when a fast-forward would do: the agent's decision is recorded as one.
+    """
     count = _commit_count(parent.path, worktree)
     if count == 0:
         return FinalizeResult(status="no_changes", message=NO_CHANGES_MESSAGE)
+    if _is_ancestor(parent.path, worktree.branch, "HEAD"):
+        return _merged(parent, count, template)
     if parent.is_dirty():
         return FinalizeResult(
             status="parent_dirty",
             commit_count=count,
             message="the parent memory repo had uncommitted changes",
         )
-    if _is_ancestor(parent.path, worktree.branch, "HEAD"):
-        template = INTEGRATED_MESSAGE if require_already_merged else MERGED_MESSAGE
-        return _merged(parent, count, template)
-    if require_already_merged or missing:
-        default = (
-            "the reflection checkout disappeared and its branch did not merge"
-            if missing
-            else "the primary agent did not merge the reflection branch"
-        )
-        return _failed("integration", failure_summary or default, count)
-    return _merge(parent, worktree, count)
+    if not merge:
+        return _failed("integration", "not merged", count)
+    return _merge(parent, worktree, count, summary, trailers or {JOB_ID: worktree.job_id})
 
 
-def _merge(parent: MemoryRepo, worktree: Worktree, count: int) -> FinalizeResult:
+def _merge(
+    parent: MemoryRepo,
+    worktree: Worktree,
+    count: int,
+    summary: str | None,
+    trailers: dict[str, str | None],
+) -> FinalizeResult:
     """Rows 7 and 8: dry-run the merge, then merge for real; never leave a merge behind.
 
     The merge itself is not run again after a lock failure: it may have stopped halfway.
@@ -188,11 +227,11 @@ def _merge(parent: MemoryRepo, worktree: Worktree, count: int) -> FinalizeResult
     if predicted:
         return _conflict(count, predicted, "")
     parent.ensure_unlocked()
-    if _is_ancestor(parent.path, "HEAD", worktree.branch):
+    if summary is None and _is_ancestor(parent.path, "HEAD", worktree.branch):
         args = ["merge", "--ff-only", worktree.branch]
     else:
-        summary = f"merge(reflection): {_merge_summary(parent.path, worktree.branch)}"
-        message = with_trailers(summary, {JOB_ID: worktree.job_id})
+        said = one_line(summary or "") or _merge_summary(parent.path, worktree.branch)
+        message = with_trailers(f"merge(reflection): {said}", trailers)
         args = ["merge", "--no-ff", "--no-edit", "-m", message, worktree.branch]
     try:
         proc = git.run_once(parent.path, *args)
@@ -240,7 +279,7 @@ def _abort_merge(parent: MemoryRepo) -> None:
 
 def _merge_summary(parent_dir: Path, branch: str) -> str:
     """The last branch commit's subject without its ``type(scope)!:`` prefix."""
-    subject = _git(parent_dir, "log", "-1", "--format=%s", branch).stdout.strip()
+    subject = one_line(_git(parent_dir, "log", "-1", "--format=%s", branch).stdout)
     return _CONVENTIONAL_PREFIX.sub("", subject, count=1).strip() or _FALLBACK_SUMMARY
 
 

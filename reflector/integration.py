@@ -1,40 +1,67 @@
-"""Explicit merge mode: the main agent itself reviews a reflection's proposal and merges it.
+"""Explicit merge mode: the main agent reviews a reflection's proposal; the harness merges it.
 
-With ``merge: explicit`` the harness does not merge. It opens an integration conversation
-in which the agent — its own model, its own memory in the prompt — gets the proposal
-branch, reviews it, may add one follow-up commit, brings the latest memory into the
-branch, resolves conflicts, and merges into its memory repo. Whatever the agent says, the
-verdict is git's: the job then finalizes with ``require_already_merged``, so the proposal
-counts as merged only if its branch is an ancestor of the memory's HEAD, and uncommitted
-edits make it ``dirty_uncommitted``. The agent holds the memory lock while it works, so
-no other memory writer interleaves with its merge.
+With ``merge: explicit`` the harness does not merge on its own. It opens an integration
+conversation in which the agent — its own model, its own memory in the prompt — reviews
+the proposal in the job's private clone (the proposal checkout) and decides. What it may
+touch is that clone: its shell sees the clone (writable) and the memory repo's object
+store the clone borrows from (read-only), never the memory repo itself, so nothing it
+does can plant a config, an attribute or a hook that the harness's git would obey later,
+nor move memory's refs (an integration agent that could write memory's ``.git`` could
+name a ``filter.*.clean`` run by every later memory commit). The memory as it is now is in
+the clone as ``memory/main``, to review the proposal against and to merge into it.
+
+The agent may add follow-up commits there; it lands the proposal by calling
+``merge_proposal`` (:mod:`reflector.integration_tools`): the harness then lands the clone's
+``HEAD`` (re-signed, the agent's commits as the agent's, and checked:
+:mod:`reflector.landing`) and merges it with its own inert git under the memory lock, taken
+only for that and never for the agent's whole turn (the daemon's turns need it). A
+conflict comes back as the tool's result with ``memory/main`` brought up to date, so the
+agent can merge it in the clone, resolve and call again; ``decline_proposal`` ends the
+turn. Whatever the agent says, the verdict is git's: the job finalizes with
+``require_already_merged``, so the proposal counts as merged only if the branch the
+harness landed is in memory's history.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from pathlib import Path
 
+import structlog
 from pydantic import BaseModel
 
-from reflector.checkout import Worktree, collect
+from reflector.checkout import Worktree, collect, secure
+from reflector.finalize import FinalizeResult, finalize
+from reflector.integration_tools import (
+    MAX_MERGE_ATTEMPTS,
+    DeclineProposal,
+    MergeProposal,
+    Proposal,
+)
+from reflector.landing import share_latest
 from reflector.subagent import JobLayout, final_report
 from shared import sandbox
 from shared.agent.loop import Turn, run_turn
 from shared.agent.prompts import INTEGRATION_MARKER
-from shared.agent.tools.base import ToolContext
+from shared.agent.rules import ToolRules
+from shared.agent.tools.base import ToolContext, no_memory_edit
 from shared.agent.tools.bash import Bash
 from shared.agent.tools.files import EditFile, ReadFile
 from shared.clock import Clock, utc_now
 from shared.memory import git
 from shared.memory.compile import compile_system_prompt
-from shared.memory.provenance import JOB_ID
+from shared.memory.provenance import AGENT_ID, JOB_ID
 from shared.memory.repo import MemoryRepo
+from shared.memory.signing import Signature
 from shared.models.agents import AgentRecord
 from shared.providers.base import Provider
 from shared.store.conversations import Conversation
-from shared.store.locks import async_file_lock
+
+log = structlog.get_logger(__name__)
 
 MAX_STEPS = 20
+NOT_MERGED = "the agent did not merge the proposal"
 
 
 class IntegrationRun(BaseModel):
@@ -45,54 +72,60 @@ class IntegrationRun(BaseModel):
 
 
 def has_proposal(worktree: Worktree) -> bool:
-    """Did the sub-agent leave commits or edits in its checkout (anything to review)?
-
-    Brings its commits into the memory repo as ``worktree.branch`` (:func:`collect`), the
-    branch the primary agent is told to merge."""
+    """Did the sub-agent commit anything to review? Lands its commits in the memory repo as
+    ``worktree.branch`` (:func:`collect`), re-signed as the reflection's. Edits it left
+    uncommitted are no proposal: the harness's finalize reports them as it does in auto
+    mode (``dirty_uncommitted``)."""
     if not collect(worktree):
         return False
     revs = f"{worktree.base_head}..{worktree.branch}"
-    ahead = int(git.run(worktree.parent_dir, "rev-list", "--count", revs).stdout.strip() or 0)
-    return ahead > 0 or bool(git.run(worktree.path, "status", "--porcelain").stdout.strip())
+    return int(git.run(worktree.parent_dir, "rev-list", "--count", revs).stdout.strip() or 0) > 0
+
+
+def agent_signature(agent: AgentRecord, job_id: str) -> Signature:
+    """Who the agent's follow-up commits land as: the agent, with the job's id."""
+    return Signature(agent.name, f"{agent.id}@agentd.local", {AGENT_ID: agent.id, JOB_ID: job_id})
 
 
 class IntegrationBash(Bash):
-    """The primary agent's bash while it integrates: it merges, so besides the proposal
-    checkout its whole memory repo is writable, ``.git`` included (the harness's own git
-    ignores any hook or config it might leave there, :mod:`shared.memory.git`)."""
+    """The agent's bash while it reviews: the proposal checkout is its only writable place,
+    and the memory repo's objects (which the checkout borrows) are readable; the memory
+    repo itself, ``.git`` and all, is not there."""
+
+    description = (
+        "Run bash in the proposal checkout ($PROPOSAL_DIR); returns the output. Your memory "
+        "as it is now is the branch memory/main there. Background jobs are killed."
+    )
+
+    def __init__(self, parent_objects: Path) -> None:
+        self.readable = [parent_objects]
 
     def walls(self, ctx: ToolContext) -> sandbox.Walls:
-        return sandbox.Walls(cwd=ctx.workspace, writable=[ctx.workspace, ctx.memory_dir])
+        return sandbox.Walls(cwd=ctx.workspace, writable=[ctx.workspace], readable=self.readable)
 
 
-def integration_task(
-    *, worktree: Worktree, memory_dir: Path, reflection_id: str, instructions: str
-) -> str:
-    merge = (
-        f"git -C {memory_dir} merge --no-ff {worktree.branch} "
-        f'-m "merge(reflection): <summary>" -m "{JOB_ID}: {worktree.job_id}"'
-    )
+def integration_task(*, worktree: Worktree, reflection_id: str, instructions: str) -> str:
     task = f"""{INTEGRATION_MARKER} Reflection integration (reflection {reflection_id})
 A background reflection proposes memory changes for you to review before they land.
-- Proposal checkout: {worktree.path} (branch {worktree.branch}, based on {worktree.base_head[:12]})
-- Your memory repo: {memory_dir}
-Review the proposal commits (`git -C {worktree.path} log -p {worktree.base_head}..HEAD`):
-are they accurate, durable, and in the right files? You may add ONE follow-up commit in the
-proposal checkout (no amend) with subject `merge(reflection): <summary>` and the trailer
-`Reflection-Subagent-ID: {reflection_id}`, then bring it over with
-`git -C {memory_dir} fetch --quiet {worktree.path} +HEAD:{worktree.branch}`. Then merge the
-proposal into your memory repo:
-`{merge}`;
-if it conflicts, resolve it so both repos end clean, or run `git -C {memory_dir} merge --abort`.
-If your memory repo has uncommitted changes that are not yours, stop and touch nothing.
-Do not push, do not delete the checkout or the branch, and do not ask questions: report
+- Proposal checkout: $PROPOSAL_DIR, branch {worktree.branch}. Your bash runs there, and
+  relative paths of your file tools start there. Your memory repo itself is not reachable.
+- Your memory as it is now: the branch memory/main in that checkout.
+Review the proposal (`git log -p memory/main..HEAD`, `git diff memory/main HEAD`): is it
+accurate, durable, and in the right files? You may fix it with follow-up commits there
+(no amend, no rebase); they are recorded as yours. Then decide:
+- merge_proposal with a one-line summary: the harness checks the proposal and merges it
+  into your memory. If it conflicts with newer memory, the result says so and memory/main
+  is brought up to date: run `git merge memory/main`, resolve, commit, and call
+  merge_proposal again (at most {MAX_MERGE_ATTEMPTS} calls);
+- or decline_proposal with the reason.
+Commit everything you want merged first. Do not ask questions: end with a short report of
 what you merged, or why not."""
     if instructions:
         task += f"\n\n<merge_instructions>\n{instructions}\n</merge_instructions>"
     return task
 
 
-async def run_integration(
+def integrate(
     *,
     provider: Provider,
     agent: AgentRecord,
@@ -103,42 +136,99 @@ async def run_integration(
     conversation_dir: Path,
     clock: Clock = utc_now,
     unsandboxed_bash: bool = False,
+) -> FinalizeResult:
+    """Run the agent's review of a landed proposal, then let git judge it (finalize)."""
+    proposal = Proposal(
+        dataclasses.replace(worktree, signature=agent_signature(agent, reflection_id))
+    )
+    run = asyncio.run(
+        run_integration(
+            provider=provider,
+            agent=agent,
+            memory_dir=memory_dir,
+            proposal=proposal,
+            reflection_id=reflection_id,
+            instructions=instructions,
+            conversation_dir=conversation_dir,
+            clock=clock,
+            unsandboxed_bash=unsandboxed_bash,
+        )
+    )
+    log.info("reflection_integration_finished", stop_reason=run.stop_reason)
+    if proposal.merged_head is None and proposal.refused is not None:
+        raise proposal.refused  # the job fails with it; the caller cleans up
+    if proposal.declined is not None:
+        detail = f"the agent declined the proposal: {proposal.declined}"
+    else:
+        detail = NOT_MERGED
+        if run.error_message:
+            detail += f" (its turn failed: {run.error_message})"
+    return finalize(
+        worktree, should_merge=True, require_already_merged=True, failure_summary=detail
+    )
+
+
+async def run_integration(
+    *,
+    provider: Provider,
+    agent: AgentRecord,
+    memory_dir: Path,
+    proposal: Proposal,
+    reflection_id: str,
+    instructions: str,
+    conversation_dir: Path,
+    clock: Clock = utc_now,
+    unsandboxed_bash: bool = False,
 ) -> IntegrationRun:
+    """The agent's integration turn over ``proposal``; no lock is held through it."""
+    worktree = proposal.worktree
     conversation = Conversation.create(
         JobLayout(conversation_dir), agent.id, memory_head=None, clock=clock
     )
     with MemoryRepo(memory_dir) as repo:
         system = compile_system_prompt(agent.system_prompt, repo.read_tree(), memory_dir)
-        lock_path = repo.lock_path
+    if secure(worktree) is None:  # the clone is safe to run git in: show it memory now
+        share_latest(memory_dir, worktree.path)
 
     async def system_prompt() -> str:
         return system
 
+    identity = worktree.landing.signature
     turn = Turn(
         conversation=conversation,
         provider=provider,
-        tools=[ReadFile(), EditFile(), IntegrationBash()],
+        tools=[
+            ReadFile(),
+            EditFile(),
+            IntegrationBash(worktree.parent_objects),
+            MergeProposal(proposal),
+            DeclineProposal(proposal),
+        ],
         tool_context=ToolContext(
             agent_id=agent.id,
             workspace=worktree.path,
-            memory_dir=memory_dir,
+            memory_dir=worktree.path,
+            memory_edit=no_memory_edit,
             bash_unsandboxed=unsandboxed_bash,
-            extra_env={"PROPOSAL_DIR": str(worktree.path), "PARENT_MEMORY_DIR": str(memory_dir)},
+            extra_env={
+                "PROPOSAL_DIR": str(worktree.path),
+                "GIT_AUTHOR_NAME": identity.name,
+                "GIT_AUTHOR_EMAIL": identity.email,
+                "GIT_COMMITTER_NAME": identity.name,
+                "GIT_COMMITTER_EMAIL": identity.email,
+            },
         ),
         system_prompt=system_prompt,
         max_steps=MAX_STEPS,
+        rules=ToolRules(terminal=frozenset({DeclineProposal.name})),
         purpose="integration",
     )
     task = integration_task(
-        worktree=worktree,
-        memory_dir=memory_dir,
-        reflection_id=reflection_id,
-        instructions=instructions,
+        worktree=worktree, reflection_id=reflection_id, instructions=instructions
     )
-    async with async_file_lock(lock_path):
-        result = await run_turn(
-            turn, [conversation.new_message(role="user", content=task, turn_id=turn.turn_id)]
-        )
+    result = await run_turn(
+        turn, [conversation.new_message(role="user", content=task, turn_id=turn.turn_id)]
+    )
     return IntegrationRun(
         stop_reason=result.stop_reason,
         report=final_report(list(conversation.log)),

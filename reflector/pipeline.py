@@ -39,7 +39,8 @@ from reflector.checkout import Worktree, collect, create_worktree, sweep_orphans
 from reflector.finalize import FinalizeResult, finalize
 from reflector.gates import automatic_gate, feed_backoff, model_setup
 from reflector.hold import held_message, hold_if_destructive, settle_held
-from reflector.integration import has_proposal, run_integration
+from reflector.integration import has_proposal, integrate
+from reflector.landing import reflection_trailers
 from reflector.memory_budget import MemoryBudget, budget_for, floor_at, over_budget
 from reflector.outcomes import publish_outcome
 from reflector.selection import requested_slices
@@ -314,6 +315,8 @@ class _Job:
             worktrees_dir,
             self.reflection_id,
             author_email=f"{self.request.agent_id}~reflection@agentd.local",
+            trailers=reflection_trailers(self.request.agent_id, self.reflection_id, payload),
+            limits=self.ctx.settings.memory_limits,
         )
         try:
             window = self.ctx.agent_provider_for(agent).context_window
@@ -358,7 +361,7 @@ class _Job:
     def _finalize(
         self, agent: AgentRecord, worktree: Worktree, run: SubagentRun, memory_dir: Path
     ) -> FinalizeResult:
-        """Merge by the harness, or (explicit mode) let the agent merge and ask git.
+        """Merge by the harness, or (explicit mode) let the agent decide and ask git.
 
         Only while this job still holds the agent's lease: a job whose lease expired (its
         renewals stalled, or Redis went away) may no longer be the only reflection of the
@@ -375,25 +378,16 @@ class _Job:
                 should_merge=run.success,
                 failure_summary=None if run.success else run.reason,
             )
-        integration = asyncio.run(
-            run_integration(
-                provider=self.ctx.agent_provider_for(agent),
-                agent=agent,
-                memory_dir=memory_dir,
-                worktree=worktree,
-                reflection_id=self.reflection_id,
-                instructions=mode.merge_instructions,
-                conversation_dir=self.files.integrations,
-                clock=self.ctx.clock,
-                unsandboxed_bash=self.ctx.settings.unsandboxed_bash,
-            )
-        )
-        log.info("reflection_integration_finished", stop_reason=integration.stop_reason)
-        detail = NOT_MERGED
-        if integration.error_message:
-            detail += f" (its turn failed: {integration.error_message})"
-        return finalize(
-            worktree, should_merge=True, require_already_merged=True, failure_summary=detail
+        return integrate(
+            provider=self.ctx.agent_provider_for(agent),
+            agent=agent,
+            memory_dir=memory_dir,
+            worktree=worktree,
+            reflection_id=self.reflection_id,
+            instructions=mode.merge_instructions,
+            conversation_dir=self.files.integrations,
+            clock=self.ctx.clock,
+            unsandboxed_bash=self.ctx.settings.unsandboxed_bash,
         )
 
     def _run_subagent(
@@ -458,9 +452,6 @@ class _Job:
 
     def _conversation_dir(self, conversation_id: str) -> Path:
         return self.layout.conversation_dir(self.request.agent_id, conversation_id)
-
-
-NOT_MERGED = "the agent did not merge the proposal"
 
 
 def _waiting_for_commit(agent: str, uncommitted: list[str], memory_dir: Path) -> str:

@@ -84,7 +84,8 @@ def reflection_context(
         extra_env={
             "TRANSCRIPT_PATH": str(payload_path.absolute()),
             "PARENT_AGENT_ID": parent_agent_id,
-            # Whatever the model writes, its commits are attributed to the sub-agent.
+            # Its commits name the sub-agent; whatever the model writes instead is
+            # replaced as they land (reflector.landing).
             "GIT_AUTHOR_NAME": SUBAGENT_NAME,
             "GIT_AUTHOR_EMAIL": f"{child_id}@agentd.local",
         },

@@ -47,6 +47,7 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     ├── Busy                         every connection the daemon allows is open; retry
     ├── RecallUnavailable            recall's process stopped mid-request; it restarts: retry
     └── ReflectionError
+        └── TooManyCommits           a branch with more commits than one reflection may land
 
 Tool failures are not daemon errors: a tool raises :class:`ToolError`, which the agent
 loop hands back to the model as the tool's result (the turn goes on).
@@ -362,6 +363,13 @@ class RecallUnavailable(AgentdError):
 
 class ReflectionError(AgentdError):
     code = "reflection_error"
+
+
+class TooManyCommits(ReflectionError):
+    """A reflection's branch holds more new commits than one job may land; each is rebuilt
+    under the harness's identity (:mod:`shared.memory.signing`), so there is a bound."""
+
+    code = "too_many_commits"
 
 
 class ToolError(Exception):

@@ -6,8 +6,12 @@ the message's last paragraph), and :class:`Provenance` reads them back:
 - a **turn** edit (the agent's tool in a chat turn): ``Agent-ID``, ``Conversation-ID`` and
   ``Message-ID``, the assistant message holding the tool call;
 - a **reflection** commit (the sub-agent, in its clone): ``Agent-ID`` (the sub-agent),
-  ``Parent-Agent-ID``, ``Reflected-Messages: <first id>..<last id>`` and ``Job-ID``;
-- a reflection's **merge** commit (``--no-ff``, when memory moved meanwhile): ``Job-ID``;
+  ``Parent-Agent-ID``, ``Reflected-Messages: <first id>..<last id>`` and ``Job-ID``,
+  written by the harness as the commit lands, whatever the model wrote
+  (:mod:`shared.memory.signing`); a follow-up the agent commits while it reviews a
+  proposal (explicit merge mode): ``Agent-ID`` (the agent) and ``Job-ID``;
+- a reflection's **merge** commit (``--no-ff``, when memory moved meanwhile, or always in
+  explicit merge mode): ``Job-ID``;
 - a **user** edit (``agentctl memory edit``/``commit``/``revert``): ``Edited-By: user``, and
   for a revert ``Reverts: <sha>``. The trailer, not the author, says "user": the author
   ``user <user@agentd.local>`` only identifies commits made before trailers existed.

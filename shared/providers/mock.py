@@ -15,9 +15,9 @@ Rules, on the newest user message:
 Asked for a summary (a request whose ``purpose`` is ``summary``), it keeps the first
 :data:`SUMMARY_CHARS` characters of each transcript line's text, as the seed's mock does:
 deterministic, and lossy enough that recall is needed to get details back. In an
-integration turn (``purpose`` ``integration``) it runs the merge command the task names
-and reports how it went. The purpose is all it takes from the harness: it knows none of
-the harness's prompts.
+integration turn (``purpose`` ``integration``) it accepts the proposal with the
+``merge_proposal`` tool it is offered and reports how it went. The purpose and the tool
+are all it takes from the harness: it knows none of the harness's prompts.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ _REMEMBER_ZH = re.compile(r"^还记得(?P<topic>.+?)吗[？?]?$")
 _REMEMBER_EN = re.compile(r"^do you remember (?P<topic>.+?)\??$", re.IGNORECASE)
 _HIT_LINE = re.compile(r"^\[[^\]]*\] (?P<text>.*?)(?: \(id [^)]*\))?$")
 RECALL_TOOL = "recall_search"
-_MERGE_COMMAND = re.compile(r"git -C (?P<memory>\S+) merge --no-ff (?P<branch>\S+) -m")
+MERGE_TOOL = "merge_proposal"
 
 
 def admit(request: ModelRequest, context_window: int, who: str) -> int:
@@ -120,24 +120,20 @@ def _recall_call(request: ModelRequest) -> ToolCall | None:
 
 
 def _integration_call(request: ModelRequest) -> ToolCall | None:
-    """Explicit merge: merge the proposal with the command the task names, then report."""
+    """Explicit merge: accept the proposal with the tool offered for it, then report."""
     last = request.messages[-1] if request.messages else None
     if request.purpose != "integration" or last is None or last.role != "user":
         return None
-    match = _MERGE_COMMAND.search(_latest_user_speech(request.messages))
-    if match is None or "bash" not in {tool.name for tool in request.tools}:
+    if MERGE_TOOL not in {tool.name for tool in request.tools}:
         return None
-    command = (
-        f"git -C {match['memory']} merge --no-ff {match['branch']} "
-        '-m "merge(reflection): accept the reflection\'s proposal"'
-    )
-    return ToolCall(id=new_id("call"), name="bash", arguments=json.dumps({"command": command}))
+    arguments = json.dumps({"summary": "accept the reflection's proposal"})
+    return ToolCall(id=new_id("call"), name=MERGE_TOOL, arguments=arguments)
 
 
 def _report_integration(result: Message) -> str:
     if result.role != "tool":
-        return "（mock）I could not find the merge command in the integration task."
-    if result.is_error or "[exit code" in result.content:
+        return f"（mock）I was offered no {MERGE_TOOL} tool, so I merged nothing."
+    if result.is_error:
         return f"（mock）The merge failed: {result.content.strip()[:300]}"
     return "（mock）Reviewed the reflection's proposal and merged it into my memory."
 

@@ -125,39 +125,59 @@ def test_a_summary_is_asked_for_by_purpose_whatever_the_prompt_says() -> None:
     assert response.text == "[user] 第 1 个无关话题：今天\n[assistant] （mock）我听到了：第"
 
 
-MERGE_TASK = (
-    "[reflection integration] Review the proposal, then run: "
-    "git -C /m merge --no-ff reflection/r1 -m 'merge'"
-)
+MERGE_TASK = "[reflection integration] Review the proposal, then merge it or decline it."
 
 
+MERGE = ToolSchema(name="merge_proposal", description="Merge.", parameters={"type": "object"})
 BASH = ToolSchema(name="bash", description="Run a command.", parameters={"type": "object"})
 
 
-def _integration(*messages: Message, purpose: RequestPurpose) -> ModelRequest:
-    return ModelRequest(system="s", messages=list(messages), tools=[BASH], purpose=purpose)
+def _integration(
+    *messages: Message, purpose: RequestPurpose, tools: list[ToolSchema] | None = None
+) -> ModelRequest:
+    offered = [BASH, MERGE] if tools is None else tools
+    return ModelRequest(system="s", messages=list(messages), tools=offered, purpose=purpose)
 
 
-def test_in_an_integration_turn_it_runs_the_merge_the_task_names_and_reports() -> None:
-    mock = MockProvider()
-    first = asyncio.run(mock.complete(_integration(_user(MERGE_TASK), purpose="integration")))
-    (call,) = first.tool_calls
-    assert json.loads(call.arguments)["command"].startswith(
-        "git -C /m merge --no-ff reflection/r1 -m "
-    )
-    merged = Message.of(
+def _merge_result(call_id: str, content: str, *, is_error: bool = False) -> Message:
+    return Message.of(
         id="t",
         agent_id="a",
         conversation_id="c",
         role="tool",
-        tool_call_id=call.id,
-        name="bash",
-        content="Merge made by the 'ort' strategy.",
+        tool_call_id=call_id,
+        name="merge_proposal",
+        content=content,
+        is_error=is_error,
     )
+
+
+def test_in_an_integration_turn_it_merges_with_the_tool_offered_and_reports() -> None:
+    mock = MockProvider()
+    first = asyncio.run(mock.complete(_integration(_user(MERGE_TASK), purpose="integration")))
+    (call,) = first.tool_calls
+    assert call.name == "merge_proposal"
+    assert json.loads(call.arguments) == {"summary": "accept the reflection's proposal"}
+    merged = _merge_result(call.id, "Merged into your memory (now at 0123456789ab).")
     report = asyncio.run(
         mock.complete(_integration(_user(MERGE_TASK), merged, purpose="integration"))
     )
     assert report.text == "（mock）Reviewed the reflection's proposal and merged it into my memory."
+
+
+def test_an_integration_whose_merge_is_refused_reports_the_refusal() -> None:
+    refused = _merge_result("c1", "not merged: conflicts in system/human.md", is_error=True)
+    report = asyncio.run(
+        MockProvider().complete(_integration(_user(MERGE_TASK), refused, purpose="integration"))
+    )
+    assert report.text == "（mock）The merge failed: not merged: conflicts in system/human.md"
+
+
+def test_an_integration_without_the_merge_tool_merges_nothing() -> None:
+    request = _integration(_user(MERGE_TASK), purpose="integration", tools=[BASH])
+    response = asyncio.run(MockProvider().complete(request))
+    assert response.tool_calls == []
+    assert response.text == "（mock）I was offered no merge_proposal tool, so I merged nothing."
 
 
 def test_the_same_text_in_a_conversation_is_only_heard() -> None:

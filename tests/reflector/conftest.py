@@ -20,8 +20,10 @@ from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.providers.base import Provider
 from shared.providers.mock import MockProvider
+from shared.reflection.settings import ReflectionOverrides
 from shared.reflection.state import load_state, record_turn
 from shared.settings import Settings
+from shared.store.agents import AgentStore
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.clock import FakeClock
@@ -92,6 +94,13 @@ class World:
         context = self.context(provider, redis_client, agent_provider)
         return run_job(request, request.request_id, context)
 
+    def merge_explicitly(self) -> None:
+        """Set the agent's reflections to ``merge: explicit`` (it reviews each proposal)."""
+        store = AgentStore(Layout(self.home))
+        agent = store.get(self.agent.id)
+        agent.reflection = ReflectionOverrides(merge="explicit")
+        store.save(agent)
+
     def human(self) -> str:
         return (self.memory / "system" / "human.md").read_text()
 
@@ -101,15 +110,20 @@ class World:
         ).stdout
 
 
-@pytest.fixture
-def world(agentd_home: Path, clock: FakeClock) -> World:
-    agents = Agents(Layout(agentd_home), clock=clock)
+def make_world(home: Path, clock: FakeClock) -> World:
+    """Agent ``ada`` on ``home``, with a conversation in which the user said :data:`SAID`."""
+    agents = Agents(Layout(home), clock=clock)
     agent = asyncio.run(agents.create(AgentCreate(name="ada")))
     conversation = agents.conversation(agent, None)
-    world = World(agentd_home, agent, conversation, clock)
+    world = World(home, agent, conversation, clock)
     world.say(*SAID)
     agents.close()
     return world
+
+
+@pytest.fixture
+def world(agentd_home: Path, clock: FakeClock) -> World:
+    return make_world(agentd_home, clock)
 
 
 def watermark(world: World) -> str | None:

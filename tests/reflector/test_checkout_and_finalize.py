@@ -183,12 +183,15 @@ def test_an_unmoved_parent_is_fast_forwarded_without_a_merge_commit(
 ) -> None:
     commit_in(wt, "a.md", "a\n", subject="feat(reflection): a 🔮")
     commit_in(wt, "b.md", "b\n", subject="chore(reflection): b 🔮")
-    tip = git(wt.path, "rev-parse", "HEAD")
+    tree = git(wt.path, "rev-parse", "HEAD^{tree}")
 
     result = finalize(wt, should_merge=True)
 
     assert (result.status, result.commit_count) == ("merged", 2)
-    assert parent.head() == tip == result.merged_head
+    assert parent.head() == result.merged_head
+    assert git(parent.path, "rev-parse", "HEAD^{tree}") == tree
+    assert git(parent.path, "rev-parse", "HEAD~2") == wt.base_head
+    assert len(git(parent.path, "log", "-1", "--format=%P").split()) == 1
     assert [c.subject for c in parent.log()][:2] == [
         "chore(reflection): b 🔮",
         "feat(reflection): a 🔮",
@@ -413,6 +416,7 @@ def test_require_already_merged_refuses_to_merge_a_branch_that_was_not_merged(
     parent: MemoryRepo, wt: Worktree
 ) -> None:
     commit_in(wt, "notes.md", "x\n")
+    assert collect(wt)  # as explicit mode does before the agent reviews
     head = parent.head()
 
     result = finalize(wt, should_merge=True, require_already_merged=True)

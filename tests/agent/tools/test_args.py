@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 from pydantic import Field
 
+from reflector.checkout import Worktree
 from reflector.integration import IntegrationBash
+from reflector.integration_tools import DeclineProposal, MergeProposal, Proposal
 from reflector.tools import reflection_tools
 from shared.agent.tools.args import ToolArgs, parameters_schema
 from shared.agent.tools.base import Tool, ToolContext
@@ -22,13 +24,16 @@ from shared.reflection.payload import PayloadFile
 from tests.agent.tools.conftest import RecordingMemoryEdit
 
 PAYLOAD = PayloadFile(path=Path("/payload.json"), slices=[], is_manifest=False)
+PROPOSAL = Proposal(Worktree("job", Path("/clone"), "reflection/job", "", Path("/m"), "a@b"))
 EVERY_TOOL: list[Tool] = [
     *main_agent_tools(),
     *reflection_tools(PAYLOAD, Path("/objects")),
-    IntegrationBash(),
+    IntegrationBash(Path("/objects")),
+    MergeProposal(PROPOSAL),
+    DeclineProposal(PROPOSAL),
 ]
-"""Every tool a model is offered: the main agent's, the reflection sub-agent's, and the
-bash the main agent integrates a reflection with."""
+"""Every tool a model is offered: the main agent's, the reflection sub-agent's, and those
+the main agent reviews a reflection's proposal with."""
 
 GOOD = {"string": "x", "integer": 1, "number": 1.5, "boolean": True}
 WRONG = {"string": 7, "integer": "1", "number": "1", "boolean": "true"}
