@@ -121,6 +121,7 @@ class Handlers:
                     self.agents.store,
                     self.reflections.settings_for,
                     default_model,
+                    self.settings.memory_limits,
                 )
             ),
         }
@@ -287,7 +288,9 @@ class Handlers:
         record = await self.agents.resolve(params.agent)
         repo = self.agents.memory(record.id)
         message = with_trailers(params.message, user_trailers())
-        async with repo.edit(message, author_name=USER_NAME, author_email=USER_EMAIL) as change:
+        async with repo.edit(
+            message, author_name=USER_NAME, author_email=USER_EMAIL, by="user"
+        ) as change:
             pass
         committed = change.after if change.after != change.before else None
         return {"agent_id": record.id, "commit": committed}
@@ -306,7 +309,9 @@ class Handlers:
         record = await self.agents.resolve(params.agent)
         repo = self.agents.memory(record.id)
         message = with_trailers(params.message or f"edit {params.path} by hand", user_trailers())
-        async with repo.edit(message, author_name=USER_NAME, author_email=USER_EMAIL) as change:
+        async with repo.edit(
+            message, author_name=USER_NAME, author_email=USER_EMAIL, by="user"
+        ) as change:
             await asyncio.to_thread(write_by_hand, repo, params.path, params.text, params.base)
         committed = change.after if change.after != change.before else None
         return {"agent_id": record.id, "path": params.path, "commit": committed}

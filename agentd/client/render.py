@@ -110,6 +110,8 @@ def print_status(status: dict[str, Any]) -> None:
         )
         if agent.get("uncommitted_notice"):
             print(f"         ! {agent['uncommitted_notice']}")
+        if agent.get("memory_content_notice"):
+            print(f"         ! {agent['memory_content_notice']}")
         recall = agent.get("recall")
         if recall:
             size = recall["bytes_on_disk"]
