@@ -114,7 +114,7 @@ def read_checkout(root: Path) -> Checkout:
             except FileNotFoundError:
                 continue  # removed while we walked
             sizes[(relative / name).as_posix()] = info.st_size if stat.S_ISREG(info.st_mode) else 0
-    return Checkout(nested, sizes)
+    return Checkout(sorted(nested), sizes)
 
 
 def scan_checkout(root: Path, limits: MemoryLimits) -> list[Violation]:
