@@ -19,9 +19,10 @@ of its change is committed, and the typed error tells the model what was refused
 place, they would fail every later commit and hold reflection back (a dirty checkout).
 A user's commit is refused whole while a nested repository is there (the user decides
 what to do with it); a user's oversized file is committed, and ``agentctl status`` and
-``agentd doctor`` report it. A git
-lock file left by a git that died is removed and the command run again; one a live git
-holds is :class:`MemoryBusy` (:mod:`shared.memory.git_locks`).
+``agentd doctor`` report it (:mod:`shared.memory.screen`).
+
+A git lock file left by a git that died is removed and the command run again; one a live
+git holds is :class:`MemoryBusy` (:mod:`shared.memory.git_locks`).
 """
 
 from __future__ import annotations
