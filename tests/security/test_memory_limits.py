@@ -102,7 +102,7 @@ def test_the_agents_file_tools_refuse_what_memory_may_not_hold_before_writing(
 
 
 def test_a_users_oversized_edit_is_committed_and_reported_where_the_user_looks(
-    daemon: DaemonRunner, memory: Path, agentd_home: Path
+    daemon: DaemonRunner, model: ScriptedProvider, memory: Path, agentd_home: Path
 ) -> None:
     written = daemon.result("memory.write", {"path": "notes/long.md", "text": "w" * 2_000})
 
@@ -117,6 +117,13 @@ def test_a_users_oversized_edit_is_committed_and_reported_where_the_user_looks(
     finding = check_memory_sizes(Settings(home=agentd_home, memory_file_max_bytes=FILE_LIMIT))
     assert not finding.ok and over in finding.detail
     assert check_memory_sizes(Settings(home=agentd_home)).ok  # within the default limits
+    long = str(memory / "notes/long.md")
+    shrink = {"path": long, "old_string": "---\n" + "w" * 100, "new_string": "---\n"}
+    grow = {"path": long, "old_string": "---\nw", "new_string": "---\nww"}
+    results = tool_results(daemon, model, ("edit_file", shrink), ("edit_file", grow))
+    assert results[0] == f"edited {long}: 1 replacement", "the agent may make it smaller"
+    assert results[1].startswith("memory_too_large: notes/long.md is "), "but not larger"
+    assert (memory / "notes/long.md").stat().st_size == size - 100
 
 
 def test_a_nested_repository_is_refused_to_the_user_and_named_with_its_fix(

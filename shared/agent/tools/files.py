@@ -135,24 +135,26 @@ async def _memory_scope(path: Path, ctx: ToolContext, action: str) -> AsyncItera
 
 def _fits_memory(path: Path, text: str, ctx: ToolContext) -> None:
     """Refuse, before writing, a memory file memory may not hold: one inside a nested
-    ``.git``, or one over the per-file limit, or one that grows memory past its whole
-    limit. Read under the memory lock, so the total is what the commit will see."""
+    ``.git``, or one that grows past the per-file limit, or memory past its whole limit
+    (a file already over a limit may still be made smaller). Read under the memory lock,
+    so the sizes are what the commit will see."""
     rel = memory_relative(path, ctx)
     if rel is None:
         return
     parts = PurePosixPath(rel).parts
     nested = next((i for i, part in enumerate(parts) if content.is_git_name(part)), None)
-    size = len(text.encode("utf-8"))
-    limits = ctx.memory_limits
     refused: Violation | None = None
     if nested is not None:
         refused = Violation("nested_repository", "/".join(parts[: nested + 1]))
-    elif size > limits.file_bytes:
-        refused = Violation("file_too_large", rel, size, limits.file_bytes)
     else:
+        limits = ctx.memory_limits
+        size = len(text.encode("utf-8"))
         sizes = content.read_checkout(ctx.memory_dir).sizes
-        total = sum(sizes.values()) - sizes.get(rel, 0) + size
-        if total > limits.total_bytes and size > sizes.get(rel, 0):
+        before = sizes.get(rel, 0)
+        total = sum(sizes.values()) - before + size
+        if size > limits.file_bytes and size > before:
+            refused = Violation("file_too_large", rel, size, limits.file_bytes)
+        elif total > limits.total_bytes and size > before:
             refused = Violation("memory_too_large", "", total, limits.total_bytes)
     if refused is not None:
         error = content.error_for(refused, "Nothing was written")
