@@ -8,7 +8,9 @@ running included); invalid settings exit 2 before any check. Checks never call a
 The local checks read the home and this machine; the service's (``doctor_service``) ask
 the running daemon for the settings it runs with. Doctor creates nothing, not even the
 home: a check that would need to write (is the home writable?) asks the system instead,
-and git's status leaves even ``.git/index`` as it was.
+git's status leaves even ``.git/index`` as it was, and no git runs in a memory repo whose
+``.git/config`` or attributes are not agentd's (git would put them back first:
+:mod:`agentd.doctor_memory` reports them, ``--fix`` restores them).
 """
 
 from __future__ import annotations
