@@ -39,7 +39,7 @@ from typing import Self, TypeVar
 import structlog
 
 from shared.errors import MemoryContentError, MemoryPathError, MemoryRepoError
-from shared.memory import frontmatter, git, git_locks, screen
+from shared.memory import content, frontmatter, git, git_locks, screen
 from shared.memory.content import MemoryLimits
 from shared.memory.screen import Writer
 from shared.store.layout import memory_lock
@@ -228,9 +228,12 @@ class MemoryRepo:
         runs in a thread so the event loop keeps serving other agents. Nothing is committed
         if the body raises. Content memory may not hold is dealt with as ``by`` says
         (:meth:`commit_all`); its :class:`MemoryContentError` is raised once ``after`` is
-        set (for the agent, the rest of the change is committed by then).
+        set (for the agent, the rest of the change is committed by then). A user's edit
+        while a nested repository is in the checkout is refused before the body runs.
         """
         async with async_file_lock(self.lock_path):
+            if by == "user":  # refused before the body writes anything
+                screen.refuse_nested(await asyncio.to_thread(content.read_checkout, self.path))
             change = Edit(before=self.head())
             yield change
             sha, refused = await _run_to_completion(

@@ -52,9 +52,7 @@ def screen(root: Path, limits: MemoryLimits, by: Writer) -> MemoryContentError |
     nested repository is left."""
     checkout = content.read_checkout(root)
     if by == "user":
-        if checkout.nested:
-            nested = Violation("nested_repository", checkout.nested[0])
-            raise content.error_for(nested, f"Nothing was committed: {MOVE_IT}")
+        refuse_nested(checkout)
         return None
     for path in checkout.nested:
         _remove(root / path)
@@ -78,6 +76,14 @@ def screen(root: Path, limits: MemoryLimits, by: Writer) -> MemoryContentError |
         refused[0],
         f"It was taken out of memory and not committed{more}; the rest of the change was committed",
     )
+
+
+def refuse_nested(checkout: content.Checkout) -> None:
+    """A user's write or commit while a nested repository is in the checkout: refused
+    with :class:`NestedRepository`, and the repository left for the user to move."""
+    if checkout.nested:
+        nested = Violation("nested_repository", checkout.nested[0])
+        raise content.error_for(nested, f"Nothing was committed: {MOVE_IT}")
 
 
 def _undo_growth(root: Path, sizes: dict[str, int], limits: MemoryLimits) -> list[Violation]:

@@ -141,6 +141,10 @@ def test_a_nested_repository_is_refused_to_the_user_and_named_with_its_fix(
         "notes/cloned/.git" in refused.value.message
         and "Nothing was committed" in refused.value.message
     )
+    with pytest.raises(ClientError) as written:
+        daemon.result("memory.write", {"path": "notes/new.md", "text": "hand edit\n"})
+    assert written.value.code == "nested_repository"
+    assert not (memory / "notes/new.md").exists(), "refused before anything was written"
     assert git.run(memory, "rev-parse", "HEAD").stdout == head
     [agent] = daemon.result("status", {})["agents"]
     assert f"rm -rf {memory / 'notes/cloned/.git'}" in agent["memory_content_notice"]
