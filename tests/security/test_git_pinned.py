@@ -11,6 +11,7 @@ run a driver, and the config and attributes are agentd's again before the first 
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -181,3 +182,45 @@ def test_doctor_reads_without_writing(repo: MemoryRepo) -> None:
     assert not (repo.path / ".git/info/attributes").exists()
     assert len(git.pin(repo.path)) == 2
     assert git.pin_problems(repo.path) == []
+
+
+def test_a_tracked_nested_repository_is_never_entered(repo: MemoryRepo, wire: Path) -> None:
+    """A nested repository already in the index (an old commit, a hand, a branch): the
+    harness's status, diff, log, blame, checkout, reset, merge, revert and stash never run
+    git inside it, so its filter never runs (``git add`` does go in: memory commits take
+    nested repositories out first, :mod:`shared.memory.screen`)."""
+    tripwire = tripwire_script(wire)
+    sub = repo.path / "notes/sub"
+    sub.mkdir(parents=True)
+    plain = ["git", "-c", "user.name=m", "-c", "user.email=m@m", "-C"]
+    subprocess.run([*plain, str(sub), "init", "-q"], check=True)
+    (sub / "a.md").write_text("a\n")
+    subprocess.run([*plain, str(sub), "add", "a.md"], check=True)
+    subprocess.run([*plain, str(sub), "commit", "-qm", "a"], check=True)
+    (sub / ".gitattributes").write_text("* filter=x diff=x\n")
+    with (sub / ".git/config").open("a") as config:
+        config.write(drivers(tripwire))
+    subprocess.run([*plain, str(repo.path), "add", "notes/sub"], check=True, capture_output=True)
+    subprocess.run([*plain, str(repo.path), "commit", "-qm", "gitlink"], check=True)
+    subprocess.run([*plain, str(repo.path), "branch", "other", "HEAD~1"], check=True)
+    (sub / "a.md").write_text("b\n")  # the same size: only its filter can tell git it changed
+    (repo.path / "system/human.md").write_text("- y\n")
+
+    assert repo.uncommitted() == ["system/human.md"]  # what is inside is not looked at
+    for command in (
+        ("diff", "HEAD"),
+        ("diff", "--cached", "--quiet"),
+        ("log", "-p", "-2"),
+        ("checkout", "-q", "other"),
+        ("checkout", "-q", "main"),
+        ("merge", "--no-ff", "--no-edit", "other"),
+        ("revert", "--no-commit", "HEAD"),
+        ("revert", "--abort"),
+        ("stash", "-u"),
+        ("stash", "pop"),
+        ("reset", "-q", "--hard", "HEAD"),
+    ):
+        git.run(repo.path, *command, check=False)
+    blame(repo, "system/human.md")
+
+    assert not tripped(wire), (wire / "agentd-tripwire").read_text()
