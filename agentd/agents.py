@@ -25,6 +25,8 @@ from shared.errors import (
     UnknownAgent,
 )
 from shared.ids import new_id
+from shared.memory import git
+from shared.memory.content import MemoryLimits
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import BASE_SYSTEM_PROMPT, AgentRecord
 from shared.protocol import DEFAULT_MODEL
@@ -45,8 +47,11 @@ class Agents:
         *,
         on_append: AppendListener | None = None,
         clock: Clock = utc_now,
+        memory_limits: MemoryLimits | None = None,
     ) -> None:
         self.layout = layout
+        self.memory_limits = memory_limits or MemoryLimits()
+        """What the agent's memory commits keep to (``AGENTD_MEMORY_*_MAX_BYTES``)."""
         self.clock = clock
         self._on_append = on_append
         self.store = AgentStore(layout)
@@ -76,6 +81,7 @@ class Agents:
                 agent_name=record.name,
                 persona=DEFAULT_PERSONA if params.persona is None else params.persona,
                 human=DEFAULT_HUMAN if params.human is None else params.human,
+                limits=self.memory_limits,
             )
             self._memory[record.id] = repo
             conversation = Conversation.create(
@@ -131,7 +137,7 @@ class Agents:
             repo.close()
             repo = None
         if repo is None:
-            repo = open_memory(agent_id, self.layout.memory_dir(agent_id))
+            repo = open_memory(agent_id, self.layout.memory_dir(agent_id), self.memory_limits)
             self._memory[agent_id] = repo
         return repo
 
@@ -193,11 +199,14 @@ class Agents:
 
     def recover_memory(self) -> None:
         """Undo what a crash left in memory repos (an unfinished merge would otherwise be
-        committed, conflict markers and all, by the next memory edit)."""
+        committed, conflict markers and all, by the next memory edit), and pin each repo's
+        ``.git/config`` and attributes (:func:`shared.memory.git.pin`; every git command
+        does, this makes ``agentd doctor`` see them in place from the start)."""
         for record in self.store.list():
             try:
                 repo = self.memory(record.id)
                 with file_lock(repo.lock_path, timeout_s=5):
+                    git.pin(repo.path)
                     repo.recover()
             except MemoryDamaged as exc:
                 log.error(
@@ -216,11 +225,11 @@ class Agents:
         self._memory.clear()
 
 
-def open_memory(agent_id: str, path: Path) -> MemoryRepo:
+def open_memory(agent_id: str, path: Path, limits: MemoryLimits | None = None) -> MemoryRepo:
     """The memory repo at ``path``; :class:`MemoryDamaged`, with how to mend it, when it is
     not a usable git repo (a missing ``.git`` would otherwise stop the whole daemon)."""
     try:
-        return MemoryRepo(path)
+        return MemoryRepo(path, limits=limits)
     except MemoryRepoError as exc:
         if not path.is_dir():
             raise MemoryDamaged(

@@ -8,7 +8,9 @@ running included); invalid settings exit 2 before any check. Checks never call a
 The local checks read the home and this machine; the service's (``doctor_service``) ask
 the running daemon for the settings it runs with. Doctor creates nothing, not even the
 home: a check that would need to write (is the home writable?) asks the system instead,
-and git's status leaves even ``.git/index`` as it was.
+git's status leaves even ``.git/index`` as it was, and no git runs in a memory repo whose
+``.git/config`` or attributes are not agentd's (git would put them back first:
+:mod:`agentd.doctor_memory` reports them, ``--fix`` restores them).
 """
 
 from __future__ import annotations
@@ -16,18 +18,19 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 from agentd.doctor_logs import check_conversation_logs
+from agentd.doctor_memory import check_memory_sizes, check_memory_walls, fix_memory_walls
 from agentd.doctor_service import service_findings
 from agentd.effective_config import redact_url
 from agentd.findings import Finding
 from shared.coordination.broker import locate
 from shared.coordination.embedded import RedisUnavailable, ping, server_binary
-from shared.errors import AgentdError, MemoryDamaged
+from shared.errors import AgentdError, MemoryDamaged, MemoryRepoError
 from shared.logging import configure
+from shared.memory import git
 from shared.memory.hand_edits import commit_command, files_named
 from shared.settings import Settings
 from shared.store.agents import AgentStore
@@ -37,11 +40,12 @@ from shared.store.permissions import find_loose, repair
 
 
 def check_git(_settings: Settings) -> Finding:
-    path = shutil.which("git")
-    if path is None:
+    if shutil.which("git") is None:
         return Finding(False, "git", "not found", "install git (e.g. `apt-get install git`)")
-    version = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.strip()
-    return Finding(True, "git", version)
+    try:
+        return Finding(True, "git", git.version())
+    except MemoryRepoError as exc:
+        return Finding(False, "git", exc.message, "install git (e.g. `apt-get install git`)")
 
 
 def check_home(settings: Settings) -> Finding:
@@ -140,8 +144,11 @@ def check_uncommitted_memory(settings: Settings) -> Finding:
 
     dirty: list[tuple[str, list[str]]] = []
     for record in AgentStore(settings.layout).scan().records:
+        memory = settings.layout.memory_dir(record.id)
         with contextlib.suppress(AgentdError):  # a damaged repo is the memory repos finding
-            files = MemoryRepo(settings.layout.memory_dir(record.id)).uncommitted()
+            if git.pin_problems(memory):
+                continue  # git would first restore .git: the git walls finding says so
+            files = MemoryRepo(memory).uncommitted()
             if files:
                 dirty.append((record.name, files))
     if not dirty:
@@ -249,8 +256,10 @@ CHECKS: list[Callable[[Settings], Finding]] = [
     check_state_files,
     check_conversation_logs,
     check_memory_repos,
+    check_memory_walls,
     check_uncommitted_memory,
     check_core_memory,
+    check_memory_sizes,
     check_sandbox,
     check_agent_bash,
 ]
@@ -261,7 +270,7 @@ def run_doctor(settings: Settings, *, fix: bool = False) -> int:
     """Print each finding; with ``fix``, first repair what can be repaired for sure."""
     configure("agentd-doctor", level="WARNING")  # findings go to stdout, log lines to stderr
     if fix:
-        print("\n".join(fix_permissions(settings)))
+        print("\n".join(fix_permissions(settings) + fix_memory_walls(settings)))
     findings: list[Finding] = []
     for check in CHECKS:
         findings.append(check(settings))

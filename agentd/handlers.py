@@ -125,6 +125,7 @@ class Handlers:
                     self.agents.store,
                     self.reflections.settings_for,
                     default_model,
+                    self.settings.memory_limits,
                 )
             ),
         }
@@ -294,7 +295,9 @@ class Handlers:
         record = await self.agents.resolve(params.agent)
         repo = self.agents.memory(record.id)
         message = with_trailers(params.message, user_trailers())
-        async with repo.edit(message, author_name=USER_NAME, author_email=USER_EMAIL) as change:
+        async with repo.edit(
+            message, author_name=USER_NAME, author_email=USER_EMAIL, by="user"
+        ) as change:
             pass
         committed = change.after if change.after != change.before else None
         return {"agent_id": record.id, "commit": committed}

@@ -117,7 +117,9 @@ async def edit_by_hand(
     message = with_trailers(message or f"edit {path} by hand", user_trailers())
     written: Written | None = None
     try:
-        async with repo.edit(message, author_name=USER_NAME, author_email=USER_EMAIL) as change:
+        async with repo.edit(
+            message, author_name=USER_NAME, author_email=USER_EMAIL, by="user"
+        ) as change:
             written = await asyncio.to_thread(write_by_hand, repo, path, text, base)
             change.undo = written.undo
     except MemoryRepoError as exc:

@@ -89,7 +89,12 @@ class Daemon:
         self.settings = settings
         self.layout = Layout(settings.home)
         self.recall = recall or RecallClient(settings)
-        self.agents = Agents(self.layout, on_append=self.recall.on_append, clock=clock)
+        self.agents = Agents(
+            self.layout,
+            on_append=self.recall.on_append,
+            clock=clock,
+            memory_limits=settings.memory_limits,
+        )
         self.turns = Turns(
             settings, self.layout, providers or ProviderFactory(settings), self.recall
         )

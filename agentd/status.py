@@ -20,6 +20,7 @@ from agentd.supervisor import up_is_running
 from shared.coordination import keys
 from shared.coordination.broker import RedisLocation
 from shared.errors import AgentdError
+from shared.memory.content import MemoryLimits, notice, scan_checkout
 from shared.memory.hand_edits import uncommitted_notice
 from shared.memory.proposals import held_proposals
 from shared.memory.repo import MemoryRepo
@@ -89,15 +90,21 @@ def agents_status(
     store: AgentStore,
     settings_for: Callable[[AgentRecord], ReflectionSettings],
     default_model: str,
+    limits: MemoryLimits | None = None,
 ) -> list[dict[str, Any]]:
     """Every agent's status; blocking (it reads their files), so run it in a thread."""
     return [
-        agent_status(layout, record, settings_for(record), default_model) for record in store.list()
+        agent_status(layout, record, settings_for(record), default_model, limits)
+        for record in store.list()
     ]
 
 
 def agent_status(
-    layout: Layout, agent: AgentRecord, settings: ReflectionSettings, default_model: str
+    layout: Layout,
+    agent: AgentRecord,
+    settings: ReflectionSettings,
+    default_model: str,
+    limits: MemoryLimits | None = None,
 ) -> dict[str, Any]:
     steps = 0
     for record in list_conversations(layout, agent.id):
@@ -131,6 +138,7 @@ def agent_status(
         "pending_requests": len(list(outbox.glob("*.json"))) if outbox.is_dir() else 0,
         **_uncommitted_memory(layout, agent),
         "held_proposals": _held(layout, agent),
+        **_memory_content(layout, agent, limits or MemoryLimits()),
         "last_idle_request": None
         if swept is None
         else {
@@ -167,4 +175,19 @@ def _uncommitted_memory(layout: Layout, agent: AgentRecord) -> dict[str, Any]:
     return {
         "uncommitted_memory": files,
         "uncommitted_notice": uncommitted_notice(agent.name, files),
+    }
+
+
+def _memory_content(layout: Layout, agent: AgentRecord, limits: MemoryLimits) -> dict[str, Any]:
+    """What the memory checkout holds that memory may not (a nested repository, a file or
+    memory over its size limit: a hand edit put it there), with what to do about it."""
+    memory_dir = layout.memory_dir(agent.id)
+    found = scan_checkout(memory_dir, limits) if memory_dir.is_dir() else []
+    if not found:
+        return {"memory_content": []}
+    return {
+        "memory_content": [
+            {"rule": v.rule, "path": v.path, "size": v.size, "limit": v.limit} for v in found
+        ],
+        "memory_content_notice": notice(agent.name, memory_dir, found),
     }

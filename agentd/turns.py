@@ -35,7 +35,7 @@ from shared.ids import new_id
 from shared.memory.changes import memory_update_reminder
 from shared.memory.compile import compile_system_prompt
 from shared.memory.provenance import turn_trailers, with_trailers
-from shared.memory.repo import MemoryRepo
+from shared.memory.repo import Edit, MemoryRepo
 from shared.memory.signing import one_line
 from shared.models.agents import AgentRecord
 from shared.models.messages import Message
@@ -199,6 +199,7 @@ class Turns:
                 bash_network=self.settings.tool_network,
                 bash_unsandboxed=self.settings.unsandboxed_bash,
                 memory_edit=_memory_edit(agent, repo, conversation, seen_head),
+                memory_limits=repo.limits,
                 conversation_id=conversation.id,
                 recall=self.recall.bind(agent.id),
             ),
@@ -340,13 +341,16 @@ def _memory_edit(
             (m.id for m in reversed(conversation.context) if m.role == "assistant"), None
         )
         trailers = turn_trailers(agent.id, conversation.id, calling)
-        async with repo.edit(
-            with_trailers(one_line(message), trailers),
-            author_name=agent.name,
-            author_email=f"{agent.id}@agentd.local",
-        ) as change:
-            yield
-        if change.before == seen.sha and change.after is not None:
-            seen.sha = change.after
+        change = Edit(before="")
+        try:
+            async with repo.edit(
+                with_trailers(one_line(message), trailers),
+                author_name=agent.name,
+                author_email=f"{agent.id}@agentd.local",
+            ) as change:
+                yield
+        finally:  # also when content was refused: the rest of the edit is committed
+            if change.before == seen.sha and change.after is not None:
+                seen.sha = change.after
 
     return edit

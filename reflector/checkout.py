@@ -26,9 +26,10 @@ from pathlib import Path
 import structlog
 
 from reflector.landing import INCOMING_PREFIX, Landing, land_locked
+from shared.errors import NestedRepository
 from shared.ids import validate_id
-from shared.memory import git
-from shared.memory.content import MemoryLimits
+from shared.memory import content, git, git_pin
+from shared.memory.content import MemoryLimits, Violation
 from shared.memory.provenance import JOB_ID
 from shared.memory.repo import MemoryRepo
 from shared.memory.signing import Signature
@@ -187,16 +188,33 @@ def sweep_orphans(
 
 def collect_locked(parent: MemoryRepo, worktree: Worktree) -> str | None:
     """Fetch the clone's ``HEAD`` into ``reflection/<job_id>``; why not, or None if done."""
-    return secure(worktree) or fetch_locked(parent, worktree)
+    try:
+        refused = secure(worktree)
+    except NestedRepository as exc:
+        return exc.message
+    return refused or fetch_locked(parent, worktree)
 
 
 def secure(worktree: Worktree) -> str | None:
     """Make the clone's git dir safe for the harness's git, or say why it cannot be: the
-    one gate before any harness git runs in the clone or fetches from it."""
+    one gate before any harness git runs in the clone or fetches from it.
+
+    A nested repository anywhere in the clone's checkout raises :class:`NestedRepository`
+    (the job fails ``nested_repository``): ``git status`` or ``add`` there could descend
+    into it and obey its config. Nothing of it is read or removed: the clone is deleted
+    with the job."""
     refused = untrusted(worktree)
     if refused is None:
+        content.refuse(nested_repositories(worktree))
         restore_metadata(worktree)
     return refused
+
+
+def nested_repositories(worktree: Worktree) -> list[Violation]:
+    """Every ``.git`` below the clone's root (directory, file or link), read from the file
+    system alone."""
+    found = content.read_checkout(worktree.path).nested
+    return [Violation("nested_repository", path) for path in found]
 
 
 def fetch_locked(parent: MemoryRepo, worktree: Worktree) -> str | None:
@@ -222,7 +240,8 @@ def untrusted(worktree: Worktree) -> str | None:
 
 def restore_metadata(worktree: Worktree) -> None:
     """Put the clone's git dir back as the harness made it, before any harness git runs in
-    it or fetches from it: our config, no hooks, no ``commondir``, no ``info/`` rules, and
+    it or fetches from it: our config, no hooks, no ``commondir``, ``info/`` holding only
+    the attributes that unset every filter and driver (:mod:`shared.memory.git_pin`), and
     alternates naming only the parent's objects."""
     git_dir = worktree.path / ".git"
     for name in ("hooks", "info", "commondir", "config.worktree", "worktrees", "shallow"):
@@ -230,6 +249,7 @@ def restore_metadata(worktree: Worktree) -> None:
     (git_dir / "config").unlink(missing_ok=True)
     config = CLONE_CONFIG.format(name=SUBAGENT_NAME, email=worktree.author_email)
     (git_dir / "config").write_text(config, encoding="utf-8")
+    git_pin.write_attributes(git_dir)
     alternates = git_dir / "objects" / "info" / "alternates"
     alternates.parent.mkdir(parents=True, exist_ok=True)
     alternates.unlink(missing_ok=True)

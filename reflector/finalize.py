@@ -24,7 +24,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
 from reflector.checkout import Worktree, branch_exists, fetch_locked, purge, secure
-from shared.errors import MemoryRepoError
+from shared.errors import MemoryRepoError, NestedRepository
 from shared.memory import git, git_locks
 from shared.memory.provenance import JOB_ID, with_trailers
 from shared.memory.repo import MemoryRepo
@@ -67,6 +67,9 @@ class FinalizeResult(BaseModel):
     wraps in its "will retry later" wording."""
     merged_head: str | None = None
     conflict_files: list[str] = Field(default_factory=list)
+    reason: str | None = None
+    """The outcome's reason when the status alone does not say it (``failed`` because the
+    clone held a nested repository: ``nested_repository``)."""
 
     @property
     def consumed(self) -> bool:
@@ -87,7 +90,8 @@ def finalize(
     The first matching row of spec §4 wins (rows 0 ``knownNoChanges`` and 5 "refresh from
     origin" do not exist here: callers always know the worktree, and memory has no origin):
 
-    0'. the clone's ``.git`` is no longer the directory we made → ``failed``/reflection,
+    0'. the clone's ``.git`` is no longer the directory we made, or its checkout holds a
+       nested repository (``reason`` ``nested_repository``) → ``failed``/reflection,
        nothing read from it;
     1. uncommitted changes in the checkout → ``dirty_uncommitted`` (checked before
        ``should_merge``, so a failed sub-agent that left edits ends here too);
@@ -154,7 +158,10 @@ def _decide(
                 f"{'checkout or ' if missing else ''}branch left (already finalized?)",
             )
     else:
-        refused = secure(worktree)
+        try:
+            refused = secure(worktree)
+        except NestedRepository as exc:
+            return _failed("reflection", exc.message).model_copy(update={"reason": exc.code})
         if refused is not None:
             return _failed("reflection", refused)
         if _has_uncommitted_changes(worktree.path):

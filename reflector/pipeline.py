@@ -432,6 +432,9 @@ class _Job:
             if run.unread:
                 message += " Some messages were not read yet; the next reflection takes them."
             return self.outcome(result.status, None, message, commits, run.unread)
+        if result.reason is not None:  # what the harness found outranks how the run went
+            detail = f"{result.message}; nothing was merged, the transcript can be retried."
+            return self.outcome("failed", result.reason, detail)
         if not run.success:
             reason: str = run.reason
         elif result.status == "failed":

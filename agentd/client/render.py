@@ -120,6 +120,8 @@ def print_status(status: dict[str, Any]) -> None:
             )
         if agent.get("reflection_paused"):
             print(f"         ! {agent['reflection_paused']['text']}")
+        if agent.get("memory_content_notice"):
+            print(f"         ! {agent['memory_content_notice']}")
         recall = agent.get("recall")
         if recall:
             size = recall["bytes_on_disk"]

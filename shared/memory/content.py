@@ -22,6 +22,7 @@ Both return :class:`Violation` s; :func:`refuse` turns the first into its typed 
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared.errors import MemoryContentError, MemoryRepoError, MemoryTooLarge, NestedRepository
 from shared.memory import git
+from shared.memory.hand_edits import commit_command
 
 Rule = Literal["nested_repository", "file_too_large", "memory_too_large"]
 
@@ -68,20 +70,41 @@ def is_git_name(name: str) -> bool:
     return name.casefold() == ".git"
 
 
-def scan_checkout(root: Path, limits: MemoryLimits) -> list[Violation]:
-    """What the checkout at ``root`` holds that memory may not, read from the file system.
+@dataclass(frozen=True, slots=True)
+class Checkout:
+    """What a walk of a checkout found: the nested ``.git`` entries and every file's size."""
 
-    Walks without following links and without entering a nested ``.git`` (nor the root's
-    own). A link counts as its own few bytes, never its target's."""
+    nested: list[str]
+    """Paths of ``.git`` directories, files or links below the root, relative to it."""
+    sizes: dict[str, int]
+    """Each file's size in bytes by relative path; a link counts as 0 (its own few bytes,
+    never its target's)."""
+
+    def violations(self, limits: MemoryLimits) -> list[Violation]:
+        found = [Violation("nested_repository", path) for path in self.nested]
+        found += [
+            Violation("file_too_large", path, size, limits.file_bytes)
+            for path, size in self.sizes.items()
+            if size > limits.file_bytes
+        ]
+        total = sum(self.sizes.values())
+        if total > limits.total_bytes:
+            found.append(Violation("memory_too_large", "", total, limits.total_bytes))
+        return found
+
+
+def read_checkout(root: Path) -> Checkout:
+    """Walk the checkout at ``root`` without following links and without entering a nested
+    ``.git`` (nor the root's own)."""
     root = root.absolute()
-    found: list[Violation] = []
-    total = 0
+    nested: list[str] = []
+    sizes: dict[str, int] = {}
     for directory, subdirs, files in os.walk(root, followlinks=False):
         here = Path(directory)
         relative = here.relative_to(root)
         for name in [*subdirs, *files]:
             if is_git_name(name) and (here != root or name != ".git"):
-                found.append(Violation("nested_repository", (relative / name).as_posix()))
+                nested.append((relative / name).as_posix())
         subdirs[:] = [name for name in subdirs if not is_git_name(name)]
         for name in files:
             if is_git_name(name):
@@ -90,14 +113,14 @@ def scan_checkout(root: Path, limits: MemoryLimits) -> list[Violation]:
                 info = os.lstat(here / name)
             except FileNotFoundError:
                 continue  # removed while we walked
-            size = info.st_size if stat.S_ISREG(info.st_mode) else 0
-            total += size
-            if size > limits.file_bytes:
-                path = (relative / name).as_posix()
-                found.append(Violation("file_too_large", path, size, limits.file_bytes))
-    if total > limits.total_bytes:
-        found.append(Violation("memory_too_large", "", total, limits.total_bytes))
-    return found
+            sizes[(relative / name).as_posix()] = info.st_size if stat.S_ISREG(info.st_mode) else 0
+    return Checkout(sorted(nested), sizes)
+
+
+def scan_checkout(root: Path, limits: MemoryLimits) -> list[Violation]:
+    """What the checkout at ``root`` holds that memory may not, read from the file system
+    (:func:`read_checkout`)."""
+    return read_checkout(root).violations(limits)
 
 
 def scan_tree(repo_dir: Path, rev: str, limits: MemoryLimits) -> list[Violation]:
@@ -145,10 +168,11 @@ def describe(violation: Violation) -> str:
     )
 
 
-def error_for(violation: Violation) -> MemoryContentError:
-    """The typed error for ``violation``."""
+def error_for(violation: Violation, then: str = "") -> MemoryContentError:
+    """The typed error for ``violation``; ``then`` says what became of it."""
     kind = NestedRepository if violation.rule == "nested_repository" else MemoryTooLarge
-    return kind(describe(violation), path=violation.path, rule=violation.rule)
+    message = describe(violation) + (f". {then}" if then else "")
+    return kind(message, path=violation.path, rule=violation.rule)
 
 
 def refuse(violations: Iterable[Violation]) -> None:
@@ -157,3 +181,22 @@ def refuse(violations: Iterable[Violation]) -> None:
     ordered = sorted(violations, key=lambda found: found.rule != "nested_repository")
     if ordered:
         raise error_for(ordered[0])
+
+
+def notice(agent: str, memory_dir: Path, violations: list[Violation]) -> str:
+    """What ``agentctl status`` and ``agentd doctor`` say about memory holding what it may
+    not (a hand edit put it there, or a git of the user's), with what to do about each."""
+    parts = []
+    for violation in violations:
+        if violation.rule == "nested_repository":
+            where = shlex.quote(str(memory_dir / violation.path))
+            parts.append(
+                f"{violation.path} is a git repository inside memory: agentd commits nothing "
+                f"while it is there, and the agent's next edit deletes it; move it out of "
+                f"memory or delete it (`rm -rf {where}`)"
+            )
+        else:
+            parts.append(f"{describe(violation)}: shrink or split it")
+    commit = f"`{commit_command(agent)}`"
+    sizes = any(violation.rule != "nested_repository" for violation in violations)
+    return "; ".join(parts) + (f", then commit with {commit}" if sizes else "")

@@ -8,9 +8,21 @@ avoid git altogether (:meth:`MemoryRepo.head` reads ``.git`` files) or use one b
 Writers serialise on a ``flock`` beside the repo (:attr:`MemoryRepo.lock_path`); two writers
 in one checkout otherwise collide on ``index.lock``. A commit is refused while a merge, a
 revert or a cherry-pick is in progress, because git would happily conclude it with conflict
-markers in memory (or seal the user's revert as the agent's edit). A git
-lock file left by a git that died is removed and the command run again; one a live git
-holds is :class:`MemoryBusy` (:mod:`shared.memory.git_locks`).
+markers in memory (or seal the user's revert as the agent's edit).
+
+What memory may not hold (:mod:`shared.memory.content`) is dealt with before git stages
+anything, and so before ``git add`` could descend into a nested repository and obey its
+config. Who wrote decides how (:data:`Writer`): the agent's nested repositories and the
+files it made or grew past a limit are taken out of the checkout (a nested ``.git`` is
+deleted, an oversized file put back as it was at HEAD, or deleted if it is new), the rest
+of its change is committed, and the typed error tells the model what was refused. Left in
+place, they would fail every later commit and hold reflection back (a dirty checkout).
+A user's commit is refused whole while a nested repository is there (the user decides
+what to do with it); a user's oversized file is committed, and ``agentctl status`` and
+``agentd doctor`` report it (:mod:`shared.memory.screen`).
+
+A git lock file left by a git that died is removed and the command run again; one a live
+git holds is :class:`MemoryBusy` (:mod:`shared.memory.git_locks`).
 """
 
 from __future__ import annotations
@@ -26,8 +38,10 @@ from typing import Self, TypeVar
 
 import structlog
 
-from shared.errors import MemoryPathError, MemoryRepoError
-from shared.memory import frontmatter, git, git_locks
+from shared.errors import MemoryContentError, MemoryPathError, MemoryRepoError
+from shared.memory import content, frontmatter, git, git_locks, screen
+from shared.memory.content import MemoryLimits
+from shared.memory.screen import Writer
 from shared.store.layout import memory_lock
 from shared.store.locks import async_file_lock
 
@@ -91,8 +105,10 @@ class MemoryRepo:
     """A memory repo's main checkout. ``with`` is kept for callers' scoping; nothing
     stays open between git commands."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, limits: MemoryLimits | None = None) -> None:
         self.path = path.absolute()
+        self.limits = limits or MemoryLimits()
+        """The size limits the agent's commits keep to (the daemon's settings)."""
         self._git_dir = self.path / ".git"
         if not self._git_dir.is_dir() or not (self._git_dir / "HEAD").is_file():
             raise MemoryRepoError(
@@ -102,7 +118,14 @@ class MemoryRepo:
 
     @classmethod
     def create(
-        cls, path: Path, *, agent_id: str, agent_name: str, persona: str, human: str
+        cls,
+        path: Path,
+        *,
+        agent_id: str,
+        agent_name: str,
+        persona: str,
+        human: str,
+        limits: MemoryLimits | None = None,
     ) -> MemoryRepo:
         """Initialise a repo at ``path`` with ``system/persona.md`` and ``system/human.md``."""
         if (path / ".git").exists():
@@ -111,13 +134,15 @@ class MemoryRepo:
             )
         path.mkdir(parents=True, exist_ok=True)
         git.run(path, "init", "--quiet", "--template=", f"--initial-branch={_BRANCH}")
-        repo = cls(path)
+        repo = cls(path, limits=limits)
         try:
             email = f"{agent_id}@agentd.local"
             repo.configure(agent_name, email)
             repo._write_system_file("persona", "Who I am and how I behave.", persona)
             repo._write_system_file("human", "What I know about the user.", human)
-            repo.commit_all(INITIAL_COMMIT_MESSAGE, author_name=agent_name, author_email=email)
+            repo.commit_all(
+                INITIAL_COMMIT_MESSAGE, author_name=agent_name, author_email=email, by="user"
+            )
         except BaseException:
             repo.close()
             raise
@@ -158,48 +183,67 @@ class MemoryRepo:
         return sha
 
     def commit_all(
-        self, message: str, *, author_name: str, author_email: str, concludes_revert: bool = False
+        self,
+        message: str,
+        *,
+        author_name: str,
+        author_email: str,
+        by: Writer = "agent",
+        concludes_revert: bool = False,
     ) -> str | None:
         """Stage everything and commit it; the new sha, or None when nothing changed.
 
         The caller holds :attr:`lock_path` (see :meth:`edit`). Refused while a merge, revert
         or cherry-pick is unfinished (see :meth:`recover`), except the revert a caller
         started itself and saw apply cleanly (``concludes_revert``, :mod:`shared.memory.revert`).
+        Content memory may not hold is dealt with first, as ``by`` says (:data:`Writer`):
+        :class:`MemoryContentError` is raised, for the agent once the rest is committed.
         """
+        sha, refused = self._commit(message, author_name, author_email, by, concludes_revert)
+        if refused is not None:
+            raise refused
+        return sha
+
+    def _commit(
+        self, message: str, author_name: str, author_email: str, by: Writer, revert: bool
+    ) -> tuple[str | None, MemoryContentError | None]:
         for marker, operation in _UNFINISHED.items():
-            if (self._git_dir / marker).exists() and not (
-                concludes_revert and marker == "REVERT_HEAD"
-            ):
+            if (self._git_dir / marker).exists() and not (revert and marker == "REVERT_HEAD"):
                 raise MemoryRepoError(
                     f"a {operation} is in progress in {self.path}; committing now would seal "
                     f"its half-done changes (conflict markers and all) into memory. Run "
                     f"`git -C {self.path} {operation} --abort` (agentd does this on restart) "
                     "and retry"
                 )
+        refused = screen.screen(self.path, self.limits, by)
         self._git("add", "-A")
         if self._git_status("diff", "--cached", "--quiet") == 0:
-            return None
+            return None, refused
         self._git("commit", "-q", "-m", message, f"--author={author_name} <{author_email}>")
-        return self.head()
+        return self.head(), refused
 
     @contextlib.asynccontextmanager
     async def edit(
-        self, message: str, *, author_name: str, author_email: str
+        self, message: str, *, author_name: str, author_email: str, by: Writer = "agent"
     ) -> AsyncIterator[Edit]:
         """Hold the memory lock for the body, then commit what it changed as ``message``.
 
         Yields the :class:`Edit`, whose ``after`` is set once the commit is made. The commit
         runs in a thread so the event loop keeps serving other agents. Nothing is committed
-        if the body raises; if the commit fails, the body's :attr:`Edit.undo` runs.
+        if the body raises; if the commit fails, the body's :attr:`Edit.undo` runs. Content
+        memory may not hold is dealt with as ``by`` says (:meth:`commit_all`); its
+        :class:`MemoryContentError` is raised once ``after`` is set (for the agent, the rest
+        of the change is committed by then). A user's edit while a nested repository is in
+        the checkout is refused before the body runs.
         """
         async with async_file_lock(self.lock_path):
+            if by == "user":  # refused before the body writes anything
+                screen.refuse_nested(await asyncio.to_thread(content.read_checkout, self.path))
             change = Edit(before=self.head())
             yield change
             try:
-                sha = await _run_to_completion(
-                    asyncio.to_thread(
-                        self.commit_all, message, author_name=author_name, author_email=author_email
-                    )
+                sha, refused = await _run_to_completion(
+                    asyncio.to_thread(self._commit, message, author_name, author_email, by, False)
                 )
             except BaseException:
                 if change.undo is not None and self.head() == change.before:
@@ -212,6 +256,8 @@ class MemoryRepo:
         else:
             log.info("memory_committed", path=str(self.path), sha=sha)
             log.debug("memory_commit_message", sha=sha, message=message)
+        if refused is not None:
+            raise refused
 
     def is_dirty(self) -> bool:
         """Whether the checkout differs from HEAD, untracked files included."""

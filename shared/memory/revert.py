@@ -69,6 +69,7 @@ def revert(
                 _message(target),
                 author_name=USER_NAME,
                 author_email=USER_EMAIL,
+                by="user",
                 concludes_revert=True,
             )
         except BaseException:

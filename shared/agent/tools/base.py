@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from shared.agent.tools.args import ToolArgs, parameters_schema, parse_args
+from shared.memory.content import MemoryLimits
 from shared.models.messages import Message
 from shared.providers.base import ToolSchema
 from shared.recall.ranking import Found, SearchRequest
@@ -26,7 +27,10 @@ then commits every change in the memory repo with that message (nothing to commi
 commit). Tools that may touch memory run their whole write in it (bash its whole
 command), so the checkout never has two writers: a reflection merge waits for the lock.
 Waiting too long raises :class:`~shared.errors.LockTimeout`, a failed commit
-:class:`~shared.errors.MemoryRepoError`; tools tell the model either as a ``ToolError``."""
+:class:`~shared.errors.MemoryRepoError`, content memory may not hold (a nested repository,
+a file over a size limit; taken out, the rest committed)
+:class:`~shared.errors.MemoryContentError`; tools tell the model each as a ``ToolError``
+or a note in their result."""
 
 
 @contextlib.asynccontextmanager
@@ -60,6 +64,9 @@ class ToolContext:
     """Whether bash may run without bubblewrap on a host that lacks it
     (``AGENTD_UNSANDBOXED_BASH``): then it sees everything this user can."""
     memory_edit: MemoryEdit = no_memory_edit
+    memory_limits: MemoryLimits = field(default_factory=MemoryLimits)
+    """The size limits of memory files and of memory as a whole: the file tools refuse a
+    write past them before writing (:mod:`shared.memory.content`)."""
     extra_env: dict[str, str] = field(default_factory=dict)
     """Variables added to bash's scrubbed environment (e.g. ``MEMORY_DIR``)."""
     conversation_id: str | None = None

@@ -21,9 +21,11 @@ command cannot flood the context.
 Bash may change memory files, so the command runs holding the agent's memory lock and
 whatever it changed there is committed when it ends, under the same lock: the checkout
 has one writer, and a reflection merge never runs while a command is halfway through
-its edits (the merge waits for the lock). A private worktree per command would not do:
-the model knows the checkout's absolute path (the system prompt names it) and writes
-there.
+its edits (the merge waits for the lock). What memory may not hold (a nested git
+repository, a file over a size limit) is taken out before that commit and the result
+ends with the typed error naming it (:mod:`shared.memory.screen`); the rest is committed.
+A private worktree per command would not do: the model knows the checkout's absolute path
+(the system prompt names it) and writes there.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from pydantic import Field
 from shared import sandbox
 from shared.agent.tools.args import NonBlankStr, ToolArgs
 from shared.agent.tools.base import Tool, ToolContext
-from shared.errors import LockTimeout, MemoryRepoError, ToolError
+from shared.errors import LockTimeout, MemoryContentError, MemoryRepoError, ToolError
 from shared.sandbox import Walls
 
 MAX_TIMEOUT_S = 600.0
@@ -94,6 +96,8 @@ class Bash(Tool):
         try:
             async with ctx.memory_edit(f"bash: {' '.join(command.split())[:60]}"):
                 ran = await _run(argv, env, ctx, timeout)
+        except MemoryContentError as exc:
+            not_committed = f"\n[{exc.code}: {exc.message}]"
         except (LockTimeout, MemoryRepoError) as exc:
             if ran is None:
                 raise ToolError(f"the command did not run: {exc.message}") from None

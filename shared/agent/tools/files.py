@@ -2,7 +2,10 @@
 
 Bash could do all of this, but these tools give the model line numbers to cite, exact
 replacements that fail loudly instead of silently mangling a file, atomic writes, and a
-commit per change when the file is in the agent's memory repo.
+commit per change when the file is in the agent's memory repo. A write memory may not
+hold (into a nested ``.git``, past the per-file or whole-memory size limit) is refused
+before anything is written, with the typed error naming the file and the limit
+(:mod:`shared.memory.content`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import os
 import secrets
 import stat
 from collections.abc import AsyncIterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pydantic import Field
 
@@ -25,7 +28,9 @@ from shared.agent.tools.paths import (
     resolve_for_read,
     resolve_for_write,
 )
-from shared.errors import LockTimeout, MemoryRepoError, ToolError
+from shared.errors import LockTimeout, MemoryContentError, MemoryRepoError, ToolError
+from shared.memory import content
+from shared.memory.content import Violation
 
 MAX_READ_BYTES = 10 * 1024 * 1024
 DEFAULT_READ_LINES = 2000
@@ -60,6 +65,7 @@ class WriteFile(Tool):
         path = resolve_for_write(args.path, ctx)
         verb = "update" if path.exists() else "create"
         async with _memory_scope(path, ctx, f"write_file: {verb}"):
+            _fits_memory(path, args.content, ctx)
             _atomic_write(path, args.content, ctx)
         return f"wrote {len(args.content)} chars to {path}"
 
@@ -82,7 +88,9 @@ class EditFile(Tool):
         async with _memory_scope(path, ctx, "edit_file: update"):
             text = _read_text(path, ctx)
             count = _count_matches(path, text, old, args.replace_all)
-            _atomic_write(path, text.replace(old, new, -1 if args.replace_all else 1), ctx)
+            edited = text.replace(old, new, -1 if args.replace_all else 1)
+            _fits_memory(path, edited, ctx)
+            _atomic_write(path, edited, ctx)
         return f"edited {path}: {count} replacement{'s' if count > 1 else ''}"
 
 
@@ -117,10 +125,40 @@ async def _memory_scope(path: Path, ctx: ToolContext, action: str) -> AsyncItera
         async with ctx.memory_edit(f"{action} {rel}"):
             entered = True
             yield
+    except MemoryContentError as exc:
+        raise ToolError(f"{exc.code}: {exc.message}") from None
     except (LockTimeout, MemoryRepoError) as exc:
         if not entered:
             raise ToolError(f"{path} was not changed: {exc.message}") from None
         raise ToolError(f"{path} was changed but not committed: {exc.message}") from None
+
+
+def _fits_memory(path: Path, text: str, ctx: ToolContext) -> None:
+    """Refuse, before writing, a memory file memory may not hold: one inside a nested
+    ``.git``, or one that grows past the per-file limit, or memory past its whole limit
+    (a file already over a limit may still be made smaller). Read under the memory lock,
+    so the sizes are what the commit will see."""
+    rel = memory_relative(path, ctx)
+    if rel is None:
+        return
+    parts = PurePosixPath(rel).parts
+    nested = next((i for i, part in enumerate(parts) if content.is_git_name(part)), None)
+    refused: Violation | None = None
+    if nested is not None:
+        refused = Violation("nested_repository", "/".join(parts[: nested + 1]))
+    else:
+        limits = ctx.memory_limits
+        size = len(text.encode("utf-8"))
+        sizes = content.read_checkout(ctx.memory_dir).sizes
+        before = sizes.get(rel, 0)
+        total = sum(sizes.values()) - before + size
+        if size > limits.file_bytes and size > before:
+            refused = Violation("file_too_large", rel, size, limits.file_bytes)
+        elif total > limits.total_bytes and size > before:
+            refused = Violation("memory_too_large", "", total, limits.total_bytes)
+    if refused is not None:
+        error = content.error_for(refused, "Nothing was written")
+        raise ToolError(f"{error.code}: {error.message}")
 
 
 def _read_text(path: Path, ctx: ToolContext) -> str:
