@@ -176,6 +176,8 @@ def check_core_memory(settings: Settings) -> Finding:
     for record in AgentStore(settings.layout).scan().records:
         with contextlib.suppress(AgentdError):  # a damaged repo is the memory repos finding
             repo = MemoryRepo(settings.layout.memory_dir(record.id))  # refuses a non-repo
+            if git.pin_problems(repo.path):
+                continue  # git would first restore .git: the git walls finding says so
             files = system_files(repo.path, "HEAD")
             gone = [path for path in (PERSONA_PATH, HUMAN_PATH) if path not in files]
             if gone:

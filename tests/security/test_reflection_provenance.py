@@ -27,6 +27,7 @@ import pytest
 
 from shared import sandbox
 from shared.memory import git
+from shared.memory.git_pin import ATTRIBUTES
 from shared.memory.repo import MemoryRepo
 from shared.models.reflection import ReflectionOutcome
 from shared.providers.litellm_provider import LiteLLMProvider
@@ -203,7 +204,8 @@ def test_explicit_merge_the_reviewing_agent_cannot_reach_the_memory_repo_but_is_
     shown = _tool_results(world)
     assert "done" in shown[0] and "merge=0" not in shown[0] and "fetch=0" not in shown[0]
     assert (memory / ".git/config").read_text() == config_before
-    assert not (memory / ".git/info/attributes").exists()
+    # only the attributes the harness pins (every driver unset), never the planted filter
+    assert (memory / ".git/info/attributes").read_bytes() == ATTRIBUTES
     assert not (memory / ".git/hooks/pre-commit").exists()
     assert FORGED not in world.human()
     assert (outcome.status, outcome.message) == (
