@@ -24,6 +24,7 @@ from shared.agent.prompts import INTEGRATION_MARKER
 from shared.agent.tools.base import ToolContext
 from shared.agent.tools.bash import Bash
 from shared.agent.tools.files import EditFile, ReadFile
+from shared.agent.tools.view import MEMORY, PROPOSAL, PathView, memory_name
 from shared.clock import Clock, utc_now
 from shared.memory import git
 from shared.memory.compile import compile_system_prompt
@@ -62,25 +63,38 @@ class IntegrationBash(Bash):
     ignores any hook or config it might leave there, :mod:`shared.memory.git`)."""
 
     def walls(self, ctx: ToolContext) -> sandbox.Walls:
-        return sandbox.Walls(cwd=ctx.workspace, writable=[ctx.workspace, ctx.memory_dir])
+        names = ctx.names()
+        binds = tuple(
+            sandbox.Bind(path, names.inside(path), writable=True)
+            for path in (ctx.workspace, ctx.memory_dir)
+        )
+        return sandbox.Walls(cwd=names.inside(ctx.workspace), binds=binds)
+
+
+def integration_view(worktree: Worktree, memory_dir: Path) -> PathView:
+    """The integrating agent's names: the proposal at ``/proposal``, its memory at
+    ``/memory`` (the host paths where bash runs bare)."""
+    return PathView.of((PROPOSAL, worktree.path), (MEMORY, memory_dir))
 
 
 def integration_task(
     *, worktree: Worktree, memory_dir: Path, reflection_id: str, instructions: str
 ) -> str:
+    view = integration_view(worktree, memory_dir)
+    proposal, memory_dir = view.inside(worktree.path), view.inside(memory_dir)
     merge = (
         f"git -C {memory_dir} merge --no-ff {worktree.branch} "
         f'-m "merge(reflection): <summary>" -m "{JOB_ID}: {worktree.job_id}"'
     )
     task = f"""{INTEGRATION_MARKER} Reflection integration (reflection {reflection_id})
 A background reflection proposes memory changes for you to review before they land.
-- Proposal checkout: {worktree.path} (branch {worktree.branch}, based on {worktree.base_head[:12]})
+- Proposal checkout: {proposal} (branch {worktree.branch}, based on {worktree.base_head[:12]})
 - Your memory repo: {memory_dir}
-Review the proposal commits (`git -C {worktree.path} log -p {worktree.base_head}..HEAD`):
+Review the proposal commits (`git -C {proposal} log -p {worktree.base_head}..HEAD`):
 are they accurate, durable, and in the right files? You may add ONE follow-up commit in the
 proposal checkout (no amend) with subject `merge(reflection): <summary>` and the trailer
 `Reflection-Subagent-ID: {reflection_id}`, then bring it over with
-`git -C {memory_dir} fetch --quiet {worktree.path} +HEAD:{worktree.branch}`. Then merge the
+`git -C {memory_dir} fetch --quiet {proposal} +HEAD:{worktree.branch}`. Then merge the
 proposal into your memory repo:
 `{merge}`;
 if it conflicts, resolve it so both repos end clean, or run `git -C {memory_dir} merge --abort`.
@@ -107,8 +121,11 @@ async def run_integration(
     conversation = Conversation.create(
         JobLayout(conversation_dir), agent.id, memory_head=None, clock=clock
     )
+    view = integration_view(worktree, memory_dir)
     with MemoryRepo(memory_dir) as repo:
-        system = compile_system_prompt(agent.system_prompt, repo.read_tree(), memory_dir)
+        system = compile_system_prompt(
+            agent.system_prompt, repo.read_tree(), memory_name(memory_dir)
+        )
         lock_path = repo.lock_path
 
     async def system_prompt() -> str:
@@ -123,7 +140,11 @@ async def run_integration(
             workspace=worktree.path,
             memory_dir=memory_dir,
             bash_unsandboxed=unsandboxed_bash,
-            extra_env={"PROPOSAL_DIR": str(worktree.path), "PARENT_MEMORY_DIR": str(memory_dir)},
+            view=view,
+            extra_env={
+                "PROPOSAL_DIR": view.inside(worktree.path),
+                "PARENT_MEMORY_DIR": view.inside(memory_dir),
+            },
         ),
         system_prompt=system_prompt,
         max_steps=MAX_STEPS,

@@ -24,7 +24,7 @@ from tests.agent.tools.conftest import RecordingMemoryEdit
 PAYLOAD = PayloadFile(path=Path("/payload.json"), slices=[], is_manifest=False)
 EVERY_TOOL: list[Tool] = [
     *main_agent_tools(),
-    *reflection_tools(PAYLOAD, Path("/objects")),
+    *reflection_tools(PAYLOAD),
     IntegrationBash(),
 ]
 """Every tool a model is offered: the main agent's, the reflection sub-agent's, and the
