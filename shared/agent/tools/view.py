@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -86,7 +87,8 @@ class PathView:
         names the checkout, an exception's text)."""
         for place in sorted(self.places, key=lambda p: len(p.host.parts), reverse=True):
             for root in {str(Path(os.path.realpath(place.host))), str(place.host)}:
-                text = text.replace(root, str(place.shown))
+                # The whole path or a path below it, not a longer name it begins.
+                text = re.sub(re.escape(root) + r"(?![\w.-])", str(place.shown), text)
         return text
 
 
