@@ -11,8 +11,12 @@ not ``pwd`` or its environment, not bwrap's command line (``/proc/1/cmdline``), 
 ``/proc/self/mountinfo``, which shows the source path of every bind mount. That last one
 takes staging the binds on filesystems of their own first (:mod:`shared.sandbox_stage`,
 :func:`command_argv`); where this host does not allow it (no overlayfs in a user
-namespace), the binds stay plain, the sandbox still confines, and the start-up log and
-``agentd doctor`` say the host paths are visible in ``mountinfo``.
+namespace, an upper filesystem without user extended attributes), the binds stay plain,
+the sandbox still confines under the same names, the first such command logs
+``sandbox_paths_visible`` with the reason, and :func:`hides_host_paths` answers for a
+directory. A staged directory is an overlay: a file created in it from outside while a
+command runs (another conversation's ``write_file`` in the workspace) may not show in
+that command until the next one; what the command writes shows outside at once.
 
 Two hazards shape the argv (``../shared/spec/sandbox.md``). bwrap itself is PID 1 inside
 and keeps the environment it was started with, so callers start it with the already

@@ -1,8 +1,9 @@
 """The bash tool: the model's general-purpose hands, fenced in space, time, output and env.
 
 Space: where bubblewrap works, every command runs inside it (:mod:`shared.sandbox`) and
-sees the agent's workspace and memory checkout (writable; the checkout's ``.git``
-read-only, so no hook, config or ref can be planted for the harness's git), a minimal
+sees the agent's workspace and memory checkout as ``/workspace`` and ``/memory`` (the
+names its system prompt uses; writable; the checkout's ``.git`` read-only, so no hook,
+config or ref can be planted for the harness's git), no host path of them, a minimal
 read-only system, a ``/proc`` of its own PID namespace and a private ``/tmp``; no network
 unless ``AGENTD_TOOL_NETWORK=1``. ``$AGENTD_HOME``, other agents, the daemon's processes
 and ``/etc/shadow`` are simply not there. Without bubblewrap a command runs only where the
@@ -22,8 +23,7 @@ Bash may change memory files, so the command runs holding the agent's memory loc
 whatever it changed there is committed when it ends, under the same lock: the checkout
 has one writer, and a reflection merge never runs while a command is halfway through
 its edits (the merge waits for the lock). A private worktree per command would not do:
-the model knows the checkout's absolute path (the system prompt names it) and writes
-there.
+the model knows the checkout by the name the system prompt gives it and writes there.
 """
 
 from __future__ import annotations
