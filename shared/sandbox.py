@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -224,16 +225,22 @@ class _Staging:
         return cls({"overlays": overlays, "files": files}, sources, key)
 
     def works(self) -> bool:
-        """Staging these walls works on this host: checked once per set of filesystems."""
-        if self.key not in _CHECKED:
-            _CHECKED[self.key] = _check(self.plan)
-            for parent, name in self.plan["overlays"]:
-                remove_scratch(scratch_dir(Path(parent) / name))
-            if _CHECKED[self.key]:
-                log.warning("sandbox_paths_visible", reason=_CHECKED[self.key])
-        return not _CHECKED[self.key]
+        """Staging these walls works on this host: checked once per set of filesystems
+        (one check at a time: a check's clean-up must not meet a command it let start)."""
+        with _CHECKING:
+            if self.key not in _CHECKED:
+                parents = {Path(parent): os.stat(parent) for parent, _ in self.plan["overlays"]}
+                _CHECKED[self.key] = _check(self.plan)
+                for parent, name in self.plan["overlays"]:
+                    remove_scratch(scratch_dir(Path(parent) / name))
+                for parent, before in parents.items():  # as untouched as it was (doctor)
+                    os.utime(parent, ns=(before.st_atime_ns, before.st_mtime_ns))
+                if _CHECKED[self.key]:
+                    log.warning("sandbox_paths_visible", reason=_CHECKED[self.key])
+            return not _CHECKED[self.key]
 
 
+_CHECKING = threading.Lock()
 _CHECKED: dict[tuple[int, ...], str] = {}
 """Per set of filesystems, why staging failed there ("" where it works)."""
 _OVERLAY_SPECIAL = ",:\\"

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 import structlog
 
+from agentd.doctor import check_sandbox
 from reflector.checkout import create_worktree
 from reflector.finalize import finalize
 from reflector.tools import ReflectionBash, reflection_context
@@ -39,6 +40,7 @@ from shared.agent.tools.view import memory_name
 from shared.memory.compile import compile_system_prompt
 from shared.memory.repo import MemoryRepo
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
+from shared.settings import Settings
 from tests.agent.tools.conftest import fake_no_bubblewrap
 from tests.support.daemon import DaemonRunner
 from tests.support.payloads import payload_of
@@ -200,6 +202,21 @@ def test_where_staging_fails_the_sandbox_runs_under_the_same_names_and_says_so(
     assert [w["reason"] for w in warnings] == ["overlayfs refused (test)"], "said once"
     hidden, why = sandbox.hides_host_paths(home.memory)
     assert not hidden and "overlayfs refused (test)" in why
+    doctor = check_sandbox(Settings(home=home.path)).line()
+    assert (
+        doctor.startswith("✓ sandbox: sandbox on")
+        and "host paths in /proc/self/mountinfo" in doctor
+    )
+
+
+@needs_bubblewrap
+def test_doctor_says_the_sandbox_names_no_host_path(home: Home) -> None:
+    assert (
+        check_sandbox(Settings(home=home.path))
+        .line()
+        .endswith("; the sandbox shows its directories under neutral names only")
+    )
+    assert sorted(p.name for p in home.path.iterdir()) == ["agents"], "the check left nothing"
 
 
 def test_where_bash_runs_bare_the_names_are_the_host_paths_and_still_work(
