@@ -91,8 +91,10 @@ def _up(settings: Settings) -> int:
     """The whole stack; what ``agentd up`` itself logs goes out with its children's lines."""
     from agentd.supervisor import Stack, console_output
     from shared.logging import configure
+    from shared.providers.keys import take_provider_keys
 
-    stack = Stack(settings)
+    # Held for the daemon and the workers, handed to each on a descriptor.
+    stack = Stack(settings, take_keys=take_provider_keys)
     configure(
         "agentd-up",
         level=settings.log_level,
@@ -126,6 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         help="first make every file and directory under the home private (chmod go-rwx)",
     )
     args = parser.parse_args(argv)
+    if args.command in ("serve", "up"):
+        from shared.providers.keys import without_keys_in_the_environment
+
+        # Before anything else: no process of the stack is started with a key in its
+        # environment, this one included (shared/providers/keys.py).
+        without_keys_in_the_environment()
     if args.command == "serve":
         return _serve()
     if args.command == "doctor":

@@ -227,11 +227,17 @@ def check_redis(settings: Settings) -> Finding:
     return Finding(True, "redis", f"{redact_url(location.redis_url)} reachable")
 
 
-def check_sandbox(_settings: Settings) -> Finding:
+def check_sandbox(settings: Settings) -> Finding:
     from shared import sandbox
 
     if sandbox.available():
-        return Finding(True, "sandbox", sandbox.reason())
+        agents = settings.layout.agents_dir
+        if not agents.is_dir():
+            return Finding(True, "sandbox", sandbox.reason())
+        # Confined either way; whether the model can read where the home is, too.
+        return Finding(
+            True, "sandbox", f"{sandbox.reason()}; {sandbox.hides_host_paths(agents)[1]}"
+        )
     return Finding(
         False,
         "sandbox",

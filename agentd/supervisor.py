@@ -23,6 +23,12 @@ with a ``process`` field, for a log collector: the children's JSON lines get the
 line that is not JSON (a traceback) is wrapped, and the supervisor's own messages are
 events like theirs.
 
+No process of the stack holds a provider key in the environment it was started with
+(``/proc/<pid>/environ``, which anything running as the same user reads): ``agentd up``
+itself runs again without them first (:mod:`shared.providers.keys`), keeps them in
+memory, and hands the daemon and each worker theirs on a descriptor they read and close
+at start; Valkey gets none.
+
 The children die with ``agentd up`` even when it cannot stop them (``kill -9``, an OOM
 kill): each is started with a parent-death signal (Linux ``PR_SET_PDEATHSIG``), so none
 lives on in its own session holding the Valkey socket or the daemon's. The daemon and
@@ -55,6 +61,7 @@ from agentd.effective_config import redact_url
 from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress, WebAddressError
 from shared.coordination.broker import locate
 from shared.coordination.embedded import EmbeddedRedis, RedisUnavailable
+from shared.providers.keys import HANDOFF_VARIABLE, ProviderKeys, hand_over, is_key_name
 from shared.settings import Settings
 from shared.store.layout import Layout
 
@@ -158,8 +165,16 @@ def worker_command(name: str, log_level: str = "INFO") -> list[str]:
 
 
 class Stack:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(
+        self, settings: Settings, take_keys: Callable[[], ProviderKeys] = ProviderKeys
+    ) -> None:
         self.settings = settings
+        self._take_keys = take_keys
+        self.keys = ProviderKeys()
+        """Handed to the daemon and each worker on a descriptor, never in an environment:
+        Valkey gets none, and no child's ``/proc/<pid>/environ`` shows one. Taken (from
+        ``os.environ``, :func:`~shared.providers.keys.take_provider_keys`) once the
+        stack is sure to run."""
         self.redis: EmbeddedRedis | None = None
         self.valkey: Child | None = None
         self.children: list[Child] = []
@@ -194,6 +209,7 @@ class Stack:
         try:
             if not self._announce_web():
                 return 1
+            self.keys = self._take_keys()
             self._start_redis()
             self._spawn_all()
             return 0 if self._watch() else 1
@@ -285,10 +301,11 @@ class Stack:
         self.children.append(child)
 
     def child_env(self) -> dict[str, str]:
-        """The children's environment: ours, with how to log and, when ``agentd up --web``
-        turned it on, where the daemon serves the web view."""
+        """The children's environment: ours without a key, with how to log and, when
+        ``agentd up --web`` turned it on, where the daemon serves the web view."""
         log_format = "console" if self._console else "json"
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "AGENTD_LOG_FORMAT": log_format}
+        ours = {name: value for name, value in os.environ.items() if not is_key_name(name)}
+        env = {**ours, "PYTHONUNBUFFERED": "1", "AGENTD_LOG_FORMAT": log_format}
         if self.settings.web:
             env["AGENTD_WEB"] = self.settings.web
         return env
@@ -296,15 +313,20 @@ class Stack:
     def _spawn(
         self, name: str, argv: list[str], color: str, on_our_death: signal.Signals
     ) -> subprocess.Popen[bytes]:
-        process = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=self.child_env(),
-            start_new_session=True,  # Ctrl-C reaches us alone: we stop the children in order
-            preexec_fn=dies_with_this_process(on_our_death),
-        )
+        keys = hand_over(self.keys.values)
+        try:
+            process = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**self.child_env(), HANDOFF_VARIABLE: str(keys)},
+                pass_fds=(keys,),
+                start_new_session=True,  # Ctrl-C reaches us alone: we stop them in order
+                preexec_fn=dies_with_this_process(on_our_death),
+            )
+        finally:
+            os.close(keys)
         threading.Thread(target=self._pump, args=(name, color, process.stdout), daemon=True).start()
         return process
 

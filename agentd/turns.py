@@ -29,6 +29,7 @@ from shared.agent.loop import Emit, Turn, run_turn
 from shared.agent.request import shape_messages
 from shared.agent.tools.base import MemoryEdit, ToolContext
 from shared.agent.tools.registry import agent_shell, main_agent_tools
+from shared.agent.tools.view import memory_name
 from shared.context.budget import Budget, comfortable_window, cramped_room, measure
 from shared.context.calibration import CalibratedProvider, TokenRatioStore
 from shared.ids import new_id
@@ -78,7 +79,7 @@ class PromptCache:
         prompt = self._entries.get(key)
         if prompt is None:
             files = await asyncio.to_thread(repo.read_tree, head)
-            prompt = compile_system_prompt(agent.system_prompt, files, repo.path)
+            prompt = compile_system_prompt(agent.system_prompt, files, memory_name(repo.path))
             if len(self._entries) >= self._max_entries:
                 self._entries.pop(next(iter(self._entries)))
             self._entries[key] = prompt

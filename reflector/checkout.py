@@ -2,14 +2,19 @@
 
 The sub-agent edits memory in its own checkout (``reflections/worktrees/<job_id>``, outside
 the repo dir, on branch ``reflection/<job_id>``) so it never shares an index with the
-daemon, which commits to ``main`` every turn. The checkout is a ``git clone --shared``,
-not a linked worktree: a linked worktree shares its parent's ``.git`` (hooks, config,
-refs), so a sub-agent able to commit could plant a hook that runs outside its sandbox or
-move the parent's ``main`` (``../shared/spec/sandbox.md``). The clone has a git dir of its
-own and borrows the parent's objects through ``objects/info/alternates``, which the
-sandbox shows read-only. Its commits come back only through :func:`collect`: the harness
-first puts the clone's git metadata back the way it made it (config, no hooks, no
-``commondir``, its alternates), then lands the clone's ``HEAD`` as the parent's
+daemon, which commits to ``main`` every turn. The checkout is a clone of the parent's
+HEAD commit alone (``fetch --depth 1``), not a linked worktree: a linked worktree shares
+its parent's ``.git`` (hooks, config, refs), so a sub-agent able to commit could plant a
+hook that runs outside its sandbox or move the parent's ``main``
+(``../shared/spec/sandbox.md``). Nor a ``clone --shared``: its ``objects/info/alternates``
+names the parent's object store by its host path, which the sandbox would have to show
+(and then the model reads where the home is). The shallow clone holds everything it
+needs: no alternates, nothing of the parent in the sandbox. It costs about what a shared
+clone does (on a memory of 3,000 commits in loose objects, as agentd leaves them:
+0.2 s against 0.08 s; a full copy took 10 s), since it copies one tree, not the history.
+Its commits come back only through :func:`collect`: the harness first puts the clone's
+git metadata back the way it made it (config, no hooks, no ``commondir``, no
+alternates, its one shallow commit), then lands the clone's ``HEAD`` as the parent's
 ``reflection/<job_id>`` branch, re-signed and checked (:mod:`reflector.landing`). Every
 git command here runs through :mod:`shared.memory.git`, inert to hooks and config planted
 in either repo. Jobs may run twice, so every step here is safe to repeat;
@@ -26,6 +31,7 @@ from pathlib import Path
 import structlog
 
 from reflector.landing import INCOMING_PREFIX, Landing, land_locked
+from shared import sandbox
 from shared.errors import NestedRepository
 from shared.ids import validate_id
 from shared.memory import content, git, git_pin
@@ -73,11 +79,6 @@ class Worktree:
     identity with the job's id as the one trailer."""
     limits: MemoryLimits = field(default_factory=MemoryLimits)
     """What its commits may hold (:mod:`shared.memory.content`)."""
-
-    @property
-    def parent_objects(self) -> Path:
-        """The parent's object store the clone borrows from; the sandbox shows it read-only."""
-        return self.parent_dir / ".git" / "objects"
 
     @property
     def landing(self) -> Landing:
@@ -130,8 +131,10 @@ def create_worktree(
         limits or MemoryLimits(),
     )
     worktrees_dir.mkdir(parents=True, exist_ok=True)
-    clone = ["clone", "--quiet", "--shared", "--no-checkout", "--template="]
-    git.run(worktrees_dir, *clone, str(parent.path), str(path))
+    git.run(worktrees_dir, "init", "--quiet", "--template=", str(path))
+    # The commit itself, not a branch: HEAD may have moved since it was read.
+    fetch = ["fetch", "--quiet", "--depth", "1", "--no-tags", "--no-write-fetch-head"]
+    git.run(path, *fetch, str(parent.path), base_head)
     restore_metadata(worktree)
     git.run(path, "checkout", "--quiet", "-b", branch, base_head)
     log.info("reflection_worktree_created", job_id=job_id, base_head=base_head)
@@ -168,9 +171,14 @@ def sweep_orphans(
     with MemoryRepo(parent_dir) as parent, file_lock(parent.lock_path, lock_timeout_s):
         done = parent.recover()
         for entry in _dir_entries(worktrees_dir):
-            if entry.name not in live_job_ids:
-                purge(entry)
-                done.append(f"removed leftover checkout {entry.name}")
+            owner = sandbox.scratch_owner(entry.name)
+            if (owner or entry.name) in live_job_ids:
+                continue
+            if owner is not None:  # what a killed sandboxed command left beside its checkout
+                sandbox.remove_scratch(entry)
+                continue
+            purge(entry)
+            done.append(f"removed leftover checkout {entry.name}")
         # Linked worktrees of agentd before private clones: their dirs are gone now.
         git.run(parent.path, "worktree", "prune")
         for branch in _reflection_branches(parent.path):
@@ -241,8 +249,9 @@ def untrusted(worktree: Worktree) -> str | None:
 def restore_metadata(worktree: Worktree) -> None:
     """Put the clone's git dir back as the harness made it, before any harness git runs in
     it or fetches from it: our config, no hooks, no ``commondir``, ``info/`` holding only
-    the attributes that unset every filter and driver (:mod:`shared.memory.git_pin`), and
-    alternates naming only the parent's objects."""
+    the attributes that unset every filter and driver (:mod:`shared.memory.git_pin`), no
+    alternates (another repo's objects), and ``shallow`` naming only the commit it
+    started from, whose history it does not hold."""
     git_dir = worktree.path / ".git"
     for name in ("hooks", "info", "commondir", "config.worktree", "worktrees", "shallow"):
         purge(git_dir / name)
@@ -250,10 +259,9 @@ def restore_metadata(worktree: Worktree) -> None:
     config = CLONE_CONFIG.format(name=SUBAGENT_NAME, email=worktree.author_email)
     (git_dir / "config").write_text(config, encoding="utf-8")
     git_pin.write_attributes(git_dir)
-    alternates = git_dir / "objects" / "info" / "alternates"
-    alternates.parent.mkdir(parents=True, exist_ok=True)
-    alternates.unlink(missing_ok=True)
-    alternates.write_text(f"{worktree.parent_objects}\n", encoding="utf-8")
+    (git_dir / "shallow").write_text(f"{worktree.base_head}\n", encoding="utf-8")
+    for name in ("alternates", "http-alternates"):
+        (git_dir / "objects" / "info" / name).unlink(missing_ok=True)
 
 
 def _force_remove(parent_dir: Path, path: Path, branch: str) -> bool:

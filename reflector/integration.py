@@ -2,9 +2,9 @@
 
 With ``merge: explicit`` the harness does not merge on its own. It opens an integration
 conversation in which the agent — its own model, its own memory in the prompt — reviews
-the proposal in the job's private clone (the proposal checkout) and decides. What it may
-touch is that clone: its shell sees the clone (writable) and the memory repo's object
-store the clone borrows from (read-only), never the memory repo itself, so nothing it
+the proposal in the job's private clone (the proposal checkout, ``/proposal`` to its
+shell) and decides. What it may touch is that clone: its shell sees the clone (writable,
+self-contained: no alternates), never the memory repo itself, so nothing it
 does can plant a config, an attribute or a hook that the harness's git would obey later,
 nor move memory's refs (an integration agent that could write memory's ``.git`` could
 name a ``filter.*.clean`` run by every later memory commit). The memory as it is now is in
@@ -48,6 +48,7 @@ from shared.agent.rules import ToolRules
 from shared.agent.tools.base import ToolContext, no_memory_edit
 from shared.agent.tools.bash import Bash
 from shared.agent.tools.files import EditFile, ReadFile
+from shared.agent.tools.view import PROPOSAL, PathView
 from shared.clock import Clock, utc_now
 from shared.memory import git
 from shared.memory.compile import compile_system_prompt
@@ -88,20 +89,25 @@ def agent_signature(agent: AgentRecord, job_id: str) -> Signature:
 
 
 class IntegrationBash(Bash):
-    """The agent's bash while it reviews: the proposal checkout is its only writable place,
-    and the memory repo's objects (which the checkout borrows) are readable; the memory
-    repo itself, ``.git`` and all, is not there."""
+    """The agent's bash while it reviews: the proposal checkout (``/proposal``) is all it
+    sees of the host besides the minimal system; the memory repo itself, ``.git`` and all,
+    is not there."""
 
     description = (
         "Run bash in the proposal checkout ($PROPOSAL_DIR); returns the output. Your memory "
         "as it is now is the branch memory/main there. Background jobs are killed."
     )
 
-    def __init__(self, parent_objects: Path) -> None:
-        self.readable = [parent_objects]
-
     def walls(self, ctx: ToolContext) -> sandbox.Walls:
-        return sandbox.Walls(cwd=ctx.workspace, writable=[ctx.workspace], readable=self.readable)
+        names = ctx.names()
+        proposal = sandbox.Bind(ctx.workspace, names.inside(ctx.workspace), writable=True)
+        return sandbox.Walls(cwd=names.inside(ctx.workspace), binds=(proposal,))
+
+
+def integration_view(worktree: Worktree) -> PathView:
+    """The reviewing agent's one place: the proposal at ``/proposal`` (its host path where
+    bash runs bare)."""
+    return PathView.of((PROPOSAL, worktree.path))
 
 
 def integration_task(*, worktree: Worktree, reflection_id: str, instructions: str) -> str:
@@ -185,8 +191,12 @@ async def run_integration(
     conversation = Conversation.create(
         JobLayout(conversation_dir), agent.id, memory_head=None, clock=clock
     )
+    view = integration_view(worktree)
     with MemoryRepo(memory_dir) as repo:
-        system = compile_system_prompt(agent.system_prompt, repo.read_tree(), memory_dir)
+        # Its memory files are in the proposal checkout (as proposed; memory/main as now).
+        system = compile_system_prompt(
+            agent.system_prompt, repo.read_tree(), view.inside(worktree.path)
+        )
     if secure(worktree) is None:  # the clone is safe to run git in: show it memory now
         share_latest(memory_dir, worktree.path)
 
@@ -200,7 +210,7 @@ async def run_integration(
         tools=[
             ReadFile(),
             EditFile(),
-            IntegrationBash(worktree.parent_objects),
+            IntegrationBash(),
             MergeProposal(proposal),
             DeclineProposal(proposal),
         ],
@@ -210,8 +220,9 @@ async def run_integration(
             memory_dir=worktree.path,
             memory_edit=no_memory_edit,
             bash_unsandboxed=unsandboxed_bash,
+            view=view,
             extra_env={
-                "PROPOSAL_DIR": str(worktree.path),
+                "PROPOSAL_DIR": view.inside(worktree.path),
                 "GIT_AUTHOR_NAME": identity.name,
                 "GIT_AUTHOR_EMAIL": identity.email,
                 "GIT_COMMITTER_NAME": identity.name,

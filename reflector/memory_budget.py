@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shared.agent.tools.registry import main_agent_tools
+from shared.agent.tools.view import memory_name
 from shared.context.budget import compaction_threshold
 from shared.memory.compile import compile_system_prompt
 from shared.memory.repo import MemoryRepo
@@ -40,7 +41,7 @@ def floor_at(agent: AgentRecord, memory_dir: Path, rev: str) -> int:
     """The prompt floor the agent would pay with its memory at ``rev``."""
     with MemoryRepo(memory_dir) as repo:
         files = repo.read_tree(rev)
-    system = compile_system_prompt(agent.system_prompt, files, memory_dir)
+    system = compile_system_prompt(agent.system_prompt, files, memory_name(memory_dir))
     return text_tokens(system) + tools_tokens([tool.schema for tool in main_agent_tools()])
 
 

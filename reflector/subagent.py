@@ -97,7 +97,7 @@ async def run_reflection_subagent(
     turn = Turn(
         conversation=conversation,
         provider=provider,
-        tools=reflection_tools(payload, worktree.parent_objects),
+        tools=reflection_tools(payload),
         tool_context=reflection_context(
             worktree=worktree.path,
             payload_path=payload.path,

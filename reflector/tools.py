@@ -7,10 +7,11 @@ is not committed does not count). The environment names the payload and the ids 
 commit trailers need, and like the main agent's it never carries provider keys.
 
 ``bash`` cannot be fenced by a path guard, so every command runs in bubblewrap
-(:mod:`shared.sandbox`): the job's private clone is the only writable place, the payload's
-files and the parent repo's object store (which the clone borrows objects from) are
-readable, and nothing else of the host is there: no ``$AGENTD_HOME``, no other agent, no
-parent ``.git`` with its hooks, config and refs, no network. Without bubblewrap the
+(:mod:`shared.sandbox`): the job's private clone is the only writable place, shown as
+``/memory``, the payload's files are readable under ``/transcript``, and nothing else of
+the host is there: no ``$AGENTD_HOME``, no other agent, no parent repo with its hooks,
+config, refs and objects, no network, and no name of a host path (the clone holds its
+one commit itself, :mod:`reflector.checkout`). Without bubblewrap the
 sub-agent gets no bash unless ``AGENTD_UNSANDBOXED_BASH=1`` says to run it anyway (with a
 scrubbed environment and the path guard of ``edit_file`` only); the job then fails with a
 reason that says how to fix it.
@@ -25,6 +26,7 @@ from shared import sandbox
 from shared.agent.tools.base import Tool, ToolContext, no_memory_edit
 from shared.agent.tools.bash import Bash
 from shared.agent.tools.files import EditFile
+from shared.agent.tools.view import MEMORY, TRANSCRIPTS, PathView
 from shared.ids import REFLECTION_SUFFIX
 from shared.reflection.payload import PayloadFile
 from shared.settings import DEFAULT_BASH_OUTPUT_CHARS
@@ -38,13 +40,15 @@ class ReflectionBash(Bash):
         "$MEMORY_DIR, $AGENT_ID and $PARENT_AGENT_ID are set. Background jobs are killed."
     )
 
-    def __init__(self, readable: list[Path], parent_objects: Path) -> None:
-        self.readable = [*readable, parent_objects]
-        """The payload's files and the parent's objects: all the sandbox shows of the host
-        besides the checkout."""
+    def __init__(self, readable: list[Path]) -> None:
+        self.readable = readable
+        """The payload's files: all the sandbox shows of the host besides the checkout."""
 
     def walls(self, ctx: ToolContext) -> sandbox.Walls:
-        return sandbox.Walls(cwd=ctx.workspace, writable=[ctx.workspace], readable=self.readable)
+        names = ctx.names()
+        binds = [sandbox.Bind(ctx.workspace, names.inside(ctx.workspace), writable=True)]
+        binds += [sandbox.Bind(path, names.inside(path)) for path in self.readable]
+        return sandbox.Walls(cwd=names.inside(ctx.workspace), binds=tuple(binds))
 
 
 class ReflectionEditFile(EditFile):
@@ -54,10 +58,9 @@ class ReflectionEditFile(EditFile):
     )
 
 
-def reflection_tools(payload: PayloadFile, parent_objects: Path) -> list[Tool]:
-    """The sub-agent's only tools; its bash may read ``payload``'s files and the objects of
-    the parent repo its clone borrows from."""
-    return [ReflectionBash(payload.files, parent_objects), ReflectionEditFile()]
+def reflection_tools(payload: PayloadFile) -> list[Tool]:
+    """The sub-agent's only tools; its bash may read ``payload``'s files."""
+    return [ReflectionBash(payload.files), ReflectionEditFile()]
 
 
 def reflection_context(
@@ -68,12 +71,14 @@ def reflection_context(
     output_chars: int = DEFAULT_BASH_OUTPUT_CHARS,
     unsandboxed_bash: bool = False,
 ) -> ToolContext:
-    """The context the sub-agent's tools run in: everything points at ``worktree``.
+    """The context the sub-agent's tools run in: everything points at ``worktree``, which
+    it knows as ``/memory`` (and the payload as ``/transcript/…``) in bubblewrap.
 
     ``unsandboxed_bash`` lets bash run bare where bubblewrap does not work (the host's
     ``AGENTD_UNSANDBOXED_BASH=1``); the sub-agent never gets network."""
     child_id = f"{parent_agent_id}{REFLECTION_SUFFIX}"
     worktree = worktree.absolute()
+    view = PathView.of((MEMORY, worktree), (TRANSCRIPTS, payload_path.absolute().parent))
     return ToolContext(
         agent_id=child_id,
         workspace=worktree,
@@ -81,8 +86,9 @@ def reflection_context(
         bash_output_chars=output_chars,
         memory_edit=no_memory_edit,
         bash_unsandboxed=unsandboxed_bash,
+        view=view,
         extra_env={
-            "TRANSCRIPT_PATH": str(payload_path.absolute()),
+            "TRANSCRIPT_PATH": view.inside(payload_path.absolute()),
             "PARENT_AGENT_ID": parent_agent_id,
             # Its commits name the sub-agent; whatever the model writes instead is
             # replaced as they land (reflector.landing).

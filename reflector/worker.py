@@ -23,7 +23,7 @@ from celery.exceptions import SecurityWarning
 from reflector.app import create_app
 from shared.logging import configure, file_only
 from shared.priority import lower_this_thread
-from shared.providers.keys import take_provider_keys
+from shared.providers.keys import receive_keys, take_provider_keys
 from shared.settings import Settings
 from shared.store.permissions import private_umask
 
@@ -49,6 +49,7 @@ def _banner_to_the_log(instance: Any = None, **_: Any) -> None:
     structlog.get_logger(BANNER_LOGGER).debug("celery_banner", banner=banner.strip())
 
 
+receive_keys()  # handed over by `agentd up` on a descriptor, never in the environment
 settings = Settings()
 lower_this_thread()  # reflection is background work: the daemon's loop gets the CPU first
 private_umask()  # before the first file: the log

@@ -45,6 +45,7 @@ LAYERS = (
             "shared.protocol",
             "shared.redact",
             "shared.sandbox",
+            "shared.sandbox_stage",
         ),
         apart=False,
     ),

@@ -260,16 +260,19 @@ class _TurnRunner:
             args = call.parsed_arguments()
         except ValueError as exc:
             return f"could not call {call.name}: {exc}", True
+        # An error's text may name a host path (git's "failed in /home/…/memory"): the model
+        # knows its directories by other names in the sandbox (shared.agent.tools.view).
+        scrub = self.turn.tool_context.names().scrub
         try:
             with structlog.contextvars.bound_contextvars(tool=call.name, tool_call_id=call.id):
                 return await tool.run(args, self.turn.tool_context), False
         except ToolError as exc:
-            return str(exc), True
+            return scrub(str(exc)), True
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             log.exception("tool_crashed", tool=call.name)
-            return f"{call.name} failed unexpectedly: {exc!r}", True
+            return scrub(f"{call.name} failed unexpectedly: {exc!r}"), True
 
     async def _persist_assistant(self, response: ModelResponse, stop: StopReason | None) -> None:
         message = self._message(

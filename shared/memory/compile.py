@@ -10,7 +10,6 @@ warm prefix cache).
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import NamedTuple
 
 from shared.memory.frontmatter import FrontmatterError, Meta, parse
@@ -31,10 +30,14 @@ class _Entry(NamedTuple):
     body: str
 
 
-def compile_system_prompt(base_prompt: str, files: dict[str, str], memory_dir: Path) -> str:
-    """``base_prompt`` followed by the ``<memory>`` block built from ``files`` (path → text)."""
+def compile_system_prompt(base_prompt: str, files: dict[str, str], memory_dir: str) -> str:
+    """``base_prompt`` followed by the ``<memory>`` block built from ``files`` (path → text).
+
+    ``memory_dir`` is the checkout as the agent's tools name it: ``/memory`` where its shell
+    runs in bubblewrap, the absolute host path where it runs bare
+    (:func:`shared.agent.tools.view.memory_name`)."""
     entries = [_entry(path, text) for path, text in sorted(files.items())]
-    lines = [f'<memory dir="{memory_dir.absolute()}">', _LISTING_HEADER]
+    lines = [f'<memory dir="{memory_dir}">', _LISTING_HEADER]
     lines += [f"- {entry.path}: {entry.description}" for entry in entries]
     system = [entry for entry in entries if entry.path.startswith(SYSTEM_DIR)]
     for entry in sorted(system, key=lambda e: (e.path != PERSONA_PATH, e.path)):

@@ -9,11 +9,22 @@ its value is wiped from the process's original environment block (which is what
 :class:`ProviderKeys` for the :class:`~shared.providers.factory.ProviderFactory`. litellm
 would read ``OPENAI_API_KEY`` and friends from the environment by itself; it is handed
 them explicitly instead (:meth:`ProviderKeys.litellm_credentials`).
+
+The wipe writes the process's own memory through ``/proc/self/mem`` and only after
+Python started; ``agentd up`` and ``agentd serve`` do better, since nothing must show the
+keys at all, not for a moment: started with keys in their environment, they execute
+themselves again without them and read them back from a descriptor
+(:func:`without_keys_in_the_environment`), and ``agentd up`` hands them the same way to
+the daemon and the workers it starts (:func:`hand_over`): no process of the stack ever
+has a key in the environment it was started with. The descriptor is an anonymous file in
+memory (``memfd``), open only until the one it is meant for has read it.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +44,8 @@ AWS_ARGUMENTS = {
 }
 """Bedrock and SageMaker take AWS credentials as litellm arguments, not as ``api_key``."""
 PROC_SELF = Path("/proc/self")
+HANDOFF_VARIABLE = "_AGENTD_HANDOFF_FD"
+"""Names the descriptor a process reads its keys from (:func:`receive_keys`)."""
 
 
 @dataclass(frozen=True)
@@ -97,3 +110,45 @@ def _wipe_initial_environment(taken: Mapping[str, str]) -> None:
                 offset += len(entry) + 1
     except (OSError, IndexError, ValueError) as exc:
         log.warning("provider_keys_not_wiped", error=str(exc), names=sorted(taken))
+
+
+def without_keys_in_the_environment() -> None:
+    """Make sure this process was started without keys in its environment.
+
+    Started with some (from the shell, a unit's ``EnvironmentFile``), it executes itself
+    again, same pid and arguments, with them left out and handed over on a descriptor;
+    started that way, it puts them back into ``os.environ`` only, which ``Settings`` and
+    :func:`take_provider_keys` read and ``/proc/<pid>/environ`` does not show. Call it
+    first thing, before ``Settings`` are read.
+    """
+    if receive_keys():
+        return
+    keys = {name: value for name, value in os.environ.items() if is_key_name(name)}
+    if not keys:
+        return
+    env = {name: value for name, value in os.environ.items() if name not in keys}
+    fd = hand_over(keys)
+    os.set_inheritable(fd, True)
+    os.execve(sys.executable, sys.orig_argv, {**env, HANDOFF_VARIABLE: str(fd)})
+
+
+def hand_over(keys: Mapping[str, str]) -> int:
+    """A descriptor holding ``keys`` for a child to read (:func:`receive_keys`): pass it
+    (``pass_fds``) with ``_AGENTD_HANDOFF_FD`` naming it, then close it."""
+    fd = os.memfd_create("agentd-keys")
+    os.write(fd, json.dumps(dict(keys)).encode())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def receive_keys() -> bool:
+    """Read the keys handed over on the descriptor ``_AGENTD_HANDOFF_FD`` names into
+    ``os.environ`` (not the exec-time block) and close it; False if none was handed."""
+    named = os.environ.pop(HANDOFF_VARIABLE, None)
+    if named is None:
+        return False
+    fd = int(named)
+    with os.fdopen(fd, "rb") as handed:
+        keys = json.loads(handed.read())
+    os.environ.update({str(name): str(value) for name, value in keys.items()})
+    return True

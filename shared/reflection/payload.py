@@ -31,6 +31,7 @@ import structlog
 from pydantic import BaseModel
 
 from shared.agent.request import tool_result_cap
+from shared.agent.tools.view import transcripts_name
 from shared.clock import Clock, utc_now
 from shared.reflection.records import Record, message_records, timestamp, unreadable_record
 from shared.reflection.slices import BrokenLine, Slice, is_eligible, is_step, lines_of
@@ -262,6 +263,9 @@ def write_payload(
 ) -> PayloadFile:
     """Write ``slices`` (each with its conversation's log) within ``limits``.
 
+    A manifest names each part as the sub-agent will find it: under ``/transcript`` where
+    its shell runs in bubblewrap, else at its host path (:func:`transcripts_name`).
+
     Slices share the budget in order: the first always shows at least its first
     eligible message, each later one shows what still fits, and one that does not fit
     at all is left out. One slice in one part is ``payload-<stamp>.json``, a JSON array;
@@ -271,6 +275,7 @@ def write_payload(
     if not slices:
         raise ValueError("a payload needs at least one slice")
     payload_dir.mkdir(parents=True, exist_ok=True)
+    shown_dir = transcripts_name()
     now = clock()
     stamp = f"{now:%Y%m%d%H%M%S}-{secrets.token_hex(4)}"
     cuts: list[_Cut] = []
@@ -304,7 +309,8 @@ def write_payload(
             write_bytes_atomic(path, text.encode())
             paths.append(path)
             nonces.append(nonce)
-            entries.append(_manifest_entry(cut.slice, index, len(parts), path, records, text))
+            name = f"{shown_dir}/{path.name}" if shown_dir else str(path.absolute())
+            entries.append(_manifest_entry(cut.slice, index, len(parts), name, records, text))
         shown.append(
             SlicePayload(
                 slice=cut.slice, complete=cut.complete, parts=paths, nonces=nonces, shown=cut.shown
@@ -327,7 +333,7 @@ def write_payload(
 
 
 def _manifest_entry(
-    slice: Slice, part: int, parts: int, path: Path, records: list[Record], text: str
+    slice: Slice, part: int, parts: int, path: str, records: list[Record], text: str
 ) -> Record:
     ids = [record["id"] for record in records if record.get("role") in ("user", "assistant")]
     return {
@@ -335,7 +341,7 @@ def _manifest_entry(
         "mode": slice.mode,
         "part": part,
         "parts": parts,
-        "payload_path": str(path),
+        "payload_path": path,
         "first_message_id": ids[0] if ids else None,
         "last_message_id": ids[-1] if ids else None,
         "records": len(records),

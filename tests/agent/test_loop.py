@@ -14,6 +14,7 @@ from shared.agent.request import NOT_EXECUTED, tool_result_cap
 from shared.agent.rules import ToolRules
 from shared.agent.tools.args import ToolArgs
 from shared.agent.tools.base import Tool, ToolContext
+from shared.agent.tools.view import MEMORY, WORKSPACE, PathView
 from shared.errors import ContextOverflowError, DiskFull, ProviderHTTPError, ToolError
 from shared.ids import new_id
 from shared.models.messages import Message
@@ -43,6 +44,15 @@ class Fail(Tool):
 
     async def execute(self, args: ToolArgs, ctx: ToolContext) -> str:
         raise ToolError("file not found: nowhere.txt")
+
+
+class Commit(Tool):
+    name = "commit"
+    description = "Fails as a memory commit does, naming the checkout by its host path."
+    Args = ToolArgs
+
+    async def execute(self, args: ToolArgs, ctx: ToolContext) -> str:
+        raise ToolError(f"not committed: git commit failed in {ctx.memory_dir}: index.lock")
 
 
 class Finish(Tool):
@@ -81,6 +91,7 @@ def _run(
     rules: ToolRules | None = None,
     max_steps: int = 50,
     events: list[tuple[str, dict[str, Any]]] | None = None,
+    context: ToolContext | None = None,
 ) -> TurnResult:
     async def emit(event: str, data: dict[str, Any]) -> None:
         if events is not None:
@@ -92,10 +103,9 @@ def _run(
     turn = Turn(
         conversation=conversation,
         provider=provider,
-        tools=[Echo(), Fail(), Finish(), Hang()],
-        tool_context=ToolContext(
-            agent_id="agent-1", workspace=Path("/tmp"), memory_dir=Path("/tmp")
-        ),
+        tools=[Echo(), Fail(), Commit(), Finish(), Hang()],
+        tool_context=context
+        or ToolContext(agent_id="agent-1", workspace=Path("/tmp"), memory_dir=Path("/tmp")),
         system_prompt=system_prompt,
         max_steps=max_steps,
         rules=rules or ToolRules(),
@@ -120,6 +130,20 @@ def test_a_reply_without_tool_calls_ends_the_turn(conversation: Conversation) ->
     assert (result.stop_reason, result.text, result.steps) == ("end_turn", "hi there", 1)
     assert _roles(conversation) == ["user", "assistant"]
     assert list(conversation.log)[-1].stop_reason == "end_turn"
+
+
+def test_a_tool_error_names_the_checkout_as_the_model_knows_it(
+    conversation: Conversation, tmp_path: Path
+) -> None:
+    """In bubblewrap the model knows its memory as ``/memory``; a harness error that
+    names the host path (git's "failed in …") must not tell it where the home is."""
+    memory, workspace = tmp_path / "agents" / "a1" / "memory", tmp_path / "agents" / "a1" / "ws"
+    view = PathView.of((WORKSPACE, workspace), (MEMORY, memory), sandboxed=True)
+    context = ToolContext(agent_id="agent-1", workspace=workspace, memory_dir=memory, view=view)
+    provider = ScriptedProvider([tool_reply(("commit", "{}")), text_reply("ok")])
+    _run(conversation, provider, context=context)
+    result = next(m for m in conversation.log if m.role == "tool")
+    assert result.content == "not committed: git commit failed in /memory: index.lock"
 
 
 def test_tool_calls_continue_the_turn_until_a_plain_answer(conversation: Conversation) -> None:
@@ -245,7 +269,7 @@ def test_unknown_tools_and_bad_arguments_are_errors_the_model_sees(
     result = _run(conversation, provider)
     assert result.stop_reason == "end_turn"
     errors = [m.content for m in conversation.log if m.role == "tool"]
-    assert errors[0].startswith("unknown tool 'nope'; available tools: echo, fail, finish")
+    assert errors[0].startswith("unknown tool 'nope'; available tools: commit, echo, fail, finish")
     assert errors[1].startswith("could not call echo: arguments are not valid JSON")
     assert errors[2] == "could not call echo: arguments must be a JSON object"
 

@@ -41,9 +41,12 @@ TOPIC = "今天天气不错。" * 7
 class DenseTokenizerServer(FakeOpenAIServer):
     """Answers every request, reporting 1.4× our chars/4 estimate of it as prompt tokens."""
 
-    def _next_response(self, request_body: dict[str, Any]) -> ScriptedResponse:
+    def _next_response(
+        self, request_body: dict[str, Any], authorization: str | None
+    ) -> ScriptedResponse:
         with self._lock:
             self.requests.append(request_body)
+            self.authorizations.append(authorization)
         prompt = int(_estimate(request_body) * REPORTED_RATIO)
         return ScriptedResponse(body=chat_completion("好的。", usage=usage(prompt, 3)))
 

@@ -16,6 +16,7 @@ from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.store.locks import file_lock
 from tests.support.daemon import DaemonRunner
 from tests.support.memory_lock import descriptors_on, wait_for
+from tests.support.names import model_path
 
 NOTE = "---\ndescription: p\n---\nx"
 
@@ -144,7 +145,7 @@ def test_the_agents_own_memory_edit_reminds_its_other_conversations_only(
     daemon.start(provider=provider)
     memory_dir = daemon.result("agent.create", {"name": "writer"})["memory_dir"]
     other = daemon.result("conversation.create", {"agent": "writer"})["id"]
-    note = f"{memory_dir}/notes/project.md"
+    note = model_path(memory_dir, "notes/project.md")
     provider.enqueue(
         tool_reply(("write_file", json.dumps({"path": note, "content": NOTE}))),
         text_reply("saved"),
@@ -171,11 +172,10 @@ def test_a_memory_edit_shows_in_the_system_prompt_of_the_same_turns_next_step(
     provider = ScriptedProvider()
     daemon.start(provider=provider)
     memory_dir = daemon.result("agent.create", {"name": "writer"})["memory_dir"]
+    shown = model_path(memory_dir, "system")
     human = "---\nname: human\ndescription: What I know about the user.\n---\n- prefers tabs\n"
     provider.enqueue(
-        tool_reply(
-            ("write_file", json.dumps({"path": f"{memory_dir}/system/human.md", "content": human}))
-        ),
+        tool_reply(("write_file", json.dumps({"path": f"{shown}/human.md", "content": human}))),
         text_reply("saved"),
     )
     daemon.call("chat", {"agent": "writer", "text": "I prefer tabs"})
@@ -191,9 +191,9 @@ def test_a_reflection_merged_while_an_edit_waits_for_the_memory_lock_is_announce
     provider = ScriptedProvider()
     daemon.start(provider=provider)
     memory_dir = Path(daemon.result("agent.create", {"name": "writer"})["memory_dir"])
-    note = memory_dir / "notes" / "project.md"
+    note = model_path(memory_dir, "notes/project.md")
     provider.enqueue(
-        tool_reply(("write_file", json.dumps({"path": str(note), "content": NOTE}))),
+        tool_reply(("write_file", json.dumps({"path": note, "content": NOTE}))),
         text_reply("saved"),
         text_reply("next"),
     )

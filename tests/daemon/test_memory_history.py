@@ -7,6 +7,7 @@ import json
 
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from tests.support.daemon import DaemonRunner
+from tests.support.names import model_path
 
 NOTE = "---\nname: tools\ndescription: The user's tools\n---\n- uses pnpm, never npm\n"
 
@@ -17,10 +18,9 @@ def test_a_turn_s_memory_edit_names_its_tool_call_and_why_shows_the_user_s_messa
     provider = ScriptedProvider()
     daemon.start(provider=provider)
     memory_dir = daemon.result("agent.create", {"name": "writer"})["memory_dir"]
+    note = model_path(memory_dir, "notes/tools.md")
     provider.enqueue(
-        tool_reply(
-            ("write_file", json.dumps({"path": f"{memory_dir}/notes/tools.md", "content": NOTE}))
-        ),
+        tool_reply(("write_file", json.dumps({"path": note, "content": NOTE}))),
         text_reply("noted"),
     )
     done = daemon.result("chat", {"agent": "writer", "text": "记住：我用 pnpm"})

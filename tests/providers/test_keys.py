@@ -61,6 +61,39 @@ def test_taking_the_keys_empties_the_environment_its_proc_view_and_every_later_c
     assert "canary" not in seen["child_env"]
 
 
+REEXEC_THEN_LOOK = """
+import json, os, sys
+from shared.providers.keys import without_keys_in_the_environment
+without_keys_in_the_environment()
+print(json.dumps({
+    "argv": sys.argv[1:],
+    "pid": os.getpid(),
+    "keys": {name: os.environ.get(name) for name in ("OPENAI_API_KEY", "AGENTD_API_KEY")},
+    "proc_environ": open("/proc/self/environ", "rb").read().decode(errors="replace"),
+    "open_fds": sorted(os.listdir("/proc/self/fd")),
+}))
+"""
+
+
+def test_a_process_started_with_keys_runs_again_without_them_and_reads_them_back() -> None:
+    """``agentd up`` and ``agentd serve``: same pid and arguments, the keys in ``os.environ``
+    only, and nothing of them in the environment the kernel shows for the process."""
+    env = {"PATH": os.environ["PATH"], "OPENAI_API_KEY": CANARY, "AGENTD_API_KEY": CANARY + "-a"}
+    look = subprocess.Popen(
+        [sys.executable, "-c", REEXEC_THEN_LOOK, "up", "--web"],
+        env=env,
+        cwd=os.getcwd(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    out, _ = look.communicate(timeout=60)
+    seen = json.loads(out.splitlines()[-1])
+    assert seen["pid"] == look.pid and seen["argv"] == ["up", "--web"]
+    assert seen["keys"] == {"OPENAI_API_KEY": CANARY, "AGENTD_API_KEY": CANARY + "-a"}
+    assert "canary" not in seen["proc_environ"] and "API_KEY" not in seen["proc_environ"]
+    assert seen["open_fds"] == ["0", "1", "2", "3"], "the descriptor was closed once read"
+
+
 def test_a_provider_gets_the_taken_key_explicitly_and_its_call_succeeds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

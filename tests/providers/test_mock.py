@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +17,7 @@ HUMAN = "---\nname: human\ndescription: What I know about the user.\n---\n- æˆ‘æ
 
 
 def _ask(text: str, *, human: str = HUMAN, window: int = 128_000, kind: str = "message") -> str:
-    system = compile_system_prompt("base", {"system/human.md": human}, Path("/m"))
+    system = compile_system_prompt("base", {"system/human.md": human}, "/m")
     request = ModelRequest(
         system=system,
         messages=[

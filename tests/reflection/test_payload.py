@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from shared import sandbox
 from shared.models.messages import ToolCall
 from shared.reflection.payload import MANIFEST_TYPE, Limits, PayloadFile, write_payload
 from shared.reflection.records import ARGS_LIMIT, TOOL_RESULT_LIMIT, bounded_args, bounded_text
@@ -419,12 +420,32 @@ def test_several_slices_give_one_part_each_and_a_manifest(tmp_path: Path) -> Non
             found.start_id,
             found.end_id,
         )
-        text = Path(entry["payload_path"]).read_text()
+        text = part_of(payload, entry).read_text()
         assert entry["approx_chars"] == len(text)
         assert roles(json.loads(text)) == ["meta", "user", "assistant"]
-    assert payload.files == [
-        payload.path,
-        *(Path(t["payload_path"]) for t in manifest["transcripts"]),
+    assert payload.files == [payload.path, *(part_of(payload, t) for t in manifest["transcripts"])]
+
+
+def part_of(payload: PayloadFile, entry: dict) -> Path:
+    """The part a manifest entry names, which it names as the sub-agent's shell sees it:
+    under ``/transcript`` in bubblewrap, at its host path where bash runs bare."""
+    host = payload.path.parent / Path(entry["payload_path"]).name
+    assert entry["payload_path"] == (
+        f"/transcript/{host.name}" if sandbox.available() else str(host)
+    )
+    return host
+
+
+def test_a_manifest_names_its_parts_by_host_path_where_bash_runs_bare(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sandbox, "_probe", lambda: (False, "sandbox off"))
+    payload = write_payload(
+        tmp_path / "payloads", "agent-1", _conversations(tmp_path, ["one", "two"]), limits=GENEROUS
+    )
+    manifest = json.loads(payload.path.read_text())
+    assert [t["payload_path"] for t in manifest["transcripts"]] == [
+        str(path) for path in payload.files[1:]
     ]
 
 
@@ -577,5 +598,5 @@ def test_a_multi_payload_of_reflected_conversations_is_all_replay_slices(
     assert manifest["user_instruction"] == "dedupe"
     assert [t["mode"] for t in manifest["transcripts"]] == ["replay", "replay"]
     for entry in manifest["transcripts"]:
-        records = json.loads(Path(entry["payload_path"]).read_text())
+        records = json.loads(part_of(payload, entry).read_text())
         assert "user" in roles(records)

@@ -15,6 +15,7 @@ from reflector import finalize as finalize_module
 from reflector.checkout import SUBAGENT_NAME, Worktree, collect, create_worktree, sweep_orphans
 from reflector.finalize import NO_CHANGES_MESSAGE, finalize
 from reflector.snapshot import parent_snapshot
+from shared import sandbox
 from shared.errors import InvalidId, MemoryBusy, MemoryRepoError
 from shared.memory import frontmatter
 from shared.memory.provenance import commit_provenance
@@ -520,6 +521,56 @@ def test_sweep_removes_dead_jobs_and_keeps_live_ones(
     assert git(live.path, "status", "--porcelain") == ""
     assert parent.head() == head
     assert sweep_orphans(parent.path, worktrees_dir, {"live"}) == []
+
+
+def test_sweep_removes_what_a_killed_sandboxed_command_left_of_dead_jobs_only(
+    parent: MemoryRepo, worktrees_dir: Path
+) -> None:
+    """overlayfs's work directory beside a checkout (its ``work`` inside is mode 000)."""
+    for job in ("dead", "live"):
+        create_worktree(parent.path, worktrees_dir, job, author_email=EMAIL)
+        scratch = sandbox.scratch_dir(worktrees_dir / job)
+        (scratch / "work").mkdir(parents=True)
+        (scratch / "work").chmod(0)
+
+    sweep_orphans(parent.path, worktrees_dir, {"live"})
+
+    assert sorted(p.name for p in worktrees_dir.iterdir()) == [".live.sandbox", "live"]
+
+
+def test_the_clone_holds_its_one_commit_itself_and_names_no_other_repo(
+    parent: MemoryRepo, worktrees_dir: Path
+) -> None:
+    """No ``objects/info/alternates`` (it named the parent's object store by its host path,
+    which the sandbox then had to show); the parent's history stays out of the clone."""
+    commit_in_parent(parent, "notes.md", "older\n")
+    commit_in_parent(parent, "notes.md", "newer\n")
+    wt = create_worktree(parent.path, worktrees_dir, "job-1", author_email=EMAIL)
+    git_dir = wt.path / ".git"
+
+    assert not (git_dir / "objects" / "info" / "alternates").exists()
+    assert (git_dir / "shallow").read_text() == f"{wt.base_head}\n"
+    assert git(wt.path, "rev-list", "--count", "HEAD") == "1"
+    assert git(wt.path, "show", "HEAD:notes.md") == "newer"
+    commit_in(wt, HUMAN, human_with("- likes green tea"))
+    assert collect(wt)
+    assert git(parent.path, "rev-list", "--count", f"{wt.base_head}..{wt.branch}") == "1"
+    assert not (parent.path / ".git" / "shallow").exists()
+
+
+def test_a_shallow_file_made_a_link_is_replaced_not_written_through(
+    parent: MemoryRepo, wt: Worktree
+) -> None:
+    """The sub-agent may link ``.git/shallow`` to the parent's: rewriting it must not make
+    the parent's history end at the clone's commit."""
+    shallow = wt.path / ".git" / "shallow"
+    shallow.unlink()
+    shallow.symlink_to(parent.path / ".git" / "shallow")
+    commit_in(wt, HUMAN, human_with("- likes green tea"))
+
+    assert collect(wt)
+    assert not (parent.path / ".git" / "shallow").exists()
+    assert not shallow.is_symlink() and shallow.read_text() == f"{wt.base_head}\n"
 
 
 def test_sweep_aborts_a_merge_left_in_the_parent(parent: MemoryRepo, worktrees_dir: Path) -> None:

@@ -107,7 +107,8 @@ def test_keeps_durable_preferences_and_commits_them(tmp_path: Path) -> None:
     )
     message = git(worktree.path, "log", "-1", "--format=%B").strip().split("\n")
     assert SUBJECT.match(message[0]), message[0]
-    assert message[1:5] == ["", f"Reviewed transcript: {payload.path}", "", "Updates:"]
+    shown = f"/transcript/{payload.path.name}" if sandbox.available() else str(payload.path)
+    assert message[1:5] == ["", f"Reviewed transcript: {shown}", "", "Updates:"]
     assert any("我更喜欢用 tabs 缩进" in line for line in message if line.startswith("- "))
     assert message[-4:] == [
         "Agent-ID: a1~reflection",

@@ -75,10 +75,14 @@ def test_a_merge_waits_for_a_bash_command_writing_memory_and_both_land(
         memory_edit=committing_as_the_agent(parent),
     )
     started, go = workspace / "started", workspace / "go"
+    workspace.mkdir(parents=True)
+    # Made now, written later: in bubblewrap the workspace is an overlay, which need not
+    # show a file created beside it while mounted, but reads an existing file afresh.
+    go.touch()
     script = (
         'mkdir -p "$MEMORY_DIR/notes" && echo first > "$MEMORY_DIR/notes/bash.md"\n'
         'touch "$WORKSPACE/started"\n'
-        'while [ ! -e "$WORKSPACE/go" ]; do sleep 0.02; done\n'
+        'while [ ! -s "$WORKSPACE/go" ]; do sleep 0.02; done\n'
         'echo second >> "$MEMORY_DIR/notes/bash.md"\n'
     )
     outputs: list[str] = []
@@ -94,10 +98,10 @@ def test_a_merge_waits_for_a_bash_command_writing_memory_and_both_land(
                 lambda: merging.done() or descriptors_on(parent.lock_path) == 2,
                 "the merge to wait for the memory lock",
             )
-            go.touch()
+            go.write_text("go\n")
             result = merging.result(timeout=60)
     finally:
-        go.touch()
+        go.write_text("go\n")
         command.join(60)
 
     assert outputs == ["(no output)"]

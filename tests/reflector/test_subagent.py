@@ -98,7 +98,7 @@ def reflect(tmp_path: Path, worktree: Path, payload: PayloadFile, provider: Prov
 @pytest.fixture
 def sandboxed(payload: PayloadFile, job: Worktree) -> ReflectionBash:
     """The sub-agent's bash, which may read the payload's files and the parent's objects."""
-    return ReflectionBash(payload.files, job.parent_objects)
+    return ReflectionBash(payload.files)
 
 
 def bash(tool: ReflectionBash, ctx: ToolContext, command: str) -> str:
@@ -297,7 +297,7 @@ def test_what_the_model_sees_names_no_absolute_path_and_no_worktree(
 
 def test_bash_env_names_the_payload_and_ids_but_no_keys(
     ctx: ToolContext,
-    worktree: Path,
+    tmp_path: Path,
     payload: PayloadFile,
     monkeypatch: pytest.MonkeyPatch,
     sandboxed: ReflectionBash,
@@ -306,9 +306,10 @@ def test_bash_env_names_the_payload_and_ids_but_no_keys(
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
     lines = bash(sandboxed, ctx, "pwd; env").splitlines()
     env = dict(line.split("=", 1) for line in lines[1:] if "=" in line)
-    assert lines[0] == str(worktree)
-    assert env["TRANSCRIPT_PATH"] == str(payload.path)
-    assert env["MEMORY_DIR"] == str(worktree)
+    assert lines[0] == "/memory", "the clone under a neutral name, not its host path"
+    assert env["TRANSCRIPT_PATH"] == f"/transcript/{payload.path.name}"
+    assert env["MEMORY_DIR"] == "/memory"
+    assert str(tmp_path) not in "\n".join(lines)
     assert env["PARENT_AGENT_ID"] == "a1"
     assert env["AGENT_ID"] == "a1~reflection"
     assert not {"OPENAI_API_KEY", "ANTHROPIC_API_KEY"} & env.keys()
@@ -320,7 +321,7 @@ def test_edit_file_writes_only_inside_the_checkout(ctx: ToolContext, tmp_path: P
     args = {"path": str(outside), "old_string": "- x", "new_string": "- y"}
     with pytest.raises(ToolError, match="write refused"):
         asyncio.run(ReflectionEditFile().run(args, ctx))
-    inside = {**args, "path": str(ctx.workspace / "system" / "human.md")}
+    inside = {**args, "path": ctx.names().inside(ctx.workspace / "system" / "human.md")}
     asyncio.run(ReflectionEditFile().run(inside, ctx))
     assert "- y" in (ctx.workspace / "system" / "human.md").read_text()
     assert "- x" in outside.read_text()

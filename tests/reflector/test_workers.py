@@ -4,6 +4,7 @@ processes (no eager mode, no fake Redis). Slow by nature: each test starts proce
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -168,8 +169,10 @@ def test_turns_that_edit_memory_while_a_reflection_runs_both_land(
     for text in SAID:
         daemon.result("chat", {"text": text})
     memory_dir = Path(daemon.result("memory.path")["path"])
+    named = re.search(r'<memory dir="([^"]+)">', chat_model.requests[-1].system)
+    assert named is not None
     note = {
-        "path": str(memory_dir / "notes" / "deploy.md"),
+        "path": f"{named[1]}/notes/deploy.md",  # as the system prompt names memory
         "content": "---\ndescription: How we deploy\n---\nWith pnpm.\n",
     }
     chat_model.enqueue(tool_reply(("write_file", json.dumps(note))), text_reply("saved"))

@@ -129,17 +129,17 @@ def test_bash_sees_no_key_no_other_agent_and_no_host_secret(host: Host) -> None:
 def test_bash_writes_nothing_outside_its_workspace_and_moves_no_ref(host: Host) -> None:
     before, refs = host.outside_the_workspace(), host.refs()
     host_tmp = Path("/tmp") / f"agentd-planted-{secrets.token_hex(4)}"
-    git_dir = host.memory / ".git"
+    git_dir, memory = "$MEMORY_DIR/.git", "$MEMORY_DIR"  # what the model knows them by
     out = host.bash(
         f"echo x > {host.home}/planted; echo x > {host.home}/agents/a2/planted; "
         f"echo x > {host_tmp}; "
         f"printf '#!/bin/sh\\necho pwned\\n' > {git_dir}/hooks/post-commit; "
         f"chmod +x {git_dir}/hooks/pre-commit; "
-        f"git -C {host.memory} config core.fsmonitor 'touch /tmp/pwned'; "
+        f"git -C {memory} config core.fsmonitor 'touch /tmp/pwned'; "
         f"printf '[core]\\n\\thooksPath = /tmp\\n' >> {git_dir}/config; "
-        f"git -C {host.memory} update-ref refs/heads/main HEAD~0; "
-        f"git -C {host.memory} branch evil; echo x > {git_dir}/refs/heads/main; "
-        f"rm -rf {git_dir}/objects; mv {git_dir} {host.memory}/moved; "
+        f"git -C {memory} update-ref refs/heads/main HEAD~0; "
+        f"git -C {memory} branch evil; echo x > {git_dir}/refs/heads/main; "
+        f"rm -rf {git_dir}/objects; mv {git_dir} {memory}/moved; "
         f"ln {host.config} hard-link; ln -s {host.config} soft-link; "
         "echo end"
     )

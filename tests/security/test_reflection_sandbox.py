@@ -71,7 +71,7 @@ class Job:
         self.clone: Worktree = create_worktree(
             self.memory, home / "agents/a1/reflections/worktrees", "job-1", author_email="a@b"
         )
-        self.bash = ReflectionBash(self.payload.files, self.clone.parent_objects)
+        self.bash = ReflectionBash(self.payload.files)
         self.ctx = reflection_context(
             worktree=self.clone.path, payload_path=self.payload.path, parent_agent_id="a1"
         )
@@ -210,7 +210,7 @@ def test_a_link_planted_where_the_harness_rewrites_the_clone_aims_nothing_at_the
     before, refs = job.untouched_outside_clone(), job.parent_refs()
     job.run(
         "rm -rf .git/objects/info && "
-        f"ln -s {job.clone.parent_objects}/info .git/objects/info && echo linked"
+        f"ln -s {job.memory}/.git/objects/info .git/objects/info && echo linked"
     )
 
     result = finalize(job.clone, should_merge=True)

@@ -118,6 +118,8 @@ class FakeOpenAIServer:
         self._queue: deque[ScriptedResponse] = deque()
         self.requests: list[dict[str, Any]] = []
         """Every request body received on the chat path, oldest first."""
+        self.authorizations: list[str | None] = []
+        """The ``Authorization`` header of each of ``requests``, in the same order."""
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
@@ -154,6 +156,7 @@ class FakeOpenAIServer:
         with self._lock:
             self._queue.clear()
             self.requests.clear()
+            self.authorizations.clear()
 
     def close(self) -> None:
         """Stop serving and release the port."""
@@ -172,9 +175,12 @@ class FakeOpenAIServer:
     ) -> None:
         self.close()
 
-    def _next_response(self, request_body: dict[str, Any]) -> ScriptedResponse:
+    def _next_response(
+        self, request_body: dict[str, Any], authorization: str | None
+    ) -> ScriptedResponse:
         with self._lock:
             self.requests.append(request_body)
+            self.authorizations.append(authorization)
             return self._queue.popleft() if self._queue else ScriptedResponse()
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
@@ -192,7 +198,7 @@ class FakeOpenAIServer:
                 except json.JSONDecodeError:
                     self._send(400, error_body("request body is not JSON"), {})
                     return
-                scripted = server._next_response(request_body)
+                scripted = server._next_response(request_body, self.headers.get("Authorization"))
                 if scripted.delay_s:
                     time.sleep(scripted.delay_s)
                 self._send(scripted.status, scripted.body, scripted.headers)

@@ -29,6 +29,7 @@ from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.reflection import events
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
+from tests.support.names import model_path
 
 HUMAN = "# The user\n\n- Name: Ada.\n- Works on a TypeScript monorepo."
 TURN_LINE = "- Uses pnpm for every project."
@@ -180,14 +181,13 @@ def serve_site(daemon: DaemonRunner, clock: FakeClock) -> Site:
     agent = daemon.result("agent.create", {"name": "ada", "human": HUMAN})
     memory_dir = Path(agent["memory_dir"])
     conversation_id = daemon.result("conversation.create", {"agent": "ada"})["id"]
-    human = memory_dir / "system" / "human.md"
     provider.enqueue(
         tool_reply(
             (
                 "edit_file",
                 json.dumps(
                     {
-                        "path": str(human),
+                        "path": model_path(memory_dir, "system/human.md"),
                         "old_string": "TypeScript monorepo.\n",
                         "new_string": f"TypeScript monorepo.\n{TURN_LINE}\n",
                     }

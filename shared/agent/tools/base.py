@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from shared.agent.tools.args import ToolArgs, parameters_schema, parse_args
+from shared.agent.tools.view import PathView
 from shared.memory.content import MemoryLimits
 from shared.models.messages import Message
 from shared.providers.base import ToolSchema
@@ -72,6 +73,14 @@ class ToolContext:
     conversation_id: str | None = None
     """The conversation the turn belongs to (recall demotes its newest question)."""
     recall: Recall | None = None
+    view: PathView | None = None
+    """What the model calls its directories; None: the main agent's names
+    (:meth:`PathView.for_agent`)."""
+
+    def names(self) -> PathView:
+        """The names the model knows its directories by, decided when a tool runs: neutral
+        ones where bash runs in bubblewrap, the host paths where it runs bare."""
+        return self.view or PathView.for_agent(self.workspace, self.memory_dir)
 
 
 class Tool(abc.ABC):

@@ -1,8 +1,9 @@
 """The bash tool: the model's general-purpose hands, fenced in space, time, output and env.
 
 Space: where bubblewrap works, every command runs inside it (:mod:`shared.sandbox`) and
-sees the agent's workspace and memory checkout (writable; the checkout's ``.git``
-read-only, so no hook, config or ref can be planted for the harness's git), a minimal
+sees the agent's workspace and memory checkout as ``/workspace`` and ``/memory`` (the
+names its system prompt uses; writable; the checkout's ``.git`` read-only, so no hook,
+config or ref can be planted for the harness's git), no host path of them, a minimal
 read-only system, a ``/proc`` of its own PID namespace and a private ``/tmp``; no network
 unless ``AGENTD_TOOL_NETWORK=1``. ``$AGENTD_HOME``, other agents, the daemon's processes
 and ``/etc/shadow`` are simply not there. Without bubblewrap a command runs only where the
@@ -24,8 +25,8 @@ has one writer, and a reflection merge never runs while a command is halfway thr
 its edits (the merge waits for the lock). What memory may not hold (a nested git
 repository, a file over a size limit) is taken out before that commit and the result
 ends with the typed error naming it (:mod:`shared.memory.screen`); the rest is committed.
-A private worktree per command would not do: the model knows the checkout's absolute path
-(the system prompt names it) and writes there.
+A private worktree per command would not do: the model knows the checkout by the name the
+system prompt gives it and writes there.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from shared import sandbox
 from shared.agent.tools.args import NonBlankStr, ToolArgs
 from shared.agent.tools.base import Tool, ToolContext
 from shared.errors import LockTimeout, MemoryContentError, MemoryRepoError, ToolError
-from shared.sandbox import Walls
+from shared.sandbox import Bind, Walls
 
 MAX_TIMEOUT_S = 600.0
 TIMEOUT_FACTOR = 10
@@ -90,12 +91,17 @@ class Bash(Tool):
             ctx.workspace.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise ToolError(f"cannot create workspace {ctx.workspace}: {e.strerror}") from None
-        argv, env = self._launch(command, ctx)
+        # Off the loop: the first sandboxed command on a filesystem checks staging there.
+        argv, env, walls = await asyncio.to_thread(self._launch, command, ctx)
         ran: tuple[_Output, int, bool] | None = None
         not_committed = ""
         try:
             async with ctx.memory_edit(f"bash: {' '.join(command.split())[:60]}"):
-                ran = await _run(argv, env, ctx, timeout)
+                try:
+                    ran = await _run(argv, env, ctx, timeout)
+                finally:
+                    if walls is not None:
+                        sandbox.clear_scratch(walls)
         except MemoryContentError as exc:
             not_committed = f"\n[{exc.code}: {exc.message}]"
         except (LockTimeout, MemoryRepoError) as exc:
@@ -107,7 +113,8 @@ class Bash(Tool):
         return _report(output.render(), returncode, timed_out, timeout) + not_committed
 
     def walls(self, ctx: ToolContext) -> Walls:
-        """What a sandboxed command may see besides the minimal system.
+        """What a sandboxed command may see besides the minimal system, by the names the
+        model knows (``/workspace``, ``/memory``).
 
         The workspace and the memory checkout are writable; the checkout's ``.git`` stays
         read-only, since the harness commits after the command and must find no planted
@@ -115,38 +122,45 @@ class Bash(Tool):
         sub-agent's bash) overrides this; the timeout, output cap and process-group
         cleanup stay one implementation.
         """
-        writable = [ctx.workspace]
+        names = ctx.names()
+        binds = [Bind(ctx.workspace, names.inside(ctx.workspace), writable=True)]
         if ctx.memory_dir != ctx.workspace and ctx.memory_dir.is_dir():
-            writable.append(ctx.memory_dir)
-        return Walls(
-            cwd=ctx.workspace,
-            writable=writable,
-            read_only_inside=[ctx.memory_dir / ".git"],
-            network=ctx.bash_network,
-        )
+            binds.append(Bind(ctx.memory_dir, names.inside(ctx.memory_dir), writable=True))
+        git_dir = ctx.memory_dir / ".git"
+        binds.append(Bind(git_dir, names.inside(git_dir)))
+        return Walls(cwd=names.inside(ctx.workspace), binds=tuple(binds), network=ctx.bash_network)
 
-    def _launch(self, command: str, ctx: ToolContext) -> tuple[list[str], dict[str, str]]:
-        """The argv and environment to start the command with: bubblewrap around bash when
-        it works here, bare bash only where the host allowed it, else a refusal."""
+    def _launch(
+        self, command: str, ctx: ToolContext
+    ) -> tuple[list[str], dict[str, str], Walls | None]:
+        """The argv and environment to start the command with, and the walls it runs in:
+        bubblewrap around bash when it works here, bare bash only where the host allowed
+        it, else a refusal."""
         env = scrubbed_env(ctx)
         if sandbox.available():
             inside = {name: value for name, value in env.items() if name not in SANDBOX_OWN}
-            inside["HOME"] = str(ctx.workspace)
-            argv = sandbox.bwrap_argv(self.walls(ctx), inside)
-            return [*argv, "bash", "-c", command], sandbox.launch_env(inside)
+            inside["HOME"] = ctx.names().inside(ctx.workspace)
+            walls = self.walls(ctx)
+            argv = sandbox.command_argv(walls, inside, ["bash", "-c", command])
+            return argv, sandbox.launch_env(inside), walls
         if not ctx.bash_unsandboxed:
             raise ToolError(
                 f"bash is off: it runs only sandboxed, and {sandbox.reason()}; ask the user "
                 "to install bubblewrap (or to set AGENTD_UNSANDBOXED_BASH=1)"
             )
-        return ["bash", "-c", command], env
+        return ["bash", "-c", command], env, None
 
 
 def scrubbed_env(ctx: ToolContext) -> dict[str, str]:
     """The command's environment: allowlisted variables, ``extra_env``, the agent's paths."""
     env = {name: os.environ[name] for name in ENV_ALLOWLIST if name in os.environ}
     env.update(ctx.extra_env)
-    env.update(WORKSPACE=str(ctx.workspace), MEMORY_DIR=str(ctx.memory_dir), AGENT_ID=ctx.agent_id)
+    names = ctx.names()
+    env.update(
+        WORKSPACE=names.inside(ctx.workspace),
+        MEMORY_DIR=names.inside(ctx.memory_dir),
+        AGENT_ID=ctx.agent_id,
+    )
     return {name: value for name, value in env.items() if not _looks_secret(name)}
 
 

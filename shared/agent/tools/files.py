@@ -27,6 +27,7 @@ from shared.agent.tools.paths import (
     read_checked,
     resolve_for_read,
     resolve_for_write,
+    shown,
 )
 from shared.errors import LockTimeout, MemoryContentError, MemoryRepoError, ToolError
 from shared.memory import content
@@ -50,7 +51,7 @@ class ReadFile(Tool):
 
     async def execute(self, args: Args, ctx: ToolContext) -> str:
         path = resolve_for_read(args.path, ctx)
-        return _numbered(path, _read_text(path, ctx), args.offset, args.limit)
+        return _numbered(shown(path, ctx), _read_text(path, ctx), args.offset, args.limit)
 
 
 class WriteFile(Tool):
@@ -67,7 +68,7 @@ class WriteFile(Tool):
         async with _memory_scope(path, ctx, f"write_file: {verb}"):
             _fits_memory(path, args.content, ctx)
             _atomic_write(path, args.content, ctx)
-        return f"wrote {len(args.content)} chars to {path}"
+        return f"wrote {len(args.content)} chars to {shown(path, ctx)}"
 
 
 class EditFile(Tool):
@@ -87,14 +88,14 @@ class EditFile(Tool):
             raise ToolError("old_string and new_string are the same; nothing to change")
         async with _memory_scope(path, ctx, "edit_file: update"):
             text = _read_text(path, ctx)
-            count = _count_matches(path, text, old, args.replace_all)
+            count = _count_matches(shown(path, ctx), text, old, args.replace_all)
             edited = text.replace(old, new, -1 if args.replace_all else 1)
             _fits_memory(path, edited, ctx)
             _atomic_write(path, edited, ctx)
-        return f"edited {path}: {count} replacement{'s' if count > 1 else ''}"
+        return f"edited {shown(path, ctx)}: {count} replacement{'s' if count > 1 else ''}"
 
 
-def _count_matches(path: Path, text: str, old: str, replace_all: bool) -> int:
+def _count_matches(path: str, text: str, old: str, replace_all: bool) -> int:
     count = text.count(old)
     if count == 0:
         raise ToolError(
@@ -121,6 +122,7 @@ async def _memory_scope(path: Path, ctx: ToolContext, action: str) -> AsyncItera
         yield
         return
     entered = False
+    name = shown(path, ctx)
     try:
         async with ctx.memory_edit(f"{action} {rel}"):
             entered = True
@@ -129,8 +131,8 @@ async def _memory_scope(path: Path, ctx: ToolContext, action: str) -> AsyncItera
         raise ToolError(f"{exc.code}: {exc.message}") from None
     except (LockTimeout, MemoryRepoError) as exc:
         if not entered:
-            raise ToolError(f"{path} was not changed: {exc.message}") from None
-        raise ToolError(f"{path} was changed but not committed: {exc.message}") from None
+            raise ToolError(f"{name} was not changed: {exc.message}") from None
+        raise ToolError(f"{name} was changed but not committed: {exc.message}") from None
 
 
 def _fits_memory(path: Path, text: str, ctx: ToolContext) -> None:
@@ -163,15 +165,16 @@ def _fits_memory(path: Path, text: str, ctx: ToolContext) -> None:
 
 def _read_text(path: Path, ctx: ToolContext) -> str:
     data = read_checked(path, ctx, max_bytes=MAX_READ_BYTES)
+    name = shown(path, ctx)
     if b"\0" in data:
-        raise ToolError(f"{path} looks binary (contains NUL bytes); inspect it with bash")
+        raise ToolError(f"{name} looks binary (contains NUL bytes); inspect it with bash")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ToolError(f"{path} is not UTF-8 (byte {e.start}); inspect it with bash") from None
+        raise ToolError(f"{name} is not UTF-8 (byte {e.start}); inspect it with bash") from None
 
 
-def _numbered(path: Path, text: str, offset: int, limit: int) -> str:
+def _numbered(path: str, text: str, offset: int, limit: int) -> str:
     if not text:
         return f"{path} is empty"
     lines = text.split("\n")
@@ -200,15 +203,16 @@ def _atomic_write(path: Path, content: str, ctx: ToolContext) -> None:
     swapped in after the path was checked cannot send the write elsewhere; a symlink at
     ``path`` itself is replaced, not written through.
     """
+    name = shown(path, ctx)
     with open_parent(path, ctx, create=True) as parent:
         try:
             info: os.stat_result | None = os.stat(path.name, dir_fd=parent, follow_symlinks=False)
         except FileNotFoundError:
             info = None
         except OSError as e:
-            raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
+            raise ToolError(f"cannot write {name}: {e.strerror or e}") from None
         if info is not None and stat.S_ISDIR(info.st_mode):
-            raise ToolError(f"{path} is a directory")
+            raise ToolError(f"{name} is a directory")
         keep_mode = info is not None and stat.S_ISREG(info.st_mode)
         tmp = f".{path.name}.{secrets.token_hex(4)}.tmp"
         try:
@@ -228,4 +232,4 @@ def _atomic_write(path: Path, content: str, ctx: ToolContext) -> None:
                     os.unlink(tmp, dir_fd=parent)
                 raise
         except OSError as e:
-            raise ToolError(f"cannot write {path}: {e.strerror or e}") from None
+            raise ToolError(f"cannot write {name}: {e.strerror or e}") from None

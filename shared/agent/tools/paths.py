@@ -37,10 +37,10 @@ _LINK_ERRNOS = (errno.ELOOP, errno.ENOTDIR)
 def resolve_for_read(path: str, ctx: ToolContext) -> Path:
     """The real path to read, or ``ToolError`` unless it is in the workspace or memory."""
     real = _resolve(path, ctx)
-    if _root_of(real, ctx) is None:
+    if real is None or _root_of(real, ctx) is None:
         raise ToolError(
-            f"read refused: {real} is outside your directories; the file tools reach only "
-            f"your workspace {_real(ctx.workspace)} and memory {_real(ctx.memory_dir)}"
+            f"read refused: {path} is outside your directories; the file tools reach only "
+            f"your workspace {_shown(ctx.workspace, ctx)} and memory {_shown(ctx.memory_dir, ctx)}"
         )
     return real
 
@@ -49,14 +49,21 @@ def resolve_for_write(path: str, ctx: ToolContext) -> Path:
     """The real path to write, or ``ToolError`` unless it is in the workspace or memory."""
     real = _resolve(path, ctx)
     allowed = (
-        f"writes are allowed only in your workspace {_real(ctx.workspace)} "
-        f"and memory {_real(ctx.memory_dir)} (outside its .git)"
+        f"writes are allowed only in your workspace {_shown(ctx.workspace, ctx)} "
+        f"and memory {_shown(ctx.memory_dir, ctx)} (outside its .git)"
     )
-    if real.is_relative_to(_real(ctx.memory_dir) / ".git"):
-        raise ToolError(f"write refused: {real} is inside the memory repo's .git; {allowed}")
-    if _root_of(real, ctx) is None:
-        raise ToolError(f"write refused: {real} is outside your directories; {allowed}")
+    if real is not None and real.is_relative_to(_real(ctx.memory_dir) / ".git"):
+        raise ToolError(f"write refused: {path} is inside the memory repo's .git; {allowed}")
+    if real is None or _root_of(real, ctx) is None:
+        raise ToolError(f"write refused: {path} is outside your directories; {allowed}")
     return real
+
+
+def shown(real: Path, ctx: ToolContext) -> str:
+    """``real`` (from :func:`resolve_for_read` or :func:`resolve_for_write`) by the name the
+    model knows it by: ``/memory/notes.md`` in bubblewrap, the host path where bash runs
+    bare. Every message of the file tools names files this way."""
+    return ctx.names().inside(real)
 
 
 def memory_relative(path: Path, ctx: ToolContext) -> str | None:
@@ -71,33 +78,34 @@ def read_checked(real: Path, ctx: ToolContext, *, max_bytes: int) -> bytes:
     """The bytes of ``real`` (from :func:`resolve_for_read`), opened without following any
     symlink; refused if it is not a regular file, has another hard link, or is larger
     than ``max_bytes``."""
+    name = shown(real, ctx)
     with open_parent(real, ctx, create=False) as parent:
         try:
             fd = os.open(real.name, _READ_FLAGS, dir_fd=parent)
         except FileNotFoundError:
-            raise ToolError(f"file not found: {real}") from None
+            raise ToolError(f"file not found: {name}") from None
         except OSError as e:
-            raise _open_error(real, e) from None
+            raise _open_error(name, e) from None
     with os.fdopen(fd, "rb") as file:
         info = os.fstat(file.fileno())
         if stat.S_ISDIR(info.st_mode):
-            raise ToolError(f"{real} is a directory, not a file; list it with bash `ls`")
+            raise ToolError(f"{name} is a directory, not a file; list it with bash `ls`")
         if not stat.S_ISREG(info.st_mode):
-            raise ToolError(f"{real} is not a regular file (a FIFO, socket or device)")
+            raise ToolError(f"{name} is not a regular file (a FIFO, socket or device)")
         if info.st_nlink > 1:
             raise ToolError(
-                f"read refused: {real} has {info.st_nlink} hard links, so its content may "
+                f"read refused: {name} has {info.st_nlink} hard links, so its content may "
                 "belong to a file outside your directories; copy it with bash to read it"
             )
         if info.st_size > max_bytes:
             raise ToolError(
-                f"{real} is {info.st_size} bytes, over the {max_bytes // (1024 * 1024)} MiB "
+                f"{name} is {info.st_size} bytes, over the {max_bytes // (1024 * 1024)} MiB "
                 "limit; use bash (head, sed -n, grep) to look at parts of it"
             )
         try:
             return file.read(max_bytes)
         except OSError as e:
-            raise ToolError(f"cannot read {real}: {e.strerror or e}") from None
+            raise ToolError(f"cannot read {name}: {e.strerror or e}") from None
 
 
 @contextlib.contextmanager
@@ -106,12 +114,13 @@ def open_parent(real: Path, ctx: ToolContext, *, create: bool) -> Iterator[int]:
     component at a time without following symlinks; ``create`` makes missing ones."""
     root = _root_of(real, ctx)
     assert root is not None, "resolve the path with resolve_for_read or resolve_for_write"
+    target = shown(real, ctx)
     if real == root:
-        raise ToolError(f"{real} is a directory, not a file; list it with bash `ls`")
-    fd = _open_dir(root, None, real, create=False)
+        raise ToolError(f"{target} is a directory, not a file; list it with bash `ls`")
+    fd = _open_dir(root, None, target, create=False)
     try:
         for name in real.parent.relative_to(root).parts:
-            inner = _open_dir(Path(name), fd, real, create=create)
+            inner = _open_dir(Path(name), fd, target, create=create)
             os.close(fd)
             fd = inner
         yield fd
@@ -119,7 +128,7 @@ def open_parent(real: Path, ctx: ToolContext, *, create: bool) -> Iterator[int]:
         os.close(fd)
 
 
-def _open_dir(name: Path, dir_fd: int | None, target: Path, *, create: bool) -> int:
+def _open_dir(name: Path, dir_fd: int | None, target: str, *, create: bool) -> int:
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
@@ -133,10 +142,10 @@ def _open_dir(name: Path, dir_fd: int | None, target: Path, *, create: bool) -> 
     except FileExistsError:
         return _open_dir(name, dir_fd, target, create=False)
     except OSError as e:
-        raise ToolError(f"cannot create {target.parent}: {e.strerror or e}") from None
+        raise ToolError(f"cannot create the directories of {target}: {e.strerror or e}") from None
 
 
-def _open_error(target: Path, e: OSError) -> ToolError:
+def _open_error(target: str, e: OSError) -> ToolError:
     if e.errno in _LINK_ERRNOS:
         return ToolError(
             f"refused: a part of {target} is (now) a symlink or not a directory; the file "
@@ -145,13 +154,18 @@ def _open_error(target: Path, e: OSError) -> ToolError:
     return ToolError(f"cannot open {target}: {e.strerror or e}")
 
 
-def _resolve(path: str, ctx: ToolContext) -> Path:
+def _resolve(path: str, ctx: ToolContext) -> Path | None:
+    """The real host path of what the model spelled; None for a name outside its places."""
     if not path:
         raise ToolError("path is empty")
     if "\0" in path:
         raise ToolError("path contains a NUL byte")
-    expanded = Path(path).expanduser()
-    return _real(expanded if expanded.is_absolute() else ctx.workspace / expanded)
+    host = ctx.names().host(path, ctx.workspace)
+    return None if host is None else _real(host)
+
+
+def _shown(directory: Path, ctx: ToolContext) -> str:
+    return shown(_real(directory), ctx)
 
 
 def _real(path: Path) -> Path:

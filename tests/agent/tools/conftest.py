@@ -12,6 +12,7 @@ import pytest
 
 from shared import sandbox
 from shared.agent.tools.base import ToolContext
+from shared.agent.tools.view import PathView
 from shared.errors import LockTimeout, MemoryBusy
 
 
@@ -87,12 +88,15 @@ def recorder(home: Path) -> RecordingMemoryEdit:
 
 @pytest.fixture
 def ctx(home: Path, recorder: RecordingMemoryEdit) -> ToolContext:
+    """The tools on host paths, as the model names them where bash runs bare; the neutral
+    names of the sandbox (``/memory``) are tested in test_view.py and tests/security."""
     own = home / "agents" / "a1"
     return ToolContext(
         agent_id="a1",
         workspace=own / "workspace",
         memory_dir=own / "memory",
         memory_edit=recorder,
+        view=PathView(),
     )
 
 

@@ -27,8 +27,8 @@ PAYLOAD = PayloadFile(path=Path("/payload.json"), slices=[], is_manifest=False)
 PROPOSAL = Proposal(Worktree("job", Path("/clone"), "reflection/job", "", Path("/m"), "a@b"))
 EVERY_TOOL: list[Tool] = [
     *main_agent_tools(),
-    *reflection_tools(PAYLOAD, Path("/objects")),
-    IntegrationBash(Path("/objects")),
+    *reflection_tools(PAYLOAD),
+    IntegrationBash(),
     MergeProposal(PROPOSAL),
     DeclineProposal(PROPOSAL),
 ]

@@ -1,0 +1,144 @@
+"""No process of the stack is started with a provider key, and the keys still reach the model.
+
+``/proc/<pid>/environ`` is the environment a process was *started* with, readable by
+anything running as the same user (a filter a model planted in a repo the harness's git
+entered did exactly that to ``agentd up``). Removing a key from ``os.environ`` later does
+not change it. So ``agentd up`` and ``agentd serve`` execute themselves again without
+their keys, and the supervisor hands the daemon and the workers theirs on a descriptor.
+Here the whole stack runs with canary keys in its environment and an API key in
+``agentd.toml``; every process of its tree (the supervisor, Valkey, the daemon, the recall
+process, the worker and its pool child) is read, and a chat and a reflection go through
+the local OpenAI-compatible server, which sees the right ``Authorization``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.protocol import socket_path
+from shared.providers.keys import is_key_name
+from tests.faults.stack import cmdline, descendants
+from tests.support.memory_lock import wait_for
+from tests.support.openai_server import FakeOpenAIServer
+from tests.support.processes import AgentdProcess, final_answer
+
+pytestmark = pytest.mark.slow
+
+KEYS = {
+    "OPENAI_API_KEY": "sk-canary-openai-3e1f",
+    "ANTHROPIC_API_KEY": "sk-canary-anthropic-8a2c",
+    "HF_TOKEN": "hf-canary-token-51d0",
+    "AGENTD_API_KEY": "sk-canary-agentd-77b4",
+}
+"""``AGENTD_API_KEY`` is the one the model is called with (it wins over ``agentd.toml``)."""
+TOML_KEY = "sk-canary-toml-c90e"
+MODEL = {"AGENTD_MODEL": "openai/test-model", "AGENTD_CONTEXT_WINDOW": "32000"}
+
+
+def ask(home: Path, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    answer = final_answer(socket_path(home), op, params, timeout_s=60.0)
+    assert answer is not None and answer["ok"], answer
+    return answer["result"]
+
+
+def started_with(pid: int) -> dict[str, str]:
+    """The environment ``pid`` was started with, as anyone of this user reads it."""
+    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    pairs = (entry.decode(errors="replace").partition("=") for entry in entries if entry)
+    return {name: value for name, _, value in pairs}
+
+
+def leaks(pids: list[int]) -> list[str]:
+    """Every process of ``pids`` that shows a key: a canary value, or a key-shaped name
+    (the old in-place wipe left ``OPENAI_API_KEY=`` with its value zeroed)."""
+    canaries = [*KEYS.values(), TOML_KEY]
+    found = []
+    for pid in pids:
+        try:
+            environ = started_with(pid)
+        except OSError:  # gone meanwhile
+            continue
+        shown = [name for name in environ if is_key_name(name)]
+        shown += [c for c in canaries if any(c in value for value in environ.values())]
+        if shown:
+            found.append(f"{pid} ({cmdline(pid)[:60]}): {shown}")
+    return found
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as fake:
+        yield fake
+
+
+@pytest.fixture
+def stack(agentd_home: Path, server: FakeOpenAIServer) -> Iterator[subprocess.Popen[bytes]]:
+    (agentd_home / "agentd.toml").write_text(f'api_key = "{TOML_KEY}"\n')
+    env = {
+        **os.environ,
+        **KEYS,
+        **MODEL,
+        "AGENTD_API_BASE": server.url,
+        "AGENTD_WORKERS": "1",
+        "AGENTD_REFLECTION_WAIT_S": "30",
+    }
+    with open(agentd_home / "up.out", "wb") as out:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "agentd.cli", "up"], env=env, stdout=out, stderr=out
+        )
+
+    def ready() -> bool:
+        assert up.poll() is None, (agentd_home / "up.out").read_text()
+        try:
+            return len(ask(agentd_home, "status")["redis"]["workers"]) == 1
+        except (OSError, AssertionError, ValueError):
+            return False
+
+    try:
+        wait_for(ready, "agentd up with its worker", timeout_s=90)
+        yield up
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.wait(60)
+
+
+def test_no_process_of_agentd_up_is_started_with_a_key_and_the_keys_still_work(
+    stack: subprocess.Popen[bytes], agentd_home: Path, server: FakeOpenAIServer
+) -> None:
+    tree = [stack.pid, *descendants(stack.pid)]
+    names = " | ".join(cmdline(pid) for pid in tree)
+    for part in ("agentd.cli up", "valkey", "agentd.cli serve", "recall_process", "celery"):
+        assert part in names, f"{part} is not in the stack: {names}"
+    assert len([pid for pid in tree if "celery" in cmdline(pid)]) == 2, "a worker and its child"
+    assert leaks(tree) == []
+
+    ask(agentd_home, "chat", {"text": "I prefer tabs."})
+    assert server.authorizations == [f"Bearer {KEYS['AGENTD_API_KEY']}"]
+
+    assert ask(agentd_home, "reflection.request", {})["queued"] is True
+    wait_for(lambda: len(server.requests) > 1, "the reflection's model call", timeout_s=60)
+    assert "reflection" in str(server.requests[1]["messages"][0]["content"])
+    assert server.authorizations[1] == f"Bearer {KEYS['AGENTD_API_KEY']}"
+    assert leaks([stack.pid, *descendants(stack.pid)]) == []
+
+
+def test_agentd_serve_alone_is_not_started_with_a_key_either(
+    agentd_home: Path, server: FakeOpenAIServer
+) -> None:
+    """The systemd unit's way: ``agentd serve`` with keys from an ``EnvironmentFile``."""
+    daemon = AgentdProcess(**KEYS, **MODEL, AGENTD_API_BASE=server.url).start()
+    try:
+        assert daemon.proc is not None
+        assert leaks([daemon.proc.pid, *descendants(daemon.proc.pid)]) == []
+        ask(agentd_home, "chat", {"text": "hi"})
+        assert server.authorizations == [f"Bearer {KEYS['AGENTD_API_KEY']}"]
+    finally:
+        daemon.stop()
