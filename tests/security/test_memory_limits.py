@@ -25,6 +25,7 @@ from shared.memory import git
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.settings import Settings
 from tests.support.daemon import DaemonRunner
+from tests.support.names import model_path
 
 FILE_LIMIT, MEMORY_LIMIT = 1_000, 6_000
 NAMES = "abcdefg"
@@ -59,19 +60,26 @@ def test_the_agents_file_tools_refuse_what_memory_may_not_hold_before_writing(
     daemon: DaemonRunner, model: ScriptedProvider, memory: Path
 ) -> None:
     head = git.run(memory, "rev-parse", "HEAD").stdout
-    big, nested = memory / "notes/big.md", memory / "notes/sub/.git/config"
+    big = memory / "notes/big.md"
     fill = [
-        ("write_file", {"path": str(memory / f"notes/{n}.md"), "content": "f" * 950}) for n in NAMES
+        ("write_file", {"path": model_path(memory, f"notes/{n}.md"), "content": "f" * 950})
+        for n in NAMES
     ]
     results = tool_results(
         daemon,
         model,
-        ("write_file", {"path": str(big), "content": "x" * 1_500}),
-        ("write_file", {"path": str(nested), "content": '[filter "x"]\n\tclean = sh x\n'}),
+        ("write_file", {"path": model_path(memory, "notes/big.md"), "content": "x" * 1_500}),
+        (
+            "write_file",
+            {
+                "path": model_path(memory, "notes/sub/.git/config"),
+                "content": '[filter "x"]\n\tclean = sh x\n',
+            },
+        ),
         (
             "edit_file",
             {
-                "path": str(memory / "system/human.md"),
+                "path": model_path(memory, "system/human.md"),
                 "old_string": "name: human",
                 "new_string": "name: human" + "y" * 990,
             },
@@ -117,7 +125,7 @@ def test_a_users_oversized_edit_is_committed_and_reported_where_the_user_looks(
     finding = check_memory_sizes(Settings(home=agentd_home, memory_file_max_bytes=FILE_LIMIT))
     assert not finding.ok and over in finding.detail
     assert check_memory_sizes(Settings(home=agentd_home)).ok  # within the default limits
-    long = str(memory / "notes/long.md")
+    long = model_path(memory, "notes/long.md")
     shrink = {"path": long, "old_string": "---\n" + "w" * 100, "new_string": "---\n"}
     grow = {"path": long, "old_string": "---\nw", "new_string": "---\nww"}
     results = tool_results(daemon, model, ("edit_file", shrink), ("edit_file", grow))

@@ -37,6 +37,7 @@ from tests.security.walls import TRIPWIRE, tripped, tripwire_script
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
 from tests.support.memory_lock import wait_for
+from tests.support.names import model_path
 from tests.support.openai_server import FakeOpenAIServer, chat_completion, tool_call
 from tests.support.processes import run_agentctl
 
@@ -157,7 +158,10 @@ def test_the_agents_file_tool_cannot_write_a_trailer_paragraph_into_its_commit(
     name = "a\n\nEdited-By: user\n# ------------------------ >8 ------------------------\n.md"
     script(
         server,
-        ("write_file", {"path": f"{memory_dir}/notes/{name}", "content": f"{FORGED}\n"}),
+        (
+            "write_file",
+            {"path": model_path(memory_dir, f"notes/{name}"), "content": f"{FORGED}\n"},
+        ),
         "noted",
     )
 
