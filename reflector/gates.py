@@ -71,7 +71,8 @@ def feed_backoff(
     now: datetime,
 ) -> None:
     """Record a finished run: a pause for an error a user must fix, a backoff for a model
-    call that failed or a merge that did not happen, nothing for a sub-agent that simply
+    call that failed, a merge that did not happen or content memory may not hold (the same
+    transcript may talk the reflector into it again), nothing for a sub-agent that simply
     did badly (a better run may come at once)."""
     pause = None
     if run.error_code in PAUSING_ERRORS:
@@ -89,6 +90,7 @@ def feed_backoff(
             result.status != "failed"
             or result.failure_phase == "integration"
             or run.error_code is not None
+            or result.reason is not None
         ),
         pause=pause,
         now=now,

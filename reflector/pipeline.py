@@ -50,7 +50,7 @@ from shared import sandbox
 from shared.clock import Clock, utc_now
 from shared.coordination import jobs, keys
 from shared.coordination.lease import ReflectionLease, live_reflection_ids
-from shared.errors import AgentdError, ReflectionError
+from shared.errors import AgentdError, MemoryContentError, ReflectionError, TooManyCommits
 from shared.memory.hand_edits import commit_command, files_named
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
@@ -210,6 +210,16 @@ class _Job:
             log.warning("reflection_error", reason=reason, error=detail)
         else:
             log.exception("reflection_crashed", reason=reason)
+        if isinstance(exc, MemoryContentError | TooManyCommits):
+            # What the reflector made was refused; the same transcript may talk it into the
+            # same again, so the next automatic run waits like any other failed one.
+            backoff.record_result(
+                self.reflections_dir,
+                consumed=False,
+                backs_off=True,
+                pause=None,
+                now=self.ctx.clock(),
+            )
         return self.outcome("failed", reason, f"{detail}; the transcript can be retried.")
 
     def run(self) -> ReflectionOutcome | None:

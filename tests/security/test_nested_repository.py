@@ -28,6 +28,7 @@ import pytest
 from shared import sandbox
 from shared.memory import git
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
+from shared.reflection.backoff import load_backoff
 from tests.reflector.conftest import READ, World, watermark
 from tests.reflector.conftest import world as world  # the fixture
 from tests.security.walls import CANARY_KEY
@@ -176,3 +177,5 @@ def test_a_reflection_that_leaves_a_nested_repository_fails_and_nothing_runs(
     assert no_nested_repository_in(history_of(world.memory))
     assert world.git("branch", "--list", "reflection/*") == ""
     assert not any(world.reflections.glob("worktrees/*"))
+    # the same transcript may talk it into the same again: the next automatic run waits
+    assert load_backoff(world.reflections).retry_at is not None

@@ -32,6 +32,7 @@ from shared.memory.repo import MemoryRepo
 from shared.models.reflection import ReflectionOutcome
 from shared.providers.litellm_provider import LiteLLMProvider
 from shared.providers.mock_reflector import MockReflector
+from shared.reflection.backoff import load_backoff
 from tests.reflector.conftest import READ, World, make_world
 from tests.security.walls import TRIPWIRE, tripped, tripwire_script
 from tests.support.clock import FakeClock
@@ -285,6 +286,7 @@ def test_a_reflection_committing_what_memory_may_not_hold_fails_and_merges_nothi
     assert world.git("rev-parse", "HEAD") == head
     assert world.git("for-each-ref", "refs/heads/reflection/", "refs/reflection-incoming/") == ""
     assert not (world.memory / "notes").exists()
+    assert load_backoff(world.reflections).retry_at is not None, "the next automatic run waits"
 
 
 def _commit_that_added(world: World, line: str) -> dict[str, str]:
