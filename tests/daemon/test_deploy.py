@@ -51,6 +51,17 @@ def test_every_agentd_unit_the_units_refer_to_ships_in_deploy() -> None:
     assert templates <= shipped
 
 
+def test_every_service_that_runs_a_models_shell_lets_bubblewrap_make_its_namespaces() -> None:
+    """The agent's bash (the daemon) and the reflector's (the workers) run only in
+    bubblewrap, which needs user and mount namespaces: ``RestrictNamespaces=true`` would
+    leave the agent without bash and every reflection ``sandbox_unavailable``."""
+    services = [unit for unit in _units() if unit.name.endswith(".service")]
+    assert {unit.name for unit in services} >= {"agentd.service", "agentd-reflector@.service"}
+    for unit in services:
+        settings = re.findall(r"^RestrictNamespaces=(.*)$", unit.read_text(), re.M)
+        assert settings == ["false"], (unit.name, settings)
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze here")
 def test_systemd_finds_nothing_wrong_in_the_units(tmp_path: Path) -> None:
     for unit in _units():
