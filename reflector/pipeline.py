@@ -23,9 +23,7 @@ time limit, a git or disk failure). A job redelivered more than
 from __future__ import annotations
 
 import asyncio
-import errno
 import hashlib
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import tzinfo
@@ -33,7 +31,6 @@ from pathlib import Path
 
 import redis
 import structlog
-from celery.exceptions import SoftTimeLimitExceeded
 
 from reflector.checkout import Worktree, collect, create_worktree, sweep_orphans
 from reflector.finalize import FinalizeResult, finalize
@@ -42,6 +39,7 @@ from reflector.hold import held_message, hold_if_destructive, settle_held
 from reflector.integration import has_proposal, integrate
 from reflector.landing import reflection_trailers
 from reflector.memory_budget import MemoryBudget, budget_for, floor_at, over_budget
+from reflector.outcome_text import explain, failure_reason, over_budget_message, waiting_for_commit
 from reflector.outcomes import publish_outcome
 from reflector.selection import requested_slices
 from reflector.snapshot import parent_snapshot
@@ -51,7 +49,6 @@ from shared.clock import Clock, utc_now
 from shared.coordination import jobs, keys
 from shared.coordination.lease import ReflectionLease, live_reflection_ids
 from shared.errors import AgentdError, MemoryContentError, ReflectionError, TooManyCommits
-from shared.memory.hand_edits import commit_command, files_named
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
@@ -145,21 +142,6 @@ def _finished(client: redis.Redis | None, job_id: str) -> ReflectionOutcome | No
         return jobs.finished(client, job_id)
     except redis.RedisError:
         return None
-
-
-def failure_reason(exc: BaseException) -> str:
-    """The outcome reason for a job that raised ``exc``."""
-    if isinstance(exc, AgentdError):
-        return exc.code
-    if isinstance(exc, SoftTimeLimitExceeded):
-        return "time_limit"
-    if isinstance(exc, redis.RedisError):
-        return "redis_unavailable"
-    if isinstance(exc, subprocess.SubprocessError):
-        return "subprocess_failed"
-    if isinstance(exc, OSError):
-        return "disk_full" if exc.errno == errno.ENOSPC else "os_error"
-    return "internal_error"
 
 
 class _Job:
@@ -300,7 +282,7 @@ class _Job:
             uncommitted = repo.uncommitted()
         if uncommitted:
             return self.skipped(
-                "parent_dirty", _waiting_for_commit(agent.name, uncommitted, memory_dir)
+                "parent_dirty", waiting_for_commit(agent.name, uncommitted, memory_dir)
             )
         provider = self.ctx.provider_for(agent)
         limits = Limits.for_reader(
@@ -360,12 +342,7 @@ class _Job:
             self.reflections_dir, consumed=False, backs_off=True, pause=None, now=self.ctx.clock()
         )
         return self.outcome(
-            "failed",
-            "memory_over_budget",
-            f"Not merged: with it, core memory (system/) would take ~{floor_after:,} tokens of "
-            f"every prompt, over the {budget.limit_tokens:,} allowed (half the agent's "
-            f"compaction threshold; ~{budget.floor_tokens:,} now). Move detail out of "
-            "system/ files; the transcript can be retried.",
+            "failed", "memory_over_budget", over_budget_message(budget, floor_after)
         )
 
     def _finalize(
@@ -460,19 +437,11 @@ class _Job:
         return self.outcome(
             "failed",
             reason,
-            f"{_explain(reason, result, self.request.agent_id)}; the transcript can be retried.",
+            f"{explain(reason, result, self.request.agent_id)}; the transcript can be retried.",
         )
 
     def _conversation_dir(self, conversation_id: str) -> Path:
         return self.layout.conversation_dir(self.request.agent_id, conversation_id)
-
-
-def _waiting_for_commit(agent: str, uncommitted: list[str], memory_dir: Path) -> str:
-    return (
-        f"Reflection waits: the memory repo has uncommitted changes "
-        f"({files_named(uncommitted)}). Commit them with `{commit_command(agent)}`, or "
-        f"discard them (`git -C {memory_dir} stash -u`); it runs again after the next turn."
-    )
 
 
 def _commits(memory_dir: Path, base_head: str) -> list[str]:
@@ -484,16 +453,3 @@ def _commits(memory_dir: Path, base_head: str) -> list[str]:
                 break
             merged.append(commit.short_sha)
     return merged
-
-
-def _explain(reason: str | None, result: FinalizeResult, agent: str) -> str:
-    return {
-        "not_read": "the reflector never read the transcript (no message of it came back in "
-        "a tool result)",
-        "empty_report": "the reflector gave no report",
-        "max_steps": "the reflector ran out of steps",
-        "parent_dirty": "the memory repo had uncommitted changes (commit them with "
-        f"`{commit_command(agent)}`, or discard them)",
-        "merge_conflict": "its updates conflicted with newer memory changes",
-        "dirty_uncommitted": "its changes were not committed cleanly",
-    }.get(reason or "", result.message or (reason or "failed"))
