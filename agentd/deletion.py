@@ -35,7 +35,7 @@ from agentd.outbox import OutboxEntry
 from agentd.recall_client import RecallClient
 from agentd.turns import Turns
 from shared.clock import Clock
-from shared.coordination import keys
+from shared.coordination import keys, transfer
 from shared.coordination.broker import RedisLocation
 from shared.coordination.lease import ReflectionLease
 from shared.errors import CorruptStateFile, InUse
@@ -157,7 +157,8 @@ class Deletions:
 
 def _request_ids(layout: Layout, agent_id: str) -> set[str]:
     """The ids of the agent's reflection jobs Redis may still know: those in its outbox
-    and those its outcome log names."""
+    (with the inputs each was sent, ``<request>/<input>``) and those its outcome log
+    names."""
     files = layout.reflection_files(agent_id)
     found = {o.request_id for o in events.read(files.directory, tail=OUTCOMES_READ)}
     for path in files.outbox.glob("*.json") if files.outbox.is_dir() else []:
@@ -165,12 +166,18 @@ def _request_ids(layout: Layout, agent_id: str) -> set[str]:
             entry = read_model(path, OutboxEntry)
             if entry is not None:
                 found.add(entry.request.request_id)
+                if entry.ticket is not None:
+                    found.add(f"{entry.request.request_id}/{entry.ticket.input_id}")
     return found
 
 
 def _drop_keys(client: redis.Redis, agent_id: str, request_ids: set[str]) -> None:
-    """Remove the agent's keys and its queued jobs (the lease is released by its holder)."""
-    doomed = [key for key in client.scan_iter(match=keys.live_reflections_pattern(agent_id))]
+    """Remove the agent's keys, its jobs' inputs and answers, and its queued jobs (the
+    lease is released by its holder)."""
+    doomed: list[str] = []
+    for named in [named for named in request_ids if "/" in named]:
+        request_ids.discard(named)
+        transfer.drop(client, named.split("/", 1)[1])
     for request_id in request_ids:
         doomed += [keys.job_state(request_id), keys.job_tries(request_id)]
     if doomed:

@@ -59,6 +59,7 @@ from typing import IO, Any
 from agentd import instance
 from agentd.effective_config import redact_url
 from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress, WebAddressError
+from shared.coordination import keys
 from shared.coordination.broker import locate
 from shared.coordination.embedded import EmbeddedRedis, RedisUnavailable
 from shared.providers.keys import HANDOFF_VARIABLE, ProviderKeys, hand_over, is_key_name
@@ -153,7 +154,7 @@ def worker_command(name: str, log_level: str = "INFO") -> list[str]:
         "--concurrency",
         "1",
         "-Q",
-        "reflector",
+        keys.REFLECTION_QUEUE,
         "-n",
         f"{name}@%h",
         "--without-gossip",

@@ -7,6 +7,7 @@ comes only from the environment, since the config file lives inside it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -37,6 +38,12 @@ DEFAULT_SHUTDOWN_GRACE_S = 10.0
 """How long SIGTERM waits for turns in flight before cancelling them."""
 
 
+def default_worker_dir() -> Path:
+    """``$XDG_STATE_HOME/agentd-worker`` (``~/.local/state/agentd-worker``)."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "agentd-worker"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTD_", extra="ignore")
 
@@ -53,7 +60,14 @@ class Settings(BaseSettings):
     api_key: str | None = None
     """API key passed to litellm; normally the provider's own env var is enough."""
     redis_url: str | None = None
-    """A Redis/Valkey URL; unset means the embedded Valkey under ``run/``."""
+    """A Redis/Valkey URL (``redis://``, ``rediss://`` for TLS, ``unix://``); unset means
+    the embedded Valkey under ``run/``."""
+    worker_dir: Path = Field(default_factory=default_worker_dir)
+    """A reflection worker's own directory (its scratch and its logs): never the home,
+    which a worker does not open."""
+    reflection_job_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024, le=1 << 34)
+    """The largest memory bundle a reflection job may carry to a worker, and the largest
+    bundle of commits a worker may send back."""
     reflection_trigger: ReflectionTrigger = DEFAULT_TRIGGER
     """Default reflection trigger for agents that set none (``agentctl sleeptime``)."""
     reflection_step_count: int = Field(default=DEFAULT_STEP_COUNT, ge=1, le=100_000)

@@ -285,3 +285,14 @@ class Layout:
 
     def conversation_files(self, agent_id: str, conversation_id: str) -> ConversationFiles:
         return ConversationFiles(self.conversation_dir(agent_id, conversation_id))
+
+
+@dataclass(frozen=True)
+class JobLayout(Layout):
+    """Conversations of a reflection's sub-agent or of an integration sit flat in one
+    directory, ``<home>/<conversation id>``; the agents tree of :class:`Layout` has no
+    place for ``~reflection`` ids."""
+
+    def conversation_dir(self, agent_id: str, conversation_id: str) -> Path:
+        validate_agent_id(agent_id, allow_reflection=True)
+        return self.home / validate_id(conversation_id, "conversation id")

@@ -1,7 +1,7 @@
 """The daemon's reflection queue: requests on disk first; one sent and one pending per agent;
 a trigger during a run is never swallowed; nothing joined is ever sent; what Redis lost is
 sent again at once; a damaged entry harms only itself. Real Valkey, no worker: a job is
-"run" by handing the daemon its outcome, as the stream would."""
+"run" by handing the daemon its outcome, as settling the worker's answer would."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from agentd.reflections import Reflections
 from shared.coordination import jobs, keys
 from shared.coordination.broker import locate
 from shared.coordination.jobs import LOST_AFTER_S, JobState
+from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.reflection import events
@@ -45,6 +46,13 @@ def agent(agentd_home: Path) -> AgentRecord:
     )
     Layout(agentd_home).agent_dir(record.id).mkdir(parents=True)
     AgentStore(Layout(agentd_home)).save(record)
+    MemoryRepo.create(
+        Layout(agentd_home).memory_dir(record.id),
+        agent_id=record.id,
+        agent_name=record.name,
+        persona="I help.",
+        human="",
+    ).close()
     return record
 
 
