@@ -224,10 +224,6 @@ class Reflections:
             return None
         return pending
 
-    @property
-    def _broker_reachable(self) -> bool:
-        return not self.outbox._warned_down
-
     def _still_due(self, entry: OutboxEntry) -> bool:
         """A pending step-count or idle request is checked again before it is sent: the
         job that ran meanwhile may have reflected the steps that made it due (spec: queued

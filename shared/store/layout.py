@@ -69,12 +69,13 @@ class ReflectionFiles:
 
     @property
     def worktrees(self) -> Path:
-        """The jobs' private clones of the memory repo."""
+        """The daemon's clones of a job: a worker's commits received and checked, or a
+        proposal the agent reviews in explicit merge mode."""
         return self.directory / "worktrees"
 
     @property
     def subagents(self) -> Path:
-        """The reflection sub-agents' own conversations."""
+        """The reflection sub-agents' own conversations, as their workers sent them back."""
         return self.directory / "subagents"
 
     @property
