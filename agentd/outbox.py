@@ -279,6 +279,7 @@ class Outbox:
             from celery import Celery
 
             self._app = Celery("agentd", broker=self.location.celery_url)
+            self._app.conf.broker_use_ssl = self.location.celery_ssl
             self._app.conf.broker_connection_retry_on_startup = False
             self._app.conf.broker_connection_timeout = REDIS_TIMEOUT_S
         return self._app

@@ -54,6 +54,7 @@ def create_app(settings: Settings, provider_keys: ProviderKeys | None = None) ->
         accept_content=["json"],
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
+        broker_use_ssl=location.celery_ssl,
         worker_hijack_root_logger=False,
         worker_cancel_long_running_tasks_on_connection_loss=True,
         broker_transport_options={

@@ -37,7 +37,9 @@ def restore_unacked(location: RedisLocation) -> None:
     import kombu
 
     with kombu.Connection(
-        location.celery_url, transport_options={"visibility_timeout": 0}
+        location.celery_url,
+        ssl=location.celery_ssl or False,
+        transport_options={"visibility_timeout": 0},
     ) as connection:
         connection.default_channel.qos.restore_visible(num=None)
 

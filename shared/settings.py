@@ -62,6 +62,14 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     """A Redis/Valkey URL (``redis://``, ``rediss://`` for TLS, ``unix://``); unset means
     the embedded Valkey under ``run/``."""
+    redis_listen: str | None = Field(
+        default=None, pattern=r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$"
+    )
+    """``host:port`` on which the embedded Valkey also listens over TCP, for workers on
+    other hosts; never without a password (:attr:`redis_password`: ``agentd up`` makes one
+    into ``agentd.toml`` when it is unset)."""
+    redis_password: str | None = Field(default=None, min_length=16, max_length=512, repr=False)
+    """The embedded Valkey's password, asked of every client once it listens on TCP."""
     worker_dir: Path = Field(default_factory=default_worker_dir)
     """A reflection worker's own directory (its scratch and its logs): never the home,
     which a worker does not open."""
