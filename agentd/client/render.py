@@ -93,7 +93,7 @@ def print_status(status: dict[str, Any]) -> None:
         )
     else:
         print(f"redis    {kind}, NOT reachable: {_REDIS_DOWN[redis['state']]}")
-    names = ", ".join(w["name"] for w in redis["workers"]) or "none"
+    names = ", ".join(_worker(w) for w in redis["workers"]) or "none"
     print(f"workers  {len(redis['workers'])}: {names}")
     for agent in status["agents"]:
         settings = agent["reflection"]
@@ -354,3 +354,11 @@ def print_reverted(done: dict[str, Any]) -> None:
         f"reverted {reverted['short_sha']} ({reverted['subject']}) in "
         f"{done['commit']['short_sha']}; every conversation's next turn is told"
     )
+
+
+def _worker(worker: dict[str, Any]) -> str:
+    """``name@host``, and a word when the worker runs an agentd too old for the jobs."""
+    name = str(worker["name"])
+    if "@" not in name and worker.get("host"):
+        name = f"{name}@{worker['host']}"
+    return name if worker.get("current", True) else f"{name} (older agentd: takes no jobs)"

@@ -91,19 +91,19 @@ class InProcess:
         )
 
     def worker(self, **overrides: Any) -> WorkerContext:
-        return WorkerContext(
-            settings=self.settings,
-            redis=self.redis,
-            transfer=self.transfer,
-            provider_for=lambda _job: self.provider,
+        fields: dict[str, Any] = {
+            "settings": self.settings,
+            "redis": self.redis,
+            "transfer": self.transfer,
+            "provider_for": lambda _job: self.provider,
             # The window as configured: the harness's reflectors differ in theirs.
-            setup_of=lambda job: model_setup(
+            "setup_of": lambda job: model_setup(
                 self.settings, job.model, self.settings.reflection_context_window
             ),
-            worker="test-worker@here",
-            clock=self.clock,
-            **overrides,
-        )
+            "worker": "test-worker@here",
+            "clock": self.clock,
+        }
+        return WorkerContext(**{**fields, **overrides})
 
     def prepare(self, request: ReflectionRequest) -> Prepared | ReflectionOutcome:
         prepared = prepare_or_fail(self.desk, request)
