@@ -103,7 +103,8 @@ class Settings(BaseSettings):
     reflection_idle_s: int = Field(default=86_400, ge=1, le=366 * 86_400)
     """A conversation quiet this long with unreflected steps gets an ``idle`` reflection."""
     workers: int = Field(default=2, ge=0, le=64)
-    """Reflection worker processes ``agentd up`` starts."""
+    """Reflection worker processes ``agentd up`` starts; the jobs ``agentd worker`` runs at
+    once (its default ``--concurrency``)."""
     restore_unacked: bool = True
     """A starting worker requeues the jobs a dead worker left unacked. Right while one
     host runs every worker; with several hosts set it false and let the visibility

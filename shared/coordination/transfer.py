@@ -94,26 +94,27 @@ def get_answer(client: redis.Redis, input_id: str) -> tuple[bytes, bytes | None]
     raw = client.get(keys.job_answer(input_id))
     if raw is None:
         return None
-    try:
-        bundle_key = json.loads(raw).get("bundle_key")
-    except (ValueError, AttributeError):
-        return raw, None
-    if not isinstance(bundle_key, str):
+    bundle_key = _bundle_key(raw, input_id)
+    if bundle_key is None:
         return raw, None
     bundle = client.get(bundle_key)
     return None if bundle is None else (raw, bundle)
 
 
+def _bundle_key(raw: bytes, input_id: str) -> str | None:
+    """Where an answer says its bundle is: only ever a key of this input's answers (an
+    answer naming another key, another job's inputs say, names none)."""
+    try:
+        named = json.loads(raw).get("bundle_key")
+    except (ValueError, AttributeError):
+        return None
+    ours = keys.job_answer_bundle(input_id, "")
+    return named if isinstance(named, str) and named.startswith(ours) else None
+
+
 def drop(client: redis.Redis, input_id: str) -> None:
     """Forget a job's inputs and answer (its outcome is recorded)."""
-    found = get_answer(client, input_id)
-    doomed = [keys.job_input(input_id), keys.job_input_bundle(input_id)]
-    doomed.append(keys.job_answer(input_id))
-    if found is not None:
-        try:
-            bundle_key = json.loads(found[0]).get("bundle_key")
-        except (ValueError, AttributeError):
-            bundle_key = None
-        if isinstance(bundle_key, str):
-            doomed.append(bundle_key)
-    client.delete(*doomed)
+    doomed = [keys.job_input(input_id), keys.job_input_bundle(input_id), keys.job_answer(input_id)]
+    raw = client.get(keys.job_answer(input_id))
+    bundle_key = _bundle_key(raw, input_id) if raw is not None else None
+    client.delete(*doomed, *([bundle_key] if bundle_key else []))
