@@ -249,6 +249,22 @@ class Outbox:
         finally:
             client.close()
 
+    def forget_inputs(self, entry: OutboxEntry) -> None:
+        """Drop what was sent for the entry's job, so that the next send builds it anew."""
+        import redis
+
+        if entry.ticket is None:
+            return
+        client = self._client()
+        try:
+            transfer.drop(client, entry.ticket.input_id)
+        except redis.RedisError:
+            pass
+        finally:
+            client.close()
+        entry.ticket = None
+        self.save(entry)
+
     def client(self) -> Any:
         """A Redis client for one short use (the caller closes it)."""
         return self._client()

@@ -372,7 +372,10 @@ class Reflections:
         if status == "answered":
             if await self.answers.settle_now(sent):
                 return
-            status = "lost"  # answered, but the answer is gone with Redis's data
+            # Answered, but the answer is gone (Redis lost or evicted it): a worker would
+            # take the same inputs for answered, so the job goes again with new ones.
+            await asyncio.to_thread(self.outbox.forget_inputs, sent)
+            status = "lost"
         if status in (None, "unknown", "lost"):
             logged = await asyncio.to_thread(self.outbox.logged_outcome, sent.request)
             if logged is not None:
@@ -381,7 +384,10 @@ class Reflections:
         if status is not None and self._lost_or_due(sent, status):
             log.info("reflection_resent", request_id=sent.request.request_id, redis=status)
             async with self._sending[sent.request.agent_id]:
-                await asyncio.to_thread(self.outbox.send, sent)
+                resent = await asyncio.to_thread(self.outbox.send, sent)
+            if isinstance(resent, ReflectionOutcome):  # a gate closed this time
+                await asyncio.to_thread(record_outcome, self.layout, resent, None)
+                await self._on_outcome(resent)
 
     @staticmethod
     def _lost_or_due(entry: OutboxEntry, status: str) -> bool:

@@ -440,3 +440,65 @@ def test_the_reconcile_loop_survives_a_failing_pass(
         assert any(entry["event"] == "reflection_reconcile_failed" for entry in logs)
 
     asyncio.run(scenario())
+
+
+def test_an_answered_job_whose_answer_redis_lost_goes_again_with_new_inputs(
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
+) -> None:
+    """A worker would take the same inputs for answered: the job is sent with new ones."""
+
+    async def scenario() -> None:
+        running = await _send(reflections, chat)
+        (sent,) = reflections.outbox.entries(agent.id)
+        assert sent.ticket is not None
+        old_input = sent.ticket.input_id
+        client = redis_server.client
+        pipe = client.pipeline()
+        jobs.mark_answered(pipe, running.request_id, old_input)  # and the answer is gone
+        pipe.execute()
+        client.delete(keys.REFLECTION_QUEUE)
+
+        await reflections.reconcile()
+
+        (again,) = reflections.outbox.entries(agent.id)
+        assert again.ticket is not None and again.ticket.input_id != old_input
+        assert not client.exists(keys.job_input(old_input))
+        assert client.exists(keys.job_input(again.ticket.input_id))
+        assert _queued_jobs(redis_server) == [running.request_id]
+
+    asyncio.run(scenario())
+
+
+def test_a_job_sent_again_that_a_gate_now_stops_is_settled_with_the_gates_outcome(
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
+) -> None:
+    """Redis lost the job; meanwhile the user edited memory by hand: the job is not sent
+    again, the request ends ``skipped: parent_dirty`` (told, as a waiting turn would be)."""
+
+    async def scenario() -> None:
+        running = await _send(reflections, chat)
+        redis_server.client.flushall()
+        memory = Layout(agentd_home).memory_dir(agent.id)
+        (memory / "scratch.md").write_text("the user's own edit\n")
+
+        await reflections.reconcile()
+
+        assert reflections.outbox.entries(agent.id) == []
+        outcome = await reflections.wait(running.request_id, 0)
+        assert outcome is not None and (outcome.status, outcome.reason) == (
+            "skipped",
+            "parent_dirty",
+        )
+        logged = events.read(Layout(agentd_home).reflections_dir(agent.id))
+        assert [(o.request_id, o.reason) for o in logged] == [(running.request_id, "parent_dirty")]
+        assert _queued_jobs(redis_server) == []
+
+    asyncio.run(scenario())
