@@ -233,8 +233,10 @@ class _Work:
             return None
         raw, bundle = loaded
         fmt = stated_format(raw)
-        if fmt != JOB_FORMAT:
+        if isinstance(fmt, int) and fmt > JOB_FORMAT:
             return _outdated(self.message.model_dump() | {"format": fmt}, self.ctx, fmt)
+        if fmt != JOB_FORMAT:
+            raise BundleError(f"the job's inputs say they are of format {fmt}, not a job's")
         try:
             self.job = JobInput.model_validate_json(raw)
         except ValidationError as exc:

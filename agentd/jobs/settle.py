@@ -141,8 +141,13 @@ class _Settling:
             log.warning("reflection_error", reason=reason, error=detail)
         else:
             log.exception("reflection_settle_crashed", reason=reason)
-        feed_failure(self.files.directory, reason, now=self.desk.clock())
+        if self._agent_kept():
+            feed_failure(self.files.directory, reason, now=self.desk.clock())
         return self.outcome("failed", reason, f"{detail}; the transcript can be retried.")
+
+    def _agent_kept(self) -> bool:
+        """Whether the agent is still there: one deleted meanwhile gets no file back."""
+        return self.layout.agent_dir(self.request.agent_id).is_dir()
 
     async def run(self, answer: JobAnswer, bundle: bytes | None) -> ReflectionOutcome:
         sent = (self.request.request_id, self.ticket.input_id, self.request.agent_id)
@@ -151,6 +156,8 @@ class _Settling:
         ):
             raise InvalidAnswer("the worker's answer is for other inputs; nothing was merged")
         self.setup = answer.setup
+        if not self._agent_kept():
+            return self.outcome("skipped", "agent_deleted", "The agent was deleted.")
         if answer.status != "ran":
             return self.worker_ended(answer)
         messages = await asyncio.to_thread(self._transcript, answer)
