@@ -154,6 +154,9 @@ async def conversation(request: web.Request) -> web.StreamResponse:
         )
         messages = (await ctx.handlers.messages_list(listing, no_events))["messages"][::-1]
     budget = await ctx.handlers.context_show(target, no_events)
+    waiting = await asyncio.to_thread(
+        ctx.handlers.approvals.waiting_in, record.id, budget["conversation_id"]
+    )
     return render(
         request,
         "conversation.html",
@@ -164,6 +167,7 @@ async def conversation(request: web.Request) -> web.StreamResponse:
             "at": at,
             "budget": budget,
             "gauge": context_gauge(budget),
+            "approvals": waiting,
         },
     )
 
