@@ -134,6 +134,7 @@ def test_a_call_waiting_when_the_page_loads_is_denied_with_a_reason_the_model_re
     form.get_by_role("button", name="Deny").click()
 
     page.locator(".msg.live.streamed", has_text="Leaving it alone.").wait_for()
+    page.locator("#chat-status", has_text="turn finished: end_turn").wait_for()
     denial = "the user denied this call: it is being backed up"
     assert page.locator(".msg.live.role-tool.error", has_text=denial).count() == 1
     assert page.locator("#approvals form.approval").count() == 0
