@@ -28,10 +28,10 @@ from agentd.agents import Agents
 from agentd.requests import ApprovalApprove, ApprovalDeny, ApprovalsList
 from agentd.turns import Turns
 from shared.agent.approval_step import recover
-from shared.agent.loop import Emit
+from shared.agent.loop import Emit, in_thread_to_the_end
 from shared.errors import AgentdError, AlreadyAnswered, UnknownApproval
 from shared.models.agents import AgentRecord
-from shared.models.approvals import Decision
+from shared.models.approvals import Decision, WaitingStep
 from shared.models.turns import TurnResult
 from shared.store.approvals import every_step, find_step, load_step, save_step, view
 from shared.store.approvals import waiting_calls as stored_waiting_calls
@@ -106,16 +106,43 @@ class Approvals:
                     f"approval {ref} ({call.name}) was {was} already; a call is answered once"
                 )
             call.state, call.reason, call.answered_at = decision, reason, self.agents.clock()
-            await asyncio.to_thread(save_step, directory, step)
+            try:
+                await in_thread_to_the_end(save_step, directory, step)
+            except asyncio.CancelledError:
+                self._let_go(conversation, step, "the turn was cancelled")
+                raise
         log.info("approval_answered", approval_id=approval_id, decision=decision, tool=call.name)
         answered = self._named(view(step, call))
         if not step.answered:
             waiting = [self._named(view(step, c)) for c in step.waiting]
             return {"answered": answered, "waiting": waiting, "turn": None}
-        repo = self.agents.memory(record.id)
-        result = await self.turns.resume(record, repo, conversation, emit)
+        try:
+            result = await self.turns.resume(
+                record, self.agents.memory(record.id), conversation, emit
+            )
+        except BaseException as exc:
+            cancelled = isinstance(exc, asyncio.CancelledError)
+            self._let_go(
+                conversation, step, f"the turn {'was cancelled' if cancelled else 'failed'}"
+            )
+            raise
         await self.after_turn(record, conversation, result, emit)
         return {"answered": answered, "waiting": [], "turn": result.model_dump(mode="json")}
+
+    def _let_go(self, conversation: Conversation, answered: WaitingStep, why: str) -> None:
+        """The request that completed a step's answers ends (its client hung up, or the
+        turn could not start) before the loop carried the step out: settle it now, running
+        nothing, or the conversation would take no message until agentd restarts. A step
+        the loop took over it settles itself. On the event loop, as a cancel's stop
+        record is written."""
+        if not answered.answered:
+            return
+        try:
+            step = load_step(conversation.directory)
+            if step is not None and step.finished_at is None and step.answered:
+                recover(conversation, step, self.agents.clock(), why)
+        except (AgentdError, OSError) as exc:  # the next start settles it
+            log.warning("approval_step_not_settled", turn_id=answered.turn_id, error=str(exc))
 
     def recover(self) -> int:
         """Settle every step whose carrying out a crash cut short; how many. Blocking."""

@@ -115,16 +115,19 @@ def settle(conversation: Conversation, step: WaitingStep, why: str, now: datetim
     return [m.id for m in results]
 
 
-def recover(conversation: Conversation, step: WaitingStep, now: datetime) -> None:
-    """After a restart: settle a step whose carrying out the daemon's death cut short, and
-    end its turn with a stop record (``cancelled``, code ``interrupted``) as nothing else
-    did. Blocking."""
-    settle(conversation, step, "agentd stopped", now)
+def recover(
+    conversation: Conversation, step: WaitingStep, now: datetime, why: str = "agentd stopped"
+) -> None:
+    """Settle an answered step that nothing will carry out any more, and end its turn with
+    a stop record (``cancelled``, code ``interrupted``), as nothing else did: after a
+    restart (the daemon died carrying it out), or when the request that answered it was
+    cancelled before the loop took it over. Blocking."""
+    settle(conversation, step, why, now)
     stop = conversation.new_message(
         role="assistant",
         kind="stop",
-        content="agentd stopped while this turn's approved calls were carried out; "
-        "nothing was run twice",
+        content=f"{why} before this turn's approved calls were all carried out; nothing "
+        "was run twice",
         stop_reason="cancelled",
         payload=StopPayload(code=INTERRUPTED_CODE),
         turn_id=step.turn_id,

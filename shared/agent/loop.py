@@ -131,7 +131,7 @@ class _TurnRunner:
             error = AgentdError(f"internal error during the turn: {exc!r}; see the agentd log")
             self.result.error = error.to_dict()
             stop = self._persist_stop("error", error.message, error.code)
-        await _in_thread_to_the_end(self._save_window)
+        await in_thread_to_the_end(self._save_window)
         self.result.stop_reason = stop
         return self.result
 
@@ -191,7 +191,7 @@ class _TurnRunner:
             assistant_messages=self.result.assistant_messages,
             usage=self.result.usage,
         )
-        await _in_thread_to_the_end(save_step, self.conversation.directory, step)
+        await in_thread_to_the_end(save_step, self.conversation.directory, step)
         self.result.approvals = [view(step, call) for call in step.waiting]
         for call, pending in zip(calls, step.calls, strict=True):
             if pending.approval_id is not None:
@@ -212,7 +212,7 @@ class _TurnRunner:
                     await self._persist_result(call, denial(pending.reason), True, cap)
                     continue
                 pending.state = "running"
-                await _in_thread_to_the_end(save_step, directory, step)
+                await in_thread_to_the_end(save_step, directory, step)
                 await self._run_call(call, cap)
         except BaseException as exc:
             # Settled here, on the loop, as the stop record is written: nothing of the step
@@ -226,7 +226,7 @@ class _TurnRunner:
                 log.warning("approved_step_not_settled", error=str(unsettled))
             raise
         step.finished_at = self.conversation.clock()
-        await _in_thread_to_the_end(save_step, directory, step)
+        await in_thread_to_the_end(save_step, directory, step)
         stop = self._stop_after_tools(calls, is_last_step=step.steps >= self.turn.max_steps)
         return stop if stop is not None else await self._steps(first=step.steps)
 
@@ -394,7 +394,7 @@ class _TurnRunner:
     async def _persist(self, messages: list[Message]) -> None:
         """Append in a thread: the log is fsync'd, milliseconds that the event loop, and
         every other conversation on it, would otherwise wait."""
-        await _in_thread_to_the_end(self._persist_now, messages)
+        await in_thread_to_the_end(self._persist_now, messages)
 
     def _persist_now(self, messages: list[Message]) -> None:
         self.conversation.append(messages)
@@ -404,7 +404,7 @@ class _TurnRunner:
         return self.conversation.new_message(turn_id=self.turn.turn_id, **fields)
 
 
-async def _in_thread_to_the_end(write: Callable[..., None], *args: Any) -> None:
+async def in_thread_to_the_end(write: Callable[..., None], *args: Any) -> None:
     """Run ``write`` in a thread. A cancel landing meanwhile takes effect once it is done,
     so whatever is written next (the stop record, the next turn's window) never races it."""
     writing = asyncio.ensure_future(asyncio.to_thread(write, *args))
