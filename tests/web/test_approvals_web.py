@@ -54,6 +54,9 @@ def test_the_conversation_page_shows_the_waiting_call_with_approve_and_deny(site
     assert f'data-approval="{approval}"' in page
     assert "⚙ recall_search({&#34;query&#34;: &#34;pnpm&#34;})" in page
     assert 'value="approve">Approve</button>' in page and 'value="deny">Deny</button>' in page
+    agent_page = client.get(f"/agents/{site.agent_id}").body
+    row = next(line for line in agent_page.splitlines() if site.conversation_id in line)
+    assert "approval waiting" in row
 
 
 def test_an_answer_needs_the_session_and_its_csrf_token_and_changes_nothing_without(
