@@ -225,7 +225,7 @@ def test_of_clients_approving_one_call_at_once_one_runs_it_and_the_others_are_to
     assert len(server.requests) == 2
 
 
-def test_an_unknown_or_malformed_approval_id_is_refused_and_changes_nothing(
+def test_an_unknown_stale_or_malformed_approval_id_is_refused_and_changes_nothing(
     agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
 ) -> None:
     short = ask_to_clean(agentd, server)
@@ -240,6 +240,17 @@ def test_an_unknown_or_malformed_approval_id_is_refused_and_changes_nothing(
     assert malformed.returncode == 1 and malformed.stderr.startswith("invalid_id:")
     assert [short_id(a["id"]) for a in ok(agentd, "approvals")] == [short]
     assert runs(agentd, ada) == 0 and len(server.requests) == 1
+
+    server.enqueue(body=chat_completion("Cleaned."))
+    assert ctl(agentd, "approve", short).returncode == 0
+    newer = ask_to_clean(agentd, server)
+    stale = ctl(agentd, "approve", short)
+    assert stale.returncode == 1, "an answered step replaced by a newer one is stale"
+    assert stale.stderr.startswith(
+        f"unknown_approval: no tool call waits with approval id '{short}'"
+    )
+    assert [short_id(a["id"]) for a in ok(agentd, "approvals")] == [newer]
+    assert runs(agentd, ada) == 1
 
 
 def test_which_tools_need_approval_is_checked_listed_and_cleared(
