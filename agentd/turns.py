@@ -153,11 +153,11 @@ class Turns:
         emit: Emit,
     ) -> TurnResult:
         async with self._turn_lock(agent, conversation, emit):
-            step = await asyncio.to_thread(unfinished_step, conversation.directory)
-            if step is not None:
-                raise ApprovalPending(still_waiting(agent.name, step))
             turn_id = new_id("turn")
             with self._running(agent, conversation, turn_id, emit):
+                step = await asyncio.to_thread(unfinished_step, conversation.directory)
+                if step is not None:
+                    raise ApprovalPending(still_waiting(agent.name, step))
                 return await self._run(agent, repo, conversation, text, emit, turn_id)
 
     async def resume(
