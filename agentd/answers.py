@@ -27,7 +27,7 @@ import structlog
 from agentd.jobs.checkout import sweep_orphans
 from agentd.jobs.record import record
 from agentd.jobs.settle import read_answer, settle
-from agentd.outbox import Outbox, OutboxEntry
+from agentd.outbox import Outbox
 from shared.coordination import transfer
 from shared.errors import AgentdError, InvalidAnswer
 from shared.models.reflection import ReflectionOutcome
@@ -64,26 +64,16 @@ class Answers:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def settle_now(self, entry: OutboxEntry) -> bool:
-        """Settle the answer to ``entry``'s job if it is stored; whether it was."""
-        agent_id = entry.request.agent_id
-        if agent_id in self._settling:
-            return True
-        self._settling.add(agent_id)
-        return await self._settle(agent_id, None)
-
-    async def _settle(self, agent_id: str, input_id: str | None) -> bool:
+    async def _settle(self, agent_id: str, input_id: str | None) -> None:
         try:
             outcome = await self._settled(agent_id, input_id)
         except Exception:
             log.exception("reflection_settle_failed", agent_id=agent_id)
-            return False
+            return
         finally:
             self._settling.discard(agent_id)
-        if outcome is None:
-            return False
-        await self.on_outcome(outcome)
-        return True
+        if outcome is not None:
+            await self.on_outcome(outcome)
 
     async def _settled(self, agent_id: str, input_id: str | None) -> ReflectionOutcome | None:
         entry = await asyncio.to_thread(self.outbox.sent, agent_id)
@@ -94,6 +84,9 @@ class Answers:
             return None
         found = await asyncio.to_thread(self.outbox.answer, entry)
         if found is None:
+            if input_id is None:  # Redis says answered, and holds no answer for these inputs
+                log.warning("reflection_answer_gone", request_id=entry.request.request_id)
+                await asyncio.to_thread(self.outbox.answer_gone, entry)
             return None
         raw, bundle = found
         answer: JobAnswer | InvalidAnswer

@@ -249,17 +249,27 @@ class Outbox:
         finally:
             client.close()
 
-    def forget_inputs(self, entry: OutboxEntry) -> None:
-        """Drop what was sent for the entry's job, so that the next send builds it anew."""
+    def answer_gone(self, entry: OutboxEntry) -> None:
+        """Redis says the entry's job is answered and holds no answer for its inputs.
+
+        Answered for these inputs, the answer was lost (evicted, expired): the inputs and
+        the job's state go, so the reconcile loop finds the job unknown and sends it again,
+        built anew (a worker would take the old inputs for answered). Answered for other
+        inputs, a copy of the job that ran on inputs sent before said so: the job is
+        queued again, as it is for its current inputs."""
         import redis
 
         if entry.ticket is None:
             return
         client = self._client()
         try:
+            if jobs.answered(client, entry.request.request_id) != entry.ticket.input_id:
+                jobs.mark(client, entry.request.request_id, "queued")
+                return
             transfer.drop(client, entry.ticket.input_id)
+            client.delete(keys.job_state(entry.request.request_id))
         except redis.RedisError:
-            pass
+            return
         finally:
             client.close()
         entry.ticket = None

@@ -369,13 +369,9 @@ class Reflections:
         if isinstance(status, ReflectionOutcome):
             await self._on_outcome(status)
             return
-        if status == "answered":
-            if await self.answers.settle_now(sent):
-                return
-            # Answered, but the answer is gone (Redis lost or evicted it): a worker would
-            # take the same inputs for answered, so the job goes again with new ones.
-            await asyncio.to_thread(self.outbox.forget_inputs, sent)
-            status = "lost"
+        if status == "answered":  # settled in a task of its own: a review takes a while
+            self.answers.settle_later(sent.request.agent_id)
+            return
         if status in (None, "unknown", "lost"):
             logged = await asyncio.to_thread(self.outbox.logged_outcome, sent.request)
             if logged is not None:

@@ -115,6 +115,11 @@ def reach(location: RedisLocation, timeout_s: float = 3.0) -> str | None:
             f"Redis at {where} asks for a password ({exc}): give it in AGENTD_REDIS_URL "
             "(redis://:PASSWORD@host:port/0)"
         )
+    except redis.TimeoutError as exc:
+        return (
+            f"Redis at {where} did not answer within {timeout_s:.0f} s ({exc}): check the host "
+            "and port in AGENTD_REDIS_URL, and that the network lets this host reach it"
+        )
     except redis.ConnectionError as exc:
         if "SSL" in str(exc) or "certificate" in str(exc):
             return (

@@ -462,7 +462,9 @@ def test_an_answered_job_whose_answer_redis_lost_goes_again_with_new_inputs(
         pipe.execute()
         client.delete(keys.REFLECTION_QUEUE)
 
-        await reflections.reconcile()
+        await reflections.reconcile()  # finds the answer gone: the job's state goes too
+        await asyncio.gather(*reflections.answers._tasks)
+        await reflections.reconcile()  # unknown now: sent again, built anew
 
         (again,) = reflections.outbox.entries(agent.id)
         assert again.ticket is not None and again.ticket.input_id != old_input
@@ -500,5 +502,33 @@ def test_a_job_sent_again_that_a_gate_now_stops_is_settled_with_the_gates_outcom
         logged = events.read(Layout(agentd_home).reflections_dir(agent.id))
         assert [(o.request_id, o.reason) for o in logged] == [(running.request_id, "parent_dirty")]
         assert _queued_jobs(redis_server) == []
+
+    asyncio.run(scenario())
+
+
+def test_an_answered_mark_a_stale_copy_left_for_old_inputs_queues_the_job_again(
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
+) -> None:
+    """A copy of the job ran on inputs sent before and says "answered" for them: the job's
+    current inputs are kept, and the job counts as queued again, not as lost."""
+
+    async def scenario() -> None:
+        running = await _send(reflections, chat)
+        (sent,) = reflections.outbox.entries(agent.id)
+        assert sent.ticket is not None
+        pipe = redis_server.client.pipeline()
+        jobs.mark_answered(pipe, running.request_id, "rq-old-inputs")
+        pipe.execute()
+
+        await reflections.reconcile()
+        await asyncio.gather(*reflections.answers._tasks)
+
+        (kept,) = reflections.outbox.entries(agent.id)
+        assert kept.ticket == sent.ticket
+        assert jobs.status(redis_server.client, running.request_id, agent.id) == "queued"
 
     asyncio.run(scenario())

@@ -11,6 +11,7 @@ not where they are missing, and the tests skip.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import shutil
@@ -55,11 +56,21 @@ class Link:
         self.netns = f"agt{tag}"
         self.host_side = f"vh{tag}"
         self.ns_side = f"vn{tag}"
-        octet = int(tag[:2], 16) % 250 + 1
-        self.host_ip = f"10.234.{octet}.1"
-        self.ns_ip = f"10.234.{octet}.2"
+        self.host_ip = self.ns_ip = ""
 
     def up(self) -> Link:
+        """Make the namespace and the pair, on a /30 no other link of the host uses (tests
+        in parallel each take theirs under a lock)."""
+        with open("/tmp/agentd-test-links.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            taken = _run("ip", "-o", "-4", "addr", "show").stdout
+            free = [n for n in range(1, 255) if f" 10.234.{n}." not in taken]
+            octet = secrets.choice(free)
+            self.host_ip = f"10.234.{octet}.1"
+            self.ns_ip = f"10.234.{octet}.2"
+            return self._make()
+
+    def _make(self) -> Link:
         steps = [
             ("ip", "netns", "add", self.netns),
             ("ip", "link", "add", self.host_side, "type", "veth", "peer", "name", self.ns_side),
