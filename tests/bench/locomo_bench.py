@@ -66,7 +66,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import Stemmer
+import tantivy
 
 try:
     from shared.recall.documents import Document
@@ -124,6 +124,7 @@ def _conversation(sample: dict[str, Any]) -> Conversation:
                     created_at=start + offset,
                     text=turn["text"],
                     echo=False,
+                    offset=len(documents),
                 )
             )
     questions = [
@@ -158,10 +159,14 @@ def _evidence(entries: list[str]) -> Iterator[str]:
 class PlainBM25:
     """Textbook BM25 over stemmed words without stopwords, scored by brute force."""
 
-    _WORD = re.compile(r"(?u)\b\w\w+\b")
-
     def __init__(self, documents: list[Document]) -> None:
-        self._stemmer = Stemmer.Stemmer("english")
+        self._analyzer = (
+            tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(r"\w\w+"))
+            .filter(tantivy.Filter.lowercase())
+            .filter(tantivy.Filter.custom_stopword(sorted(LUCENE_STOPWORDS)))
+            .filter(tantivy.Filter.stemmer("english"))
+            .build()
+        )
         self.ids = [d.message_id for d in documents]
         self.docs = [Counter(self.words(d.text)) for d in documents]
         self.lengths = [sum(doc.values()) for doc in self.docs]
@@ -169,8 +174,7 @@ class PlainBM25:
         self.df = Counter(term for doc in self.docs for term in doc)
 
     def words(self, text: str) -> list[str]:
-        words = [w for w in self._WORD.findall(text.lower()) if w not in LUCENE_STOPWORDS]
-        return self._stemmer.stemWords(words)
+        return list(self._analyzer.analyze(text))
 
     def search(self, query: str, limit: int) -> list[str]:
         terms = list(dict.fromkeys(self.words(query)))
@@ -230,13 +234,14 @@ def measure(conversations: list[Conversation]) -> tuple[Tally, Tally]:
         index = AgentIndex()
         for document in conversation.documents:
             index.add(document)
+        index.commit()
         plain = PlainBM25(conversation.documents)
         for question in conversation.questions:
             request = SearchRequest(question.text, limit=max(K))
             started = time.perf_counter()
             ranked = index.search(request)
             elapsed = time.perf_counter() - started
-            found = [index.message_id(number) for number, _ in ranked]
+            found = [conversation.documents[hit.offset].message_id for hit in ranked]
             index_tally.add(found, question.evidence, elapsed)
             started = time.perf_counter()
             found = plain.search(question.text, max(K))
