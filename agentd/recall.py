@@ -147,12 +147,13 @@ class RecallService:
         state.commit_due = True
 
         def commit() -> None:
-            time.sleep(COMMIT_DELAY_S)
             state.commit_due = False
             if state.index is not None and not state.closed:
                 state.index.commit()
 
-        self._writes.put(commit)
+        timer = threading.Timer(COMMIT_DELAY_S, self._writes.put, (commit,))
+        timer.daemon = True
+        timer.start()
 
     def wait_for_writes(self, timeout_s: float | None = None) -> bool:
         """Return once what was queued for the writer thread is done, or after
@@ -307,22 +308,28 @@ class RecallService:
     ) -> None:
         """Index ``messages`` (their JSON fields), just appended to the conversation's log
         at ``offsets``."""
+        state = self._state(agent_id)
         with self._lock:
-            state = self._agents.get(agent_id)
-            if state is None:  # an agent created since the start: nothing on disk yet
-                state = self._agents[agent_id] = self._new_state(agent_id)
-                self._writes.put(functools.partial(self._open_new, agent_id, state))
             if not state.ready.is_set():
                 state.pending.append((conversation_id, messages, offsets))
                 return
             self._add(state, conversation_id, messages, offsets)
 
-    def _open_new(self, agent_id: str, state: _AgentRecall) -> None:
-        """An agent with no index yet: open it (empty, or what a crash left) at once."""
+    def _state(self, agent_id: str) -> _AgentRecall:
+        """The agent's state; an agent not started (one created since the start) is
+        opened here and now, as small as it is (a catch-up too long for that goes on in
+        the background)."""
+        with self._lock:
+            state = self._agents.get(agent_id)
+            if state is not None:
+                return state
+            state = self._agents[agent_id] = self._new_state(agent_id)
         self._open(agent_id, state)
         if not state.ready.is_set():
-            self._catch_up(state)
-            self._finish(state)
+            threading.Thread(
+                target=self._build_all, args=([(agent_id, state)],), name="recall-build"
+            ).start()
+        return state
 
     def _add(
         self,
@@ -348,11 +355,7 @@ class RecallService:
 
     async def _ready(self, agent_id: str) -> _AgentRecall:
         """The agent's index once it is open (not necessarily caught up)."""
-        with self._lock:
-            state = self._agents.get(agent_id)
-            if state is None:
-                state = self._agents[agent_id] = self._new_state(agent_id)
-                self._writes.put(functools.partial(self._open_new, agent_id, state))
+        state = self._state(agent_id)
         while not state.searchable.is_set():
             await asyncio.sleep(READY_POLL_S)
         return state

@@ -149,7 +149,9 @@ class AgentIndex:
         """Forget a conversation's messages (by its hash: its log changed under the index,
         or is gone), at once."""
         with self._lock:
-            self._writer_now().delete_documents_by_term("conv", conversation)
+            self._writer_now().delete_documents_by_query(
+                tantivy.Query.term_query(self._schema, "conv", conversation)
+            )
             self._uncommitted += 1
             self._next_seq[conversation] = 0
             self._asking.pop(conversation, None)

@@ -4,12 +4,15 @@ The steps, each a tantivy search over the snapshot the index had when it began:
 
 1. the best matches among ordinary messages, by BM25 and phrases (a query of phrases
    alone scores every match alike: the newest come first);
-2. with two terms or more, the neighbours' loans (:mod:`shared.recall.lending`);
+2. with two terms or more (or a term and a phrase), the neighbours' loans
+   (:mod:`shared.recall.lending`);
 3. the best matching echoes, from their own fields, ×0.1;
 4. the question being asked (the asking conversation's newest user message), ×0.1 and
    lending nothing;
 
-then best first, ties to the newer message. A hit is where its message's line is (its
+then best first, ties to the newer message (tantivy cuts its best at
+:data:`~shared.recall.ranking.CANDIDATES` whatever the limit, so that ties at the limit
+are settled by date, as far as they reach). A hit is where its message's line is (its
 conversation and offset, read from fast fields for all the hits at once); nothing reads
 the text.
 """
@@ -61,8 +64,8 @@ def run(
         if not terms:  # phrases alone: every match scores the same
             found = searcher.search(combined, limit, count=False, order_by_field="created").hits
             hits = [(PHRASE_BONUS * len(phrases), address) for _, address in found]
-        elif prefix or len(terms) == 1:
-            hits = searcher.search(combined, limit, count=False).hits
+        elif prefix or (len(terms) == 1 and not phrases):  # every match holds the term
+            hits = searcher.search(combined, max(CANDIDATES, limit), count=False).hits
         else:
             best = searcher.search(combined, max(CANDIDATES, limit), count=False).hits
             lends_nothing = None if asking is None else place(asking)
