@@ -64,11 +64,27 @@ def conversation_ids(layout: Layout, agent_id: str) -> list[str]:
     return [c.name for c in children if ID_PATTERN.fullmatch(c.name) and c.is_dir()]
 
 
+def report_damaged_records(layout: Layout, agent_id: str, ids: list[str]) -> None:
+    """Log each conversation record that is not JSON, with what to do, as the store's scan
+    does (whose models are imported only then: this process starts without pydantic)."""
+    for conversation_id in ids:
+        try:
+            json.loads(layout.conversation_files(agent_id, conversation_id).record.read_bytes())
+        except FileNotFoundError:
+            continue
+        except ValueError:
+            from shared.store.conversations import scan_conversations
+
+            scan_conversations(layout, agent_id).log_damaged()
+            return
+
+
 def plan_of(layout: Layout, agent_id: str, index: AgentIndex) -> Plan:
     """What the catch-up reads, after dropping from ``index`` what the logs no longer
     hold (see the module)."""
     plan = Plan()
     ids = conversation_ids(layout, agent_id)
+    report_damaged_records(layout, agent_id, ids)
     index.know(ids)
     for gone in index.conversations() - {conversation_hash(c) for c in ids}:
         index.delete_conversation(gone)
