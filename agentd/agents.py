@@ -16,6 +16,7 @@ import structlog
 
 from agentd.requests import AgentCreate, AgentUpdate
 from shared.agent.prompts import DEFAULT_HUMAN, DEFAULT_PERSONA
+from shared.agent.tools.registry import tools_named
 from shared.clock import Clock, utc_now
 from shared.errors import (
     AgentdError,
@@ -111,6 +112,10 @@ class Agents:
                     return await asyncio.to_thread(self._create_sync, params)
 
     def update(self, record: AgentRecord, params: AgentUpdate) -> AgentRecord:
+        """Apply ``params``; nothing is changed if any of them is refused."""
+        tools = None
+        if params.requires_approval is not None:
+            tools = tools_named(params.requires_approval)
         if params.name is not None and params.name != record.name:
             self.store.ensure_name_free(params.name, except_id=record.id)
             record.name = params.name
@@ -120,6 +125,8 @@ class Agents:
             value = getattr(params, field)
             if value is not None:
                 setattr(record, field, value)
+        if tools is not None:
+            record.requires_approval = tools
         self.store.save(record)
         log.info("agent_updated", agent_id=record.id)
         return record

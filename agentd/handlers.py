@@ -12,6 +12,7 @@ from typing import Any
 
 from agentd import __version__, archive
 from agentd.agents import Agents
+from agentd.approvals import Approvals
 from agentd.deletion import Deletions
 from agentd.effective_config import effective_config
 from agentd.memory_edit import edit_by_hand, read_for_edit
@@ -25,6 +26,9 @@ from agentd.requests import (
     AgentImport,
     AgentTarget,
     AgentUpdate,
+    ApprovalApprove,
+    ApprovalDeny,
+    ApprovalsList,
     ArchiveUpload,
     Chat,
     ConversationDelete,
@@ -57,11 +61,13 @@ from shared.memory.provenance import USER_EMAIL, USER_NAME, user_trailers, with_
 from shared.models.agents import AgentRecord, ReflectionOverrides
 from shared.models.messages import Message, SummaryMessage
 from shared.models.reflection import ReflectionOutcome
+from shared.models.turns import TurnResult
 from shared.protocol import EVENT_REFLECTION, EVENT_WARNING, PROTOCOL_VERSION
 from shared.recall.ranking import SearchRequest
 from shared.reflection import events
 from shared.reflection.pause import describe
 from shared.settings import Settings
+from shared.store.conversations import Conversation
 
 
 class Handlers:
@@ -83,6 +89,7 @@ class Handlers:
         self.deletions = Deletions(agents, turns, recall, reflections.location, agents.clock)
         self.history = MemoryHistory(agents, recall)
         self.proposals = MemoryProposals(agents, settings.memory_limits)
+        self.approvals = Approvals(agents, turns, self._after_turn)
         self.web = WebServer(settings, self)
         """The web view (``AGENTD_WEB``); the daemon starts and stops it with the socket."""
 
@@ -159,6 +166,14 @@ class Handlers:
         conversation = self.agents.conversation(record, params.conversation)
         repo = self.agents.memory(record.id)
         result = await self.turns.chat(record, repo, conversation, params.text, emit)
+        await self._after_turn(record, conversation, result, emit)
+        return result.model_dump(mode="json")
+
+    async def _after_turn(
+        self, record: AgentRecord, conversation: Conversation, result: TurnResult, emit: Emit
+    ) -> None:
+        """After a chat turn, or an approval's carrying on of one: the reflection check
+        (it counts only a turn that ended), and the outcomes and pauses worth telling."""
         request = await self.reflections.after_turn(record, conversation, result)
         outcome = None
         if request is not None:
@@ -172,7 +187,18 @@ class Handlers:
         if paused is not None:
             text = describe(paused, record.name)
             await emit(EVENT_WARNING, {"code": "reflection_paused", "message": text})
-        return result.model_dump(mode="json")
+
+    async def approval_list(self, params: ApprovalsList, _emit: Emit) -> dict[str, Any]:
+        """The tool calls waiting for the user's yes, across agents and conversations."""
+        return await self.approvals.list(params)
+
+    async def approval_approve(self, params: ApprovalApprove, emit: Emit) -> dict[str, Any]:
+        """Approve one waiting call; the last answer of its step carries the turn on."""
+        return await self.approvals.approve(params, emit)
+
+    async def approval_deny(self, params: ApprovalDeny, emit: Emit) -> dict[str, Any]:
+        """Deny one waiting call (the reason goes to the model); as approve otherwise."""
+        return await self.approvals.deny(params, emit)
 
     async def reflection_settings(self, params: SleeptimeSettings, _emit: Emit) -> dict[str, Any]:
         record = await self.agents.resolve(params.agent)

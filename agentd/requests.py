@@ -75,6 +75,9 @@ class AgentCreate(Params):
     context_window: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_WINDOW)
 
 
+ToolName = Annotated[str, Field(min_length=1, max_length=64)]
+
+
 class AgentUpdate(AgentTarget):
     name: AgentName | None = None
     model: str | None = Field(default=None, min_length=1, max_length=200)
@@ -82,6 +85,8 @@ class AgentUpdate(AgentTarget):
     global ``AGENTD_MODEL`` again."""
     system_prompt: str | None = Field(default=None, min_length=1, max_length=50_000)
     context_window: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_WINDOW)
+    requires_approval: list[ToolName] | None = Field(default=None, max_length=32)
+    """The tools whose calls wait for the user's yes, replacing the list (``[]``: none)."""
 
 
 class Chat(AgentTarget):
@@ -214,6 +219,26 @@ class MemoryAnswer(AgentTarget):
     """A held proposal's id (its reflection's id, as ``memory proposals`` lists it)."""
 
 
+ApprovalId = Annotated[str, _id("approval id")]
+"""An approval id, whole or its last 8 or more characters (as ``agentctl approvals``
+shows it)."""
+
+
+class ApprovalsList(Params):
+    agent: AgentRef | None = None
+    """Only this agent's waiting calls; None: every agent's."""
+
+
+class ApprovalApprove(Params):
+    approval: ApprovalId
+
+
+class ApprovalDeny(Params):
+    approval: ApprovalId
+    reason: str | None = Field(default=None, min_length=1, max_length=2_000)
+    """Given to the model with the denial."""
+
+
 class AgentDelete(Params):
     agent: AgentRef
 
@@ -272,6 +297,9 @@ PARAMS: dict[str, type[Params]] = {
     "agent.export": AgentTarget,
     "archive.upload": ArchiveUpload,
     "agent.import": AgentImport,
+    "approval.list": ApprovalsList,
+    "approval.approve": ApprovalApprove,
+    "approval.deny": ApprovalDeny,
     "web.login": NoParams,
     "shutdown": NoParams,
 }

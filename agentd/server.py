@@ -143,6 +143,7 @@ class Daemon:
         listener.start()
         self.recall.open([record.id for record in self.agents.store.list()])
         await asyncio.to_thread(self.agents.recover_memory)
+        await asyncio.to_thread(self.handlers.approvals.recover)
         self.reflections.start()
         await self.handlers.web.start()
         if install_signal_handlers:
@@ -258,7 +259,7 @@ class Daemon:
         if envelope.op == "shutdown":
             self.request_shutdown()
             return {"stopping": True}
-        if envelope.op == "chat" and self._shutting_down:
+        if envelope.op in _TURN_OPS and self._shutting_down:
             raise ShuttingDown()
 
         async def emit(event: str, data: dict[str, Any]) -> None:
@@ -285,6 +286,9 @@ def _envelope(line: bytes) -> Envelope:
     except ValidationError as exc:
         raise MalformedRequest(describe(exc, prefix="request")) from exc
 
+
+_TURN_OPS = frozenset({"chat", "approval.approve", "approval.deny"})
+"""The ops that run (or carry on) a turn: refused once the daemon is stopping."""
 
 _MAX_SOCKET_PATH_BYTES = 107
 """sun_path holds 108 bytes on Linux, including the terminating NUL."""

@@ -30,6 +30,7 @@ from shared.reflection.backoff import load_backoff
 from shared.reflection.settings import ReflectionSettings
 from shared.reflection.state import peek_state
 from shared.store.agents import AgentStore
+from shared.store.approvals import waiting_calls
 from shared.store.conversations import list_conversations
 from shared.store.layout import Layout
 
@@ -138,6 +139,7 @@ def agent_status(
         "pending_requests": len(list(outbox.glob("*.json"))) if outbox.is_dir() else 0,
         **_uncommitted_memory(layout, agent),
         "held_proposals": _held(layout, agent),
+        "approvals_waiting": len(waiting_calls(layout, agent.id)),
         **_memory_content(layout, agent, limits or MemoryLimits()),
         "last_idle_request": None
         if swept is None

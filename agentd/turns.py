@@ -7,6 +7,11 @@ prompt (cached per memory commit, so an unchanged memory costs no git call), the
 agent's learned token ratio around its provider, the retries of a model call announced
 to the client as they happen, and the ids bound to every log line of the turn.
 
+A conversation whose turn waits for the user's approval (:mod:`shared.agent.approval_step`)
+takes no new message: :class:`~shared.errors.ApprovalPending` names the waiting call and
+how to answer it. The answer carries the same turn on (:meth:`Turns.resume`), under the
+same lock, with the same tools and prompts as the turn that stopped.
+
 A model whose context window nobody described (not in litellm's model map, no setting)
 runs on a guessed default; the first turn of each agent on it after the daemon started
 says so, once: a warning on every turn would be noise, and one per daemon start reaches
@@ -19,19 +24,22 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 import structlog
 
 from agentd.recall_client import RecallClient
-from shared.agent.loop import Emit, Turn, run_turn
+from shared.agent.approval_step import still_waiting
+from shared.agent.loop import Emit, Turn, resume_turn, run_turn
 from shared.agent.request import shape_messages
+from shared.agent.rules import ToolRules
 from shared.agent.tools.base import MemoryEdit, ToolContext
 from shared.agent.tools.registry import agent_shell, main_agent_tools
 from shared.agent.tools.view import memory_name
 from shared.context.budget import Budget, comfortable_window, cramped_room, measure
 from shared.context.calibration import CalibratedProvider, TokenRatioStore
+from shared.errors import AlreadyAnswered, ApprovalPending
 from shared.ids import new_id
 from shared.memory.changes import memory_update_reminder
 from shared.memory.compile import compile_system_prompt
@@ -51,6 +59,7 @@ from shared.providers.base import ModelRequest, Provider
 from shared.providers.factory import GLOBAL_WINDOW_SETTING, ProviderFactory
 from shared.providers.retry_notices import RetryNotice, retries_announced_to
 from shared.settings import Settings
+from shared.store.approvals import unfinished_step
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 
@@ -143,20 +152,60 @@ class Turns:
         text: str,
         emit: Emit,
     ) -> TurnResult:
+        async with self._turn_lock(agent, conversation, emit):
+            turn_id = new_id("turn")
+            with self._running(agent, conversation, turn_id, emit):
+                step = await asyncio.to_thread(unfinished_step, conversation.directory)
+                if step is not None:
+                    raise ApprovalPending(still_waiting(agent.name, step))
+                return await self._run(agent, repo, conversation, text, emit, turn_id)
+
+    async def resume(
+        self, agent: AgentRecord, repo: MemoryRepo, conversation: Conversation, emit: Emit
+    ) -> TurnResult:
+        """Carry out the conversation's answered step and go on with its turn."""
+        async with self._turn_lock(agent, conversation, emit):
+            step = await asyncio.to_thread(unfinished_step, conversation.directory)
+            if step is None or not step.answered:
+                raise AlreadyAnswered("the waiting step was carried out already")
+            with self._running(agent, conversation, step.turn_id, emit):
+                provider = await self._provider(agent)
+                head = repo.head()
+                # Not told of memory's changes while it waited: the next chat turn is.
+                seen_head = _SeenHead(conversation.record.memory_head_seen or head)
+                turn = await self._turn(
+                    agent, repo, conversation, provider, seen_head, emit, step.turn_id, head
+                )
+                result = await resume_turn(turn, step)
+                self._saw(conversation, seen_head)
+                log.info("turn_resumed", stop_reason=result.stop_reason, steps=result.steps)
+                return result
+
+    @contextlib.asynccontextmanager
+    async def _turn_lock(
+        self, agent: AgentRecord, conversation: Conversation, emit: Emit
+    ) -> AsyncIterator[None]:
+        """One turn at a time per conversation; a second is told it waits."""
         lock = self._locks.setdefault((agent.id, conversation.id), asyncio.Lock())
         if lock.locked():
             await emit(EVENT_WAITING, {"reason": "another turn of this conversation is running"})
         async with lock:
-            turn_id = new_id("turn")
-            with structlog.contextvars.bound_contextvars(
-                agent_id=agent.id, conversation_id=conversation.id, turn_id=turn_id
-            ):
-                self.active += 1
-                try:
-                    with retries_announced_to(_retry_announcer(emit)):
-                        return await self._run(agent, repo, conversation, text, emit, turn_id)
-                finally:
-                    self.active -= 1
+            yield
+
+    @contextlib.contextmanager
+    def _running(
+        self, agent: AgentRecord, conversation: Conversation, turn_id: str, emit: Emit
+    ) -> Iterator[None]:
+        """The ids on every log line of the turn, the active count, retries announced."""
+        with structlog.contextvars.bound_contextvars(
+            agent_id=agent.id, conversation_id=conversation.id, turn_id=turn_id
+        ):
+            self.active += 1
+            try:
+                with retries_announced_to(_retry_announcer(emit)):
+                    yield
+            finally:
+                self.active -= 1
 
     async def _run(
         self,
@@ -187,7 +236,31 @@ class Turns:
         provider = await self._provider(agent)
         await self._warn_if_window_guessed(agent, provider, emit)
         await self._warn_if_window_cramped(agent, repo, head, provider, emit)
-        turn = Turn(
+        turn = await self._turn(agent, repo, conversation, provider, seen_head, emit, turn_id, head)
+        result = await run_turn(turn, inputs)
+        self._saw(conversation, seen_head)
+        log.info(
+            "turn_finished",
+            stop_reason=result.stop_reason,
+            steps=result.steps,
+            duration_ms=round((asyncio.get_running_loop().time() - started) * 1000, 1),
+        )
+        return result
+
+    async def _turn(
+        self,
+        agent: AgentRecord,
+        repo: MemoryRepo,
+        conversation: Conversation,
+        provider: Provider,
+        seen_head: _SeenHead,
+        emit: Emit,
+        turn_id: str,
+        head: str,
+    ) -> Turn:
+        """The turn's tools, prompts (its first step's compiled at ``head``), limits and
+        rules (the agent's tools needing a yes)."""
+        return Turn(
             conversation=conversation,
             provider=provider,
             tools=self.tools,
@@ -207,20 +280,16 @@ class Turns:
             system_prompt=_StepPrompts(self.prompts, agent, repo, first_head=head),
             max_steps=self.settings.max_steps,
             summariser=await self._summariser(),
+            rules=ToolRules(requires_approval=frozenset(agent.requires_approval)),
             emit=emit,
             turn_id=turn_id,
         )
-        result = await run_turn(turn, inputs)
+
+    @staticmethod
+    def _saw(conversation: Conversation, seen_head: _SeenHead) -> None:
         if conversation.record.memory_head_seen != seen_head.sha:
             conversation.record.memory_head_seen = seen_head.sha
             conversation.save_record()
-        log.info(
-            "turn_finished",
-            stop_reason=result.stop_reason,
-            steps=result.steps,
-            duration_ms=round((asyncio.get_running_loop().time() - started) * 1000, 1),
-        )
-        return result
 
     async def _summariser(self) -> Provider | None:
         model = self.settings.summary_model

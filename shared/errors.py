@@ -26,7 +26,11 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   │   └── MemoryTooLarge       a file or the whole memory over its size limit
     │   ├── UnknownRevision          a memory revision that names no commit of the repo
     │   ├── UnknownProposal          no held reflection proposal has that id
-    │   └── ProposalAnswered         the proposal was accepted or rejected already
+    │   ├── ProposalAnswered         the proposal was accepted or rejected already
+    │   ├── UnknownTool              a tool name no agent has (``--approve``)
+    │   ├── UnknownApproval          no tool call waits with that approval id
+    │   ├── AlreadyAnswered          the call was approved or denied already
+    │   └── ApprovalPending          a message sent while a call of the conversation waits
     ├── StoreError                   the data directory is not as we left it
     │   ├── CorruptStateFile
     │   │   └── StateFileTooNew      written by a newer agentd (a later schema_version)
@@ -194,6 +198,31 @@ class ProposalAnswered(RequestError):
     """A proposal is answered once: a second accept or reject of it changes nothing."""
 
     code = "proposal_answered"
+
+
+class UnknownTool(RequestError):
+    """A tool name that is none of the agent's tools (``agents update --approve``)."""
+
+    code = "unknown_tool"
+
+
+class UnknownApproval(RequestError):
+    """No call waits with that approval id: never asked, or from a step long finished."""
+
+    code = "unknown_approval"
+
+
+class AlreadyAnswered(RequestError):
+    """A waiting call is answered once: a second approve or deny of it changes nothing."""
+
+    code = "already_answered"
+
+
+class ApprovalPending(RequestError):
+    """A new message is refused while a call of its conversation waits for the user's
+    answer: the turn is not over, and the model would read the message as the answer."""
+
+    code = "approval_pending"
 
 
 class StoreError(AgentdError):

@@ -60,6 +60,7 @@ def cmd_agents(conn: Connection, args: argparse.Namespace) -> int:
             "name": args.name,
             "model": args.model,
             "context_window": args.context_window,
+            "requires_approval": args.approve,
         }
         render.print_json(conn.result("agent.update", params))
         return 0

@@ -12,6 +12,7 @@ from typing import Any, get_args
 
 from agentd import __version__
 from agentd.client import times
+from agentd.client.approvals import cmd_approvals, cmd_approve, cmd_deny
 from agentd.client.archive import cmd_export, cmd_import
 from agentd.client.commands import (
     cmd_agents,
@@ -72,7 +73,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     needed = _MEMORY_ARG.get(args.action, "") if args.command == "memory" else ""
     if needed and not args.path:
         args.usage_of.error(f"memory {args.action} needs {needed}")
+    if args.command == "agents" and args.action == "update" and args.approve is not None:
+        args.approve = _tools(args.approve, args.usage_of)
     return args
+
+
+def _tools(given: list[str], usage: argparse.ArgumentParser) -> list[str]:
+    """``--approve`` values as tool names: comma-separated, repeatable, ``none`` alone
+    for no tool (the daemon checks that each is a tool)."""
+    names = [name.strip() for value in given for name in value.split(",") if name.strip()]
+    if names == ["none"]:
+        return []
+    if not names or "none" in names:
+        usage.error("--approve takes tool names (bash, write_file, …) or none alone")
+    return names
 
 
 _ACTION_ARG = {"memory": "path", "conversations": "conversation"}
@@ -137,6 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     update.add_argument(
         "--context-window", type=count(1), metavar="TOKENS", help="the model's window in tokens"
+    )
+    update.add_argument(
+        "--approve",
+        action="append",
+        metavar="TOOLS",
+        help="the tools whose every call waits for your yes, e.g. bash or bash,write_file "
+        "(repeatable; replaces the list); none: no tool waits",
     )
     delete = agents_sub.add_parser(
         "delete", help="delete an agent (moved to $AGENTD_HOME/trash, not erased)"
@@ -326,6 +347,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the agent's id (refused if it exists); default: a new id",
     )
     import_.add_argument("--name", help="its name here (default: the archive's; must be free)")
+
+    approvals = command(
+        "approvals", cmd_approvals, "List the tool calls waiting for your approval."
+    )
+    approvals.add_argument("--agent", "-a", help="only this agent's (default: every agent's)")
+    approvals.add_argument("--json", action="store_true", help=JSON_HELP)
+    approve = command(
+        "approve", cmd_approve, "Approve a waiting tool call: it runs and the turn goes on."
+    )
+    approve.add_argument("approval", metavar="ID", help="its id, as `agentctl approvals` shows")
+    approve.add_argument("--json", action="store_true", help="print the turn result as JSON")
+    deny = command(
+        "deny", cmd_deny, "Deny a waiting tool call: the model is told, and the turn goes on."
+    )
+    deny.add_argument("approval", metavar="ID", help="its id, as `agentctl approvals` shows")
+    deny.add_argument("--reason", "-r", help="why: the model is given it with the denial")
+    deny.add_argument("--json", action="store_true", help="print the turn result as JSON")
 
     web = command(
         "web", cmd_web, "Print a one-time login link to the web view (and open a browser)."

@@ -46,7 +46,8 @@ def print_chat_banner(agent_name: str, where: dict[str, Any]) -> None:
 def print_event(event: str, data: dict[str, Any]) -> None:
     """One event line of a running turn, as it happens."""
     if event == protocol.EVENT_TOOL_CALL:
-        suffix = "  (awaiting approval)" if data.get("awaiting_approval") else ""
+        waits = data.get("awaiting_approval")
+        suffix = f"  (awaiting approval {protocol.short_id(waits)})" if waits else ""
         print(f"  ⚙ {data['name']}({data['arguments']}){suffix}", flush=True)
     elif event == protocol.EVENT_TOOL_RESULT:
         mark = "✗" if data.get("is_error") else "✓"
@@ -95,6 +96,8 @@ def print_status(status: dict[str, Any]) -> None:
         print(f"redis    {kind}, NOT reachable: {_REDIS_DOWN[redis['state']]}")
     names = ", ".join(w["name"] for w in redis["workers"]) or "none"
     print(f"workers  {len(redis['workers'])}: {names}")
+    waiting = sum(agent.get("approvals_waiting", 0) for agent in status["agents"])
+    print(f"approvals {_calls(waiting)}" + (": `agentctl approvals`" if waiting else ""))
     for agent in status["agents"]:
         settings = agent["reflection"]
         trigger = settings["trigger"] + (
@@ -122,6 +125,11 @@ def print_status(status: dict[str, Any]) -> None:
             print(f"         ! {agent['reflection_paused']['text']}")
         if agent.get("memory_content_notice"):
             print(f"         ! {agent['memory_content_notice']}")
+        if agent.get("approvals_waiting"):
+            print(
+                f"         ! {_calls(agent['approvals_waiting'])} for your approval: "
+                f"`agentctl approvals --agent {agent['name']}`"
+            )
         recall = agent.get("recall")
         if recall:
             size = recall["bytes_on_disk"]
@@ -177,9 +185,11 @@ def print_agents(agents: list[dict[str, Any]]) -> None:
 
 def print_agent(agent: dict[str, Any]) -> None:
     window = agent["context_window"]
+    gated = ", ".join(agent["requires_approval"])
     print(f"agent          {agent['name']} ({agent['id']})")
     print(f"model          {_model(agent)}")
     print(f"context window {f'{window:,} tokens' if window else 'as known for the model'}")
+    print(f"approve        {gated + ' (each call waits for your yes)' if gated else 'none'}")
     print(f"conversation   {agent['default_conversation_id'] or '-'} (the default)")
     print(f"memory         {agent['memory_dir']}")
     print(f"created        {shown(agent['created_at'])}")
@@ -354,3 +364,19 @@ def print_reverted(done: dict[str, Any]) -> None:
         f"reverted {reverted['short_sha']} ({reverted['subject']}) in "
         f"{done['commit']['short_sha']}; every conversation's next turn is told"
     )
+
+
+def _calls(count: int) -> str:
+    return f"{count} tool call{'' if count == 1 else 's'} waiting"
+
+
+def print_waiting(waiting: list[dict[str, Any]]) -> None:
+    """How to answer each waiting call (stderr: stdout stays the turn's)."""
+    for call in waiting:
+        short = protocol.short_id(call["id"])
+        print(
+            f"  ■ {call['name']} waits for your approval: agentctl approve {short}   "
+            f"(or: agentctl deny {short} --reason TEXT)",
+            file=sys.stderr,
+            flush=True,
+        )

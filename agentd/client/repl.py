@@ -8,9 +8,17 @@ is gone (it cancels the turn and records it as cancelled), and the next request 
 new one. At the prompt Ctrl-C discards the line typed, or leaves on an empty line, as
 Ctrl-D does; both exit 0.
 
+A turn that stops on a tool call waiting for the user's yes is asked about in place
+(``run bash `rm -rf build`? [y/N]``, see :func:`.approvals.ask`) and carried on; so is a
+call already waiting in the conversation when the chat starts or moves to it, or when a
+line is refused because one waits (``approval_pending``: that line is not sent; Up
+brings it back).
+
 When stdin is not a terminal (a script pipes lines in), there is no prompt, banner or
 history: each line is a turn (or a command), the first error from the daemon stops the
-loop as in ``sh -e``, and the exit status is 1 if any turn failed.
+loop as in ``sh -e``, and the exit status is 1 if any turn failed. Nothing is asked
+there either: a turn that waits for approval stops the loop as ``chat -p`` would (what
+waits and how to answer it on stderr, exit status 3).
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ import sys
 from pathlib import Path
 
 from agentd.client import render
-from agentd.client.chat import stream_turn
+from agentd.client.approvals import ask
+from agentd.client.chat import EXIT_WAITING, ended, stream, stream_turn
 from agentd.client.connection import ClientError, Connection
 from shared import protocol
 
@@ -37,7 +46,10 @@ HELP = """\
 /agent NAME   talk to agent NAME, in its default conversation
 /help         this list
 /exit, /quit  leave (so do Ctrl-D, and Ctrl-C on an empty line)
-Ctrl-C during a turn cancels the turn."""
+Ctrl-C during a turn cancels the turn.
+A tool call that waits for your approval is asked about: y runs it; n, nothing or
+other words deny it (your words are the reason the agent is told); Ctrl-C leaves it
+waiting (`agentctl approvals`)."""
 
 
 def cmd_chat(conn: Connection, args: argparse.Namespace) -> int:
@@ -96,10 +108,14 @@ class Repl:
         self.conversation: str | None = args.conversation
         self.as_json: bool = args.json
         self.failed = False
+        self.interactive = False
+        self.waits = False
+        """A turn of the script stopped waiting for approval (exit status 3)."""
 
     def run(self) -> int:
         try:
             if sys.stdin.isatty():
+                self.interactive = True
                 return self._interactive(LineEditor(protocol.history_path()))
             return self._script()
         finally:
@@ -136,16 +152,22 @@ class Repl:
         for line in sys.stdin:
             if line.strip() and not self._do(line.strip()):
                 break
+        if self.waits:
+            return EXIT_WAITING
         return 1 if self.failed else 0
 
     def _do(self, line: str) -> bool:
         """Say ``line`` to the agent or run it as a command; False to leave."""
         word, *rest = line.split(maxsplit=1)
         if not COMMAND.fullmatch(word):
-            status = stream_turn(
-                self._connection(), self.agent, self.conversation, line, as_json=self.as_json
-            )
-            self.failed = self.failed or status != 0
+            if not self.interactive:
+                status = stream_turn(
+                    self._connection(), self.agent, self.conversation, line, as_json=self.as_json
+                )
+                self.waits = status == EXIT_WAITING
+                self.failed = self.failed or status == 1
+                return not self.waits
+            self._say(line)
             return True
         if word in ("/exit", "/quit"):
             return False
@@ -162,6 +184,32 @@ class Repl:
             print(f"unknown command {word}: /help lists the commands", file=sys.stderr, flush=True)
         return True
 
+    def _say(self, line: str) -> None:
+        """One turn at the terminal; what it leaves waiting for approval is asked about."""
+        conn = self._connection()
+        params = {"agent": self.agent, "conversation": self.conversation, "text": line}
+        try:
+            result = stream(conn, "chat", params, as_json=self.as_json)
+        except ClientError as exc:
+            if exc.code != "approval_pending":
+                raise
+            print(f"{exc.code}: {exc.message}", file=sys.stderr, flush=True)
+            self._ask_waiting()
+            return
+        if result["stop_reason"] == "requires_approval":
+            ask(conn, result.get("approvals") or [], as_json=self.as_json)
+        else:
+            ended(result, as_json=self.as_json)
+
+    def _ask_waiting(self) -> None:
+        """Ask about the calls of this conversation that wait for approval, if any."""
+        conn = self._connection()
+        listed = conn.result("approval.list", {"agent": self.agent})["approvals"]
+        waiting = [c for c in listed if c["conversation_id"] == self.conversation]
+        if waiting:
+            print(f"  ■ {len(waiting)} tool call(s) of this conversation wait:", flush=True)
+            ask(conn, waiting, as_json=self.as_json)
+
     def _show_where(self, agent: str | None, conversation: str | None) -> None:
         """Make the next turns go to ``agent`` and ``conversation`` (``None``: the default
         one, which the daemon creates on first use), and print them with the model in one
@@ -171,6 +219,8 @@ class Repl:
         record = conn.result("agent.show", {"agent": where["agent_id"]})
         self.agent, self.conversation = where["agent_id"], where["conversation_id"]
         render.print_chat_banner(record["name"], where)
+        if self.interactive:
+            self._ask_waiting()
 
     def _connection(self) -> Connection:
         if self.conn is None:

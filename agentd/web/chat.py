@@ -13,6 +13,7 @@ transcript, which the next page load shows.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
@@ -20,6 +21,7 @@ from aiohttp import web
 
 from agentd.requests import Chat, parse_params
 from agentd.web.context import WebContext
+from shared.agent.loop import Emit
 from shared.errors import AgentdError, MalformedRequest, ShuttingDown
 
 log = structlog.get_logger(__name__)
@@ -39,16 +41,26 @@ async def chat(request: web.Request) -> web.StreamResponse:
         },
     )
     assert isinstance(params, Chat)
-    if ctx.server.stopping:
+    return await streamed(request, "web.chat", lambda emit: ctx.handlers.chat(params, emit))
+
+
+Run = Callable[[Emit], Awaitable[dict[str, Any]]]
+"""A handler call, given the ``emit`` that streams its events."""
+
+
+async def streamed(request: web.Request, op: str, run: Run) -> web.StreamResponse:
+    """Run a turn (a chat, or an approval's carrying on of one) with its events streamed
+    as server-sent events, then its ``result`` or ``error``."""
+    if WebContext.of(request).server.stopping:
         raise ShuttingDown()
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
     )
     await response.prepare(request)
     stream = _EventStream(response)
-    with structlog.contextvars.bound_contextvars(op="web.chat"):
+    with structlog.contextvars.bound_contextvars(op=op):
         try:
-            result = await ctx.handlers.chat(params, stream.send)
+            result = await run(stream.send)
         except AgentdError as exc:
             await stream.send("error", exc.to_dict())
         else:
@@ -57,15 +69,22 @@ async def chat(request: web.Request) -> web.StreamResponse:
     return response
 
 
-async def _text(request: web.Request) -> str:
-    """The message from the JSON body ``{"text": ...}``."""
+async def json_body(request: web.Request, shape: str) -> dict[str, Any]:
+    """The request's JSON object body; ``shape`` says what it should look like."""
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         raise MalformedRequest(f"the request body is over {MAX_BODY_BYTES:,} bytes")
     try:
         body = await request.json()
     except ValueError as exc:
-        raise MalformedRequest(f'the body must be JSON {{"text": "..."}}: {exc}') from exc
-    text = body.get("text") if isinstance(body, dict) else None
+        raise MalformedRequest(f"the body must be JSON {shape}: {exc}") from exc
+    if not isinstance(body, dict):
+        raise MalformedRequest(f"the body must be JSON {shape}")
+    return body
+
+
+async def _text(request: web.Request) -> str:
+    """The message from the JSON body ``{"text": ...}``."""
+    text = (await json_body(request, '{"text": "..."}')).get("text")
     if not isinstance(text, str):
         raise MalformedRequest('the body must be JSON {"text": "..."}')
     return text

@@ -32,6 +32,7 @@ from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.reflection import events, pause
 from shared.reflection.backoff import load_backoff
+from shared.store.approvals import waiting_calls
 from shared.store.layout import Layout
 
 TRANSCRIPT_MESSAGES = 100
@@ -83,6 +84,7 @@ async def agent(request: web.Request) -> web.StreamResponse:
     conversations = await asyncio.to_thread(ctx.handlers.agents.conversations, record)
     held = await asyncio.to_thread(held_with_diffs, ctx.handlers.proposals.of(record.id))
     paused = await asyncio.to_thread(_reflection_paused, ctx.handlers.agents.layout, record)
+    calls = await asyncio.to_thread(waiting_calls, ctx.handlers.agents.layout, record.id)
     return render(
         request,
         "agent.html",
@@ -92,6 +94,7 @@ async def agent(request: web.Request) -> web.StreamResponse:
             "conversations": conversations,
             "proposals": held,
             "paused": paused,
+            "waiting": {call["conversation_id"] for call in calls},
         },
     )
 
@@ -154,6 +157,9 @@ async def conversation(request: web.Request) -> web.StreamResponse:
         )
         messages = (await ctx.handlers.messages_list(listing, no_events))["messages"][::-1]
     budget = await ctx.handlers.context_show(target, no_events)
+    waiting = await asyncio.to_thread(
+        ctx.handlers.approvals.waiting_in, record.id, budget["conversation_id"]
+    )
     return render(
         request,
         "conversation.html",
@@ -164,6 +170,7 @@ async def conversation(request: web.Request) -> web.StreamResponse:
             "at": at,
             "budget": budget,
             "gauge": context_gauge(budget),
+            "approvals": waiting,
         },
     )
 

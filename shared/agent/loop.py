@@ -7,6 +7,10 @@ exists: the assistant reply before its tools run, each tool result as it returns
 crash at any point loses nothing that was complete. An append the disk refuses ends the
 turn with ``disk_full`` and leaves neither the log nor the context window holding it.
 
+A step that calls a tool needing the user's yes stops the turn with
+``requires_approval`` and leaves the step waiting on disk (:mod:`.approval_step`);
+:func:`resume_turn` carries it out once answered and goes on with the same turn.
+
 The same loop runs chat turns in agentd and reflection sub-agents in the workers, with
 other tools, prompts, rules and limits.
 """
@@ -20,6 +24,7 @@ from typing import Any
 
 import structlog
 
+from shared.agent.approval_step import denial, new_step, settle
 from shared.agent.request import shape_messages, tool_result_cap, truncate_tool_output
 from shared.agent.rules import ToolRules
 from shared.agent.tools.base import Tool, ToolContext
@@ -27,10 +32,12 @@ from shared.context.budget import Budget, check_floor, measure
 from shared.context.compaction import compact
 from shared.errors import AgentdError, ContextOverflowError, ToolError
 from shared.ids import new_id
+from shared.models.approvals import WaitingStep
 from shared.models.messages import Message, StopPayload, StopReason, ToolCall
 from shared.models.turns import TurnResult
 from shared.protocol import EVENT_ASSISTANT, EVENT_COMPACTION, EVENT_TOOL_CALL, EVENT_TOOL_RESULT
 from shared.providers.base import ModelRequest, ModelResponse, Provider, RequestPurpose
+from shared.store.approvals import save_step, view
 from shared.store.conversations import Conversation
 
 log = structlog.get_logger(__name__)
@@ -68,6 +75,15 @@ async def run_turn(turn: Turn, inputs: list[Message]) -> TurnResult:
     return await runner.run(inputs)
 
 
+async def resume_turn(turn: Turn, step: WaitingStep) -> TurnResult:
+    """Carry out ``step`` (every call answered) and go on with its turn from there.
+
+    ``turn.turn_id`` must be the step's. The result counts the whole turn (its steps and
+    assistant messages before it waited, too), so the turn is counted once, when it ends."""
+    runner = _TurnRunner(turn)
+    return await runner.resume(step)
+
+
 class _TurnRunner:
     def __init__(self, turn: Turn) -> None:
         self.turn = turn
@@ -85,9 +101,20 @@ class _TurnRunner:
 
     async def run(self, inputs: list[Message]) -> TurnResult:
         await self._persist(inputs)
+        return await self._finish(self._steps())
+
+    async def resume(self, step: WaitingStep) -> TurnResult:
+        self.result.steps = step.steps
+        self.result.assistant_messages = step.assistant_messages
+        self.result.usage = step.usage
+        return await self._finish(self._carry_out(step))
+
+    async def _finish(self, body: Awaitable[StopReason]) -> TurnResult:
+        """Await the turn's ``body`` and record how it ended, whatever ended it."""
         try:
-            stop = await self._steps()
-            await self._leave_room_for_the_next_turn()
+            stop = await body
+            if stop != "requires_approval":  # a waiting turn is not over: no compaction
+                await self._leave_room_for_the_next_turn()
         except AgentdError as exc:
             log.warning("turn_failed", error_code=exc.code, error=exc.message)
             self.result.error = exc.to_dict()
@@ -104,7 +131,7 @@ class _TurnRunner:
             error = AgentdError(f"internal error during the turn: {exc!r}; see the agentd log")
             self.result.error = error.to_dict()
             stop = self._persist_stop("error", error.message, error.code)
-        await _in_thread_to_the_end(self._save_window)
+        await in_thread_to_the_end(self._save_window)
         self.result.stop_reason = stop
         return self.result
 
@@ -117,9 +144,9 @@ class _TurnRunner:
         except (AgentdError, OSError) as exc:
             log.warning("context_not_saved", error=str(exc))
 
-    async def _steps(self) -> StopReason:
+    async def _steps(self, first: int = 0) -> StopReason:
         max_steps = self.turn.max_steps
-        for step in range(max_steps):
+        for step in range(first, max_steps):
             response = await self._call_model()
             self.result.steps += 1
             self.result.usage = self.result.usage + response.usage
@@ -139,6 +166,10 @@ class _TurnRunner:
                 )
                 await self._persist_assistant(response, stop=stop)
                 return stop
+            if {call.name for call in response.tool_calls} & self.turn.rules.requires_approval:
+                await self._persist_assistant(response, stop="requires_approval")
+                await self._wait_for_approval(response.tool_calls)
+                return "requires_approval"
             stop_after_tools = self._stop_after_tools(response.tool_calls, is_last_step)
             await self._persist_assistant(response, stop=stop_after_tools)
             await self._run_tool_calls(response.tool_calls)
@@ -146,10 +177,61 @@ class _TurnRunner:
                 return stop_after_tools
         raise AssertionError("unreachable: the last step always decides a stop reason")
 
+    async def _wait_for_approval(self, calls: list[ToolCall]) -> None:
+        """Leave the step waiting on disk, after its assistant message is in the log (a
+        crash in between leaves calls nobody answers: the next request tells the model
+        they were not executed), and name each call that waits."""
+        step = new_step(
+            self.conversation,
+            turn_id=self.turn.turn_id,
+            message_id=self.result.message_ids[-1],
+            calls=calls,
+            needs_approval=self.turn.rules.requires_approval,
+            steps=self.result.steps,
+            assistant_messages=self.result.assistant_messages,
+            usage=self.result.usage,
+        )
+        await in_thread_to_the_end(save_step, self.conversation.directory, step)
+        self.result.approvals = [view(step, call) for call in step.waiting]
+        for call, pending in zip(calls, step.calls, strict=True):
+            if pending.approval_id is not None:
+                event = {**_call_event(call), "awaiting_approval": pending.approval_id}
+                await self.turn.emit(EVENT_TOOL_CALL, event)
+
+    async def _carry_out(self, step: WaitingStep) -> StopReason:
+        """Run the answered step's calls in the model's order (a denied one is given its
+        denial), then go on with the turn's next step."""
+        cap = tool_result_cap(self.turn.provider.context_window)
+        directory = self.conversation.directory
+        calls = [
+            ToolCall(id=c.tool_call_id, name=c.name, arguments=c.arguments) for c in step.calls
+        ]
+        try:
+            for call, pending in zip(calls, step.calls, strict=True):
+                if pending.state == "denied":
+                    await self._persist_result(call, denial(pending.reason), True, cap)
+                    continue
+                pending.state = "running"
+                await in_thread_to_the_end(save_step, directory, step)
+                await self._run_call(call, cap)
+        except BaseException as exc:
+            # Settled here, on the loop, as the stop record is written: nothing of the step
+            # runs again, and the conversation takes messages again.
+            cancelled = isinstance(exc, asyncio.CancelledError)
+            why = "the turn was cancelled" if cancelled else "the turn failed"
+            try:
+                now = self.conversation.clock()
+                self.result.message_ids += settle(self.conversation, step, why, now)
+            except (AgentdError, OSError) as unsettled:  # agentd's next start settles it
+                log.warning("approved_step_not_settled", error=str(unsettled))
+            raise
+        step.finished_at = self.conversation.clock()
+        await in_thread_to_the_end(save_step, directory, step)
+        stop = self._stop_after_tools(calls, is_last_step=step.steps >= self.turn.max_steps)
+        return stop if stop is not None else await self._steps(first=step.steps)
+
     def _stop_after_tools(self, calls: list[ToolCall], is_last_step: bool) -> StopReason | None:
         names = {call.name for call in calls}
-        if names & self.turn.rules.requires_approval:
-            return "requires_approval"
         if names & self.turn.rules.terminal:
             return "tool_rule"
         if is_last_step:
@@ -227,29 +309,32 @@ class _TurnRunner:
     async def _run_tool_calls(self, calls: list[ToolCall]) -> None:
         cap = tool_result_cap(self.turn.provider.context_window)
         for call in calls:
-            if call.name in self.turn.rules.requires_approval:
-                await self.turn.emit(EVENT_TOOL_CALL, _call_event(call, awaiting_approval=True))
-                continue
-            await self.turn.emit(EVENT_TOOL_CALL, _call_event(call))
-            text, is_error = await self._run_tool(call)
-            self.called.add(call.name)
-            message = self._message(
-                role="tool",
-                content=truncate_tool_output(text, cap),
-                tool_call_id=call.id,
-                name=call.name,
-                is_error=is_error,
-            )
-            await self._persist([message])
-            await self.turn.emit(
-                EVENT_TOOL_RESULT,
-                {
-                    "tool_call_id": call.id,
-                    "name": call.name,
-                    "content": message.content,
-                    "is_error": is_error,
-                },
-            )
+            await self._run_call(call, cap)
+
+    async def _run_call(self, call: ToolCall, cap: int) -> None:
+        await self.turn.emit(EVENT_TOOL_CALL, _call_event(call))
+        text, is_error = await self._run_tool(call)
+        self.called.add(call.name)
+        await self._persist_result(call, text, is_error, cap)
+
+    async def _persist_result(self, call: ToolCall, text: str, is_error: bool, cap: int) -> None:
+        message = self._message(
+            role="tool",
+            content=truncate_tool_output(text, cap),
+            tool_call_id=call.id,
+            name=call.name,
+            is_error=is_error,
+        )
+        await self._persist([message])
+        await self.turn.emit(
+            EVENT_TOOL_RESULT,
+            {
+                "tool_call_id": call.id,
+                "name": call.name,
+                "content": message.content,
+                "is_error": is_error,
+            },
+        )
 
     async def _run_tool(self, call: ToolCall) -> tuple[str, bool]:
         tool = self.tools.get(call.name)
@@ -309,7 +394,7 @@ class _TurnRunner:
     async def _persist(self, messages: list[Message]) -> None:
         """Append in a thread: the log is fsync'd, milliseconds that the event loop, and
         every other conversation on it, would otherwise wait."""
-        await _in_thread_to_the_end(self._persist_now, messages)
+        await in_thread_to_the_end(self._persist_now, messages)
 
     def _persist_now(self, messages: list[Message]) -> None:
         self.conversation.append(messages)
@@ -319,7 +404,7 @@ class _TurnRunner:
         return self.conversation.new_message(turn_id=self.turn.turn_id, **fields)
 
 
-async def _in_thread_to_the_end(write: Callable[..., None], *args: Any) -> None:
+async def in_thread_to_the_end(write: Callable[..., None], *args: Any) -> None:
     """Run ``write`` in a thread. A cancel landing meanwhile takes effect once it is done,
     so whatever is written next (the stop record, the next turn's window) never races it."""
     writing = asyncio.ensure_future(asyncio.to_thread(write, *args))
@@ -334,8 +419,5 @@ async def _in_thread_to_the_end(write: Callable[..., None], *args: Any) -> None:
     writing.result()
 
 
-def _call_event(call: ToolCall, *, awaiting_approval: bool = False) -> dict[str, Any]:
-    event: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": call.arguments}
-    if awaiting_approval:
-        event["awaiting_approval"] = True
-    return event
+def _call_event(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "name": call.name, "arguments": call.arguments}

@@ -4,13 +4,23 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from shared.clock import utc_now
-from shared.models.migrations import StateKind, current_version
+from shared.models.migrations import StateKind, current_version, migration
 from shared.protocol import MergeMode, ReflectionTrigger
+
+
+@migration("agent")
+def v1_to_v2_tools_needing_approval(raw: dict[str, Any], _path: Path) -> dict[str, Any]:
+    """v2 adds ``requires_approval`` (none, as before). The version is raised, not just a
+    field added, so an older agentd refuses the record instead of reading it, dropping
+    the list on its next save, and running those tools without asking."""
+    return {**raw, "requires_approval": []}
+
 
 AGENT_SCHEMA_VERSION = current_version("agent")
 CONVERSATION_SCHEMA_VERSION = current_version("conversation")
@@ -63,6 +73,9 @@ class AgentRecord(BaseModel):
     default_conversation_id: str | None = None
     reflection: ReflectionOverrides | None = None
     """Per-agent reflection settings over the daemon's defaults."""
+    requires_approval: list[str] = Field(default_factory=list)
+    """Tools whose every call waits for the user's yes (``agentctl agents update NAME
+    --approve bash``); none by default."""
     created_at: datetime = Field(default_factory=utc_now)
     updated_at: datetime = Field(default_factory=utc_now)
 

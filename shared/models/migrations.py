@@ -35,10 +35,11 @@ StateKind = Literal[
     "compaction-event",
     "backoff",
     "reflection-state",
+    "approvals",
 ]
 """Every kind of versioned state file: ``agent.json``, ``conversation.json``,
-``context.json``, ``compaction-event.json``, ``reflections/backoff.json`` and
-``reflection-state.json``."""
+``context.json``, ``compaction-event.json``, ``reflections/backoff.json``,
+``reflection-state.json`` and ``approvals.json``."""
 
 Step = Callable[[dict[str, Any], Path], dict[str, Any]]
 """One upgrade: the stored dict of version N and the file's path → the dict of N + 1.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from shared.models.messages import StopReason, Usage
@@ -22,3 +24,6 @@ class TurnResult(BaseModel):
     """Every message this turn appended, in order."""
     error: dict[str, str] | None = None
     """``{code, message}`` when the turn stopped with ``error``."""
+    approvals: list[dict[str, Any]] = Field(default_factory=list)
+    """With ``requires_approval``: each call that waits for the user's answer, as
+    ``agentctl approvals`` lists it (:func:`shared.store.approvals.view`)."""

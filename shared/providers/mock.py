@@ -10,6 +10,10 @@ Rules, on the newest user message:
 - "还记得X吗？" / "do you remember X?" → a ``recall_search({"query": X})`` call (when the
   tool is offered), then, on its result, ``我在过去的对话里找到了：<top hit>`` /
   ``I found this in our past conversations: <top hit>`` (or that nothing was found);
+- "run `CMD`" / "运行 `CMD`" → a ``bash({"command": CMD})`` call (when the tool is
+  offered), then, on its result, ``The command printed: <output>``, or, when the result
+  is an error (the call failed, or the user denied it), ``The command did not run:
+  <result>``;
 - anything else → ``（mock）我听到了：<text>``.
 
 Asked for a summary (a request whose ``purpose`` is ``summary``), it keeps the first
@@ -43,7 +47,9 @@ _ASK_ABOUT_ME_EN = {"what do you know about me", "what do you remember about me"
 _REMEMBER_ZH = re.compile(r"^还记得(?P<topic>.+?)吗[？?]?$")
 _REMEMBER_EN = re.compile(r"^do you remember (?P<topic>.+?)\??$", re.IGNORECASE)
 _HIT_LINE = re.compile(r"^\[[^\]]*\] (?P<text>.*?)(?: \(id [^)]*\))?$")
+_RUN = re.compile(r"^(?:run|运行)\s*`(?P<command>[^`]+)`[\s.。]*$", re.IGNORECASE)
 RECALL_TOOL = "recall_search"
+BASH_TOOL = "bash"
 MERGE_TOOL = "merge_proposal"
 
 
@@ -81,7 +87,7 @@ class MockProvider(Provider):
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         prompt_tokens = admit(request, self.context_window, "mock")
-        call = _integration_call(request) or _recall_call(request)
+        call = _integration_call(request) or _recall_call(request) or _bash_call(request)
         return respond(prompt_tokens, [call] if call is not None else self._answer(request))
 
     def _answer(self, request: ModelRequest) -> str:
@@ -93,6 +99,11 @@ class MockProvider(Provider):
         last = request.messages[-1] if request.messages else None
         if last is not None and last.role == "tool" and last.name == RECALL_TOOL:
             return _report_recall(last.content, user_text)
+        if last is not None and last.role == "tool" and last.name == BASH_TOOL:
+            said = " ".join(last.content.split())
+            if last.is_error:
+                return f"The command did not run: {said}"
+            return f"The command printed: {said}" if said else "The command printed nothing."
         question = _TRAILING_PUNCTUATION.sub("", user_text).casefold()
         if question in _ASK_ABOUT_ME_ZH:
             facts = human_facts(request.system)
@@ -117,6 +128,19 @@ def _recall_call(request: ModelRequest) -> ToolCall | None:
         return None
     arguments = json.dumps({"query": match["topic"].strip()}, ensure_ascii=False)
     return ToolCall(id=new_id("call"), name=RECALL_TOOL, arguments=arguments)
+
+
+def _bash_call(request: ModelRequest) -> ToolCall | None:
+    """A bash call for "run `CMD`" / "运行 `CMD`", if bash is offered."""
+    if not request.messages or request.messages[-1].role != "user":
+        return None
+    if BASH_TOOL not in {tool.name for tool in request.tools}:
+        return None
+    match = _RUN.match(_latest_user_speech(request.messages).strip())
+    if match is None:
+        return None
+    arguments = json.dumps({"command": match["command"].strip()}, ensure_ascii=False)
+    return ToolCall(id=new_id("call"), name=BASH_TOOL, arguments=arguments)
 
 
 def _integration_call(request: ModelRequest) -> ToolCall | None:

@@ -47,6 +47,11 @@ class ConversationFiles:
         return self.directory / "reflection-state.json"
 
     @property
+    def approvals(self) -> Path:
+        """The latest step that waited for the user's approval (``WaitingStep``)."""
+        return self.directory / "approvals.json"
+
+    @property
     def reflection_state_lock(self) -> Path:
         return self.directory / "reflection-state.lock"
 

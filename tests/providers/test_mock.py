@@ -184,3 +184,45 @@ def test_the_same_text_in_a_conversation_is_only_heard() -> None:
         MockProvider().complete(_integration(_user(MERGE_TASK), purpose="conversation"))
     )
     assert response.tool_calls == [] and response.text == f"（mock）我听到了：{MERGE_TASK}"
+
+
+def _bash_result(content: str, *, is_error: bool = False) -> Message:
+    return Message.of(
+        id="t",
+        agent_id="a",
+        conversation_id="c",
+        role="tool",
+        tool_call_id="c1",
+        name="bash",
+        content=content,
+        is_error=is_error,
+    )
+
+
+@pytest.mark.parametrize(
+    ("said", "command"),
+    [("run `echo hello | tee note.txt`", "echo hello | tee note.txt"), ("运行 `ls -a`。", "ls -a")],
+)
+def test_asked_to_run_a_command_it_calls_bash_with_it(said: str, command: str) -> None:
+    request = ModelRequest(system="s", messages=[_user(said)], tools=[BASH])
+    (call,) = asyncio.run(MockProvider().complete(request)).tool_calls
+    assert (call.name, json.loads(call.arguments)) == ("bash", {"command": command})
+
+
+def test_without_bash_or_backquotes_it_just_answers() -> None:
+    unoffered = ModelRequest(system="s", messages=[_user("run `ls`")], tools=[])
+    unquoted = ModelRequest(system="s", messages=[_user("run ls")], tools=[BASH])
+    for request in (unoffered, unquoted):
+        response = asyncio.run(MockProvider().complete(request))
+        assert response.tool_calls == [] and response.text.startswith("（mock）我听到了：")
+
+
+def test_it_reports_what_the_command_printed_or_why_it_did_not_run() -> None:
+    def after(result: Message) -> str:
+        request = ModelRequest(system="s", messages=[_user("run `x`"), result], tools=[BASH])
+        return asyncio.run(MockProvider().complete(request)).text
+
+    assert after(_bash_result("hello\n")) == "The command printed: hello"
+    assert after(_bash_result("")) == "The command printed nothing."
+    denied = _bash_result("the user denied this call: not now", is_error=True)
+    assert after(denied) == "The command did not run: the user denied this call: not now"

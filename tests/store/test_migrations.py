@@ -65,7 +65,8 @@ def test_an_agent_record_from_a_newer_agentd_is_refused_and_listed_as_unreadable
     with store.creating("agent-new"):
         store.save(AgentRecord(id="agent-new", name="newer", system_prompt="p"))
     path = tmp_path / "agents" / "agent-new" / "agent.json"
-    newer = json.loads(path.read_text()) | {"schema_version": 2, "voice": "calm"}
+    current = migrations.current_version("agent")
+    newer = json.loads(path.read_text()) | {"schema_version": current + 1, "voice": "calm"}
     path.write_text(json.dumps(newer))
     before = path.read_bytes()
 
@@ -73,7 +74,10 @@ def test_an_agent_record_from_a_newer_agentd_is_refused_and_listed_as_unreadable
         store.get("agent-new")
 
     assert refused.value.code == "state_file_too_new"
-    assert "newer agentd (agent schema 2; this agentd reads up to 1)" in refused.value.message
+    assert (
+        f"newer agentd (agent schema {current + 1}; this agentd reads up to {current})"
+        in refused.value.message
+    )
     assert "upgrade agentd" in refused.value.message
     assert [e.path for e in store.scan().corrupt] == [str(path)]
     assert path.read_bytes() == before
@@ -102,3 +106,37 @@ def test_a_schema_version_that_is_not_a_version_is_corrupt(tmp_path: Path, versi
         read_model(path, CompactionEvent)
 
     assert not isinstance(refused.value, StateFileTooNew)
+
+
+def test_an_agent_record_of_version_1_needs_no_approval_for_any_tool_and_is_saved_as_2(
+    tmp_path: Path,
+) -> None:
+    store = AgentStore(Layout(tmp_path))
+    with store.creating("agent-old"):
+        store.save(AgentRecord(id="agent-old", name="old", system_prompt="p"))
+    path = tmp_path / "agents" / "agent-old" / "agent.json"
+    v1 = json.loads(path.read_text())
+    del v1["requires_approval"]
+    path.write_text(json.dumps(v1 | {"schema_version": 1}))
+
+    record = store.get("agent-old")
+    store.save(record)
+
+    assert (record.schema_version, record.requires_approval) == (2, [])
+    saved = json.loads(path.read_text())
+    assert (saved["schema_version"], saved["requires_approval"]) == (2, [])
+
+
+def test_an_agentd_before_approvals_refuses_a_record_that_names_tools_needing_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read as version 1 it would lose the list on its next save, and run bash unasked."""
+    store = AgentStore(Layout(tmp_path))
+    with store.creating("agent-gated"):
+        store.save(
+            AgentRecord(id="agent-gated", name="g", system_prompt="p", requires_approval=["bash"])
+        )
+    monkeypatch.setitem(migrations._STEPS, "agent", [])
+
+    with pytest.raises(StateFileTooNew, match="agent schema 2; this agentd reads up to 1"):
+        AgentStore(Layout(tmp_path)).get("agent-gated")

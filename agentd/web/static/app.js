@@ -1,4 +1,5 @@
-// agentd web view: search-as-you-type over recall, and a chat box that streams a turn.
+// agentd web view: search-as-you-type over recall, a chat box that streams a turn, and
+// Approve / Deny on the tool calls that wait for the user's yes.
 // Plain JavaScript, no dependencies, nothing fetched from elsewhere. Everything shown
 // from the server is set as text (textContent), never parsed as HTML.
 "use strict";
@@ -82,11 +83,12 @@ function parseEvent(block) {
   return [name, data.length ? JSON.parse(data.join("\n")) : {}];
 }
 
-function setupChat(form) {
+// The conversation's live view: messages streamed into the transcript, the status line,
+// and the calls waiting for approval (each a form with Approve and Deny).
+function conversationView() {
   const transcript = document.getElementById("transcript");
   const status = document.getElementById("chat-status");
-  const textarea = form.querySelector("textarea");
-  const button = form.querySelector("button");
+  const approvals = document.getElementById("approvals");
 
   function add(role, className, text) {
     const article = element("article", `msg role-${role} ${className} live`);
@@ -98,67 +100,134 @@ function setupChat(form) {
     return article;
   }
 
+  function waiting(call) {
+    const form = element("form", "approval");
+    form.dataset.approval = call.id;
+    const reason = element("input");
+    reason.type = "text";
+    reason.name = "reason";
+    reason.placeholder = "reason (optional)";
+    reason.setAttribute("aria-label", "reason");
+    const approve = element("button", "", "Approve");
+    approve.type = "submit";
+    approve.value = "approve";
+    const deny = element("button", "", "Deny");
+    deny.type = "submit";
+    deny.value = "deny";
+    form.append(
+      element("div", "call mono", `⚙ ${call.name}(${call.arguments})`),
+      element("div", "meta", `approval ${shortId(call.id)} · turn ${shortId(call.turn_id)}`),
+      approve, " ", reason, " ", deny,
+    );
+    approvals.append(form);
+    approvals.hidden = false;
+    setupApproval(form);
+  }
+
+  // A turn's result: a chat's, or the one an answer carried on ({answered, waiting, turn}).
+  function finished(data) {
+    const turn = data.turn === undefined ? data : data.turn;
+    if (data.answered) {
+      const form = approvals.querySelector(`form[data-approval="${data.answered.id}"]`);
+      if (form) form.remove();
+    }
+    if (turn === null) {
+      status.textContent = `${data.answered.state}; the step's other calls still wait`;
+    } else {
+      status.textContent = `turn finished: ${turn.stop_reason}`;
+      for (const call of turn.approvals || []) waiting(call);
+    }
+    approvals.hidden = approvals.querySelector("form.approval") === null;
+  }
+
   function show(name, data) {
     if (name === "assistant") add("assistant", "streamed", data.text);
-    else if (name === "tool_call") add("assistant", "call mono", `⚙ ${data.name}(${data.arguments})`);
+    else if (name === "tool_call") {
+      const waits = data.awaiting_approval ? `  (awaiting approval ${shortId(data.awaiting_approval)})` : "";
+      add("assistant", "call mono", `⚙ ${data.name}(${data.arguments})${waits}`);
+    }
     else if (name === "tool_result") add("tool", data.is_error ? "error" : "", data.content || "");
     else if (name === "reflection") add("system", "reflection", data.line);
     else if (name === "memory_update") add("system", "reminder", "memory changed: <memory_update> reminder sent");
     else if (name === "warning") add("system", "warning", data.message);
     else if (name === "waiting") status.textContent = `waiting: ${data.reason || "busy"}`;
     else if (name === "provider_retry") status.textContent = `retrying (${data.reason})`;
-    else if (name === "result") status.textContent = `turn finished: ${data.stop_reason}`;
+    else if (name === "result") finished(data);
     else if (name === "error") status.textContent = `${data.code}: ${data.message}`;
   }
 
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const text = textarea.value;
-    if (!text.trim()) return;
-    button.disabled = true;
+  // POST ``body`` to ``url`` and show the turn's events as they stream.
+  async function post(url, body) {
+    const response = await fetch(url, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrfToken() },
+      body: JSON.stringify(body),
+    });
+    if (!response.ok) {
+      const text = await response.text();
+      let shown = text;
+      try {
+        const error = JSON.parse(text).error;
+        shown = `${error.code}: ${error.message}`;
+      } catch (_) { /* plain text */ }
+      status.textContent = `refused (${response.status}): ${shown}`;
+      return;
+    }
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += value;
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        show(...parseEvent(buffer.slice(0, end)));
+        buffer = buffer.slice(end + 2);
+      }
+    }
+  }
+
+  async function running(buttons, work) {
+    for (const button of buttons) button.disabled = true;
     status.textContent = "running…";
-    add("user", "sent", text);
-    textarea.value = "";
     try {
-      const response = await fetch(form.dataset.url, {
-        method: "POST",
-        credentials: "same-origin",
-        headers: { "Content-Type": "application/json", "X-CSRF-Token": csrfToken() },
-        body: JSON.stringify({ text }),
-      });
-      if (!response.ok) {
-        const body = await response.text();
-        let shown = body;
-        try {
-          const error = JSON.parse(body).error;
-          shown = `${error.code}: ${error.message}`;
-        } catch (_) { /* plain text */ }
-        status.textContent = `refused (${response.status}): ${shown}`;
-        return;
-      }
-      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-      let buffer = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer += value;
-        let end;
-        while ((end = buffer.indexOf("\n\n")) >= 0) {
-          show(...parseEvent(buffer.slice(0, end)));
-          buffer = buffer.slice(end + 2);
-        }
-      }
+      await work();
     } catch (error) {
       status.textContent = `the connection failed: ${error}`;
     } finally {
-      button.disabled = false;
+      for (const button of buttons) button.disabled = false;
     }
-  });
+  }
+
+  function setupApproval(form) {
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const answer = event.submitter ? event.submitter.value : "deny";
+      const reason = form.querySelector('input[name="reason"]').value.trim();
+      const url = `${approvals.dataset.url}/${form.dataset.approval}/${answer}`;
+      running(form.querySelectorAll("button"), () => post(url, answer === "deny" && reason ? { reason } : {}));
+    });
+  }
+
+  function setupChat(form) {
+    const textarea = form.querySelector("textarea");
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      const text = textarea.value;
+      if (!text.trim()) return;
+      add("user", "sent", text);
+      textarea.value = "";
+      running(form.querySelectorAll("button"), () => post(form.dataset.url, { text }));
+    });
+  }
+
+  for (const form of approvals.querySelectorAll("form.approval")) setupApproval(form);
+  setupChat(document.getElementById("chat"));
 }
 
 document.addEventListener("DOMContentLoaded", () => {
   const search = document.getElementById("search");
   if (search) setupSearch(search);
-  const chat = document.getElementById("chat");
-  if (chat) setupChat(chat);
+  if (document.getElementById("chat")) conversationView();
 });

@@ -17,6 +17,7 @@ from shared.agent.tools.base import Tool
 from shared.agent.tools.bash import Bash
 from shared.agent.tools.files import EditFile, ReadFile, WriteFile
 from shared.agent.tools.recall import MessagesAround, RecallSearch
+from shared.errors import UnknownTool
 
 log = structlog.get_logger(__name__)
 
@@ -82,3 +83,17 @@ def main_agent_tools(*, with_bash: bool = True) -> list[Tool]:
     callers that only measure the schemas keep the default, the largest toolset."""
     shell: list[Tool] = [Bash()] if with_bash else []
     return [ReadFile(), WriteFile(), EditFile(), *shell, RecallSearch(), MessagesAround()]
+
+
+def tools_named(names: list[str]) -> list[str]:
+    """``names`` checked to be tools of the main agent (``bash`` too, where the host does
+    not offer it: the setting outlives a host), each once, sorted; raises
+    :class:`UnknownTool` naming the tools there are."""
+    known = sorted(tool.name for tool in main_agent_tools())
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise UnknownTool(
+            f"no tool named {', '.join(map(repr, unknown))}; an agent's tools are "
+            f"{', '.join(known)}"
+        )
+    return sorted(set(names))

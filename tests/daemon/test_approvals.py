@@ -1,0 +1,432 @@
+"""Approvals as a user meets them: the real ``agentd`` (kill -9 included) and the real
+``agentctl``, a model on the scripted OpenAI-compatible server calling ``bash``, which the
+agent's settings say needs a yes. The command leaves a mark in the workspace, so how
+many times it really ran is counted on disk, not taken from what anything printed."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.protocol import short_id
+from shared.store.layout import Layout
+from tests.support.memory_lock import wait_for
+from tests.support.openai_server import FakeOpenAIServer, chat_completion, tool_call
+from tests.support.processes import AgentdProcess, run_agentctl
+
+pytestmark = pytest.mark.slow
+
+CLEAN = json.dumps({"command": "echo ran >> count.txt; echo cleaned"})
+"""The gated call: each run adds a line to ``count.txt`` in the agent's workspace."""
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as fake:
+        yield fake
+
+
+def start_agentd(server: FakeOpenAIServer) -> AgentdProcess:
+    return AgentdProcess(
+        AGENTD_MODEL="openai/test-model",
+        AGENTD_API_BASE=server.url,
+        AGENTD_API_KEY="sk-test",
+        AGENTD_CONTEXT_WINDOW="32000",
+    ).start(timeout_s=120)
+
+
+@pytest.fixture
+def agentd(server: FakeOpenAIServer) -> Iterator[AgentdProcess]:
+    process = start_agentd(server)
+    yield process
+    process.stop()
+
+
+def ctl(agentd: AgentdProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_agentctl(*args, env=agentd.env, timeout_s=120)
+
+
+def ok(agentd: AgentdProcess, *args: str) -> Any:
+    """The ``--json`` answer of a command that must succeed."""
+    done = ctl(agentd, *args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.fixture
+def ada(agentd: AgentdProcess) -> dict[str, Any]:
+    """Agent ``ada``, whose bash calls wait for a yes."""
+    assert ctl(agentd, "agents", "create", "ada").returncode == 0
+    updated = ctl(agentd, "agents", "update", "ada", "--approve", "bash")
+    assert updated.returncode == 0, updated.stderr
+    return ok(agentd, "agents", "show", "ada")
+
+
+def workspace(agentd: AgentdProcess, agent: dict[str, Any]) -> Path:
+    return Layout(agentd.home).workspace_dir(agent["id"])
+
+
+def runs(agentd: AgentdProcess, agent: dict[str, Any]) -> int:
+    """How many times the gated command really ran."""
+    count = workspace(agentd, agent) / "count.txt"
+    return len(count.read_text().splitlines()) if count.exists() else 0
+
+
+def ask_to_clean(agentd: AgentdProcess, server: FakeOpenAIServer) -> str:
+    """A turn that stops on the gated call; the approval's short id."""
+    server.enqueue(body=chat_completion(None, tool_calls=[tool_call("bash", CLEAN)]))
+    waits = ctl(agentd, "chat", "-p", "clean up the build", "--agent", "ada")
+    assert waits.returncode == 3, waits.stderr
+    match = re.search(r"\(awaiting approval (\w{8})\)", waits.stdout)
+    assert match is not None, waits.stdout
+    return match.group(1)
+
+
+def test_a_gated_call_waits_is_listed_and_counted_and_approve_runs_it_and_goes_on(
+    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+) -> None:
+    assert (
+        "approve        bash (each call waits for your yes)"
+        in ctl(agentd, "agents", "show", "ada").stdout
+    )
+    server.enqueue(body=chat_completion(None, tool_calls=[tool_call("bash", CLEAN)]))
+
+    waits = ctl(agentd, "chat", "-p", "clean up the build", "--agent", "ada")
+
+    assert waits.returncode == 3
+    (line,) = waits.stdout.splitlines()
+    short = line.rsplit(" ", 1)[1].rstrip(")")
+    assert line == f"  ⚙ bash({CLEAN})  (awaiting approval {short})"
+    assert waits.stderr.splitlines() == [
+        f"  ■ bash waits for your approval: agentctl approve {short}   "
+        f"(or: agentctl deny {short} --reason TEXT)"
+    ]
+    assert runs(agentd, ada) == 0 and len(server.requests) == 1
+
+    (listed,) = ok(agentd, "approvals")
+    assert short_id(listed["id"]) == short
+    assert (listed["agent"], listed["name"], listed["arguments"]) == ("ada", "bash", CLEAN)
+    conversation = listed["conversation_id"]
+    assert conversation == ada["default_conversation_id"]
+    messages = ok(agentd, "messages", "--agent", "ada", "--order", "asc")
+    assert [m["stop_reason"] for m in messages if m["role"] == "assistant"] == ["requires_approval"]
+    assert listed["turn_id"] == messages[-1]["turn_id"] and listed["since"].endswith("Z")
+    human = ctl(agentd, "approvals").stdout.splitlines()
+    assert len(human) == 1 and human[0].startswith(f"{short}  ")
+    assert f"  ada  {conversation}  turn {short_id(listed['turn_id'])}  bash({CLEAN})" in human[0]
+    assert [a["approvals_waiting"] for a in ok(agentd, "status")["agents"]] == [1]
+    assert "approvals 1 tool call waiting: `agentctl approvals`" in ctl(agentd, "status").stdout
+
+    server.enqueue(body=chat_completion("The build is clean."))
+    approved = ctl(agentd, "approve", short)
+
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout.splitlines() == [
+        f"  ⚙ bash({CLEAN})",
+        "  ✓ cleaned",
+        "The build is clean.",
+    ]
+    assert runs(agentd, ada) == 1
+    sent = server.requests[1]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool"]
+    assert sent[3]["content"] == "cleaned"
+    after = ok(agentd, "messages", "--agent", "ada", "--order", "asc")
+    assert [(m["role"], m.get("stop_reason")) for m in after] == [
+        ("user", None),
+        ("assistant", "requires_approval"),
+        ("tool", None),
+        ("assistant", "end_turn"),
+    ]
+    assert len({m["turn_id"] for m in after}) == 1, "the answer carried the same turn on"
+    assert ok(agentd, "approvals") == []
+    assert ctl(agentd, "approvals").stderr == "no tool call waits for your approval\n"
+    assert "approvals 0 tool calls waiting" in ctl(agentd, "status").stdout
+
+
+def test_deny_with_a_reason_runs_nothing_and_the_model_reads_the_reason(
+    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+) -> None:
+    short = ask_to_clean(agentd, server)
+    server.enqueue(body=chat_completion("Understood, I left the build alone."))
+
+    denied = ctl(agentd, "deny", short, "--reason", "the release needs that build")
+
+    assert denied.returncode == 0, denied.stderr
+    assert denied.stdout.splitlines() == [
+        "  ✗ the user denied this call: the release needs that build",
+        "Understood, I left the build alone.",
+    ]
+    assert runs(agentd, ada) == 0
+    told = server.requests[1]["messages"][-1]
+    assert (told["role"], told["content"]) == (
+        "tool",
+        "the user denied this call: the release needs that build",
+    )
+    again = ctl(agentd, "approve", short)
+    assert again.returncode == 1
+    assert again.stderr.startswith(f"already_answered: approval {short} (bash) was denied already")
+    assert runs(agentd, ada) == 0 and len(server.requests) == 2
+
+
+def test_a_new_message_while_a_call_waits_is_refused_naming_it_and_nothing_is_sent(
+    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+) -> None:
+    short = ask_to_clean(agentd, server)
+
+    refused = ctl(agentd, "chat", "-p", "never mind, what time is it?", "--agent", "ada")
+
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("approval_pending: ada's turn in this conversation waits")
+    assert f"bash({CLEAN}) as approval {short}" in refused.stderr
+    assert f"`agentctl approve {short}`" in refused.stderr
+    assert "Your message was not sent" in refused.stderr
+    assert len(server.requests) == 1
+    said = [m["content"] for m in ok(agentd, "messages", "--agent", "ada") if m["role"] == "user"]
+    assert said == ["clean up the build"]
+    # Another conversation of the agent is not held up.
+    other = ctl(agentd, "conversations", "new", "--agent", "ada").stdout.strip()
+    server.enqueue(body=chat_completion("It is late."))
+    elsewhere = ctl(agentd, "chat", "-p", "what time is it?", "--agent", "ada", "-c", other)
+    assert (elsewhere.returncode, elsewhere.stdout) == (0, "It is late.\n")
+
+    server.enqueue(body=chat_completion("Left it."))
+    assert ctl(agentd, "deny", short).returncode == 0
+    server.enqueue(body=chat_completion("Now I can answer."))
+    now = ctl(agentd, "chat", "-p", "what time is it?", "--agent", "ada")
+    assert (now.returncode, now.stdout) == (0, "Now I can answer.\n")
+
+
+def test_of_clients_approving_one_call_at_once_one_runs_it_and_the_others_are_told_already_answered(
+    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+) -> None:
+    short = ask_to_clean(agentd, server)
+    server.enqueue(body=chat_completion("Done once."))
+    command = [sys.executable, "-m", "agentd.client", "approve", short]
+    racers = [
+        subprocess.Popen(
+            command, env=agentd.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    finished = [(racer.wait(120), *racer.communicate()) for racer in racers]
+
+    assert sorted(status for status, _, _ in finished) == [0, 1, 1, 1]
+    for status, _out, err in finished:
+        if status == 1:
+            assert err.startswith(f"already_answered: approval {short} (bash) was approved already")
+    assert runs(agentd, ada) == 1
+    assert len(server.requests) == 2
+
+
+def test_an_unknown_stale_or_malformed_approval_id_is_refused_and_changes_nothing(
+    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+) -> None:
+    short = ask_to_clean(agentd, server)
+
+    unknown = ctl(agentd, "approve", "ZZZZZZZZ")
+    malformed = ctl(agentd, "deny", "../../etc")
+
+    assert unknown.returncode == 1
+    assert unknown.stderr.startswith(
+        "unknown_approval: no tool call waits with approval id 'ZZZZZZZZ'"
+    )
+    assert malformed.returncode == 1 and malformed.stderr.startswith("invalid_id:")
+    assert [short_id(a["id"]) for a in ok(agentd, "approvals")] == [short]
+    assert runs(agentd, ada) == 0 and len(server.requests) == 1
+
+    server.enqueue(body=chat_completion("Cleaned."))
+    assert ctl(agentd, "approve", short).returncode == 0
+    newer = ask_to_clean(agentd, server)
+    stale = ctl(agentd, "approve", short)
+    assert stale.returncode == 1, "an answered step replaced by a newer one is stale"
+    assert stale.stderr.startswith(
+        f"unknown_approval: no tool call waits with approval id '{short}'"
+    )
+    assert [short_id(a["id"]) for a in ok(agentd, "approvals")] == [newer]
+    assert runs(agentd, ada) == 1
+
+
+def test_which_tools_need_approval_is_checked_listed_and_cleared(
+    agentd: AgentdProcess, ada: dict[str, Any]
+) -> None:
+    wrong = ctl(agentd, "agents", "update", "ada", "--approve", "bash,bsh", "--name", "bob")
+
+    assert wrong.returncode == 1
+    assert wrong.stderr.startswith("unknown_tool: no tool named 'bsh'; an agent's tools are bash,")
+    assert ok(agentd, "agents", "show", "ada")["requires_approval"] == ["bash"]
+    assert ctl(agentd, "agents", "show", "bob").returncode == 1, "a refused update changes nothing"
+
+    both = ctl(agentd, "agents", "update", "ada", "--approve", "write_file", "--approve", "bash")
+    assert json.loads(both.stdout)["requires_approval"] == ["bash", "write_file"]
+    assert (
+        "approve        bash, write_file (each call waits"
+        in ctl(agentd, "agents", "show", "ada").stdout
+    )
+
+    cleared = ctl(agentd, "agents", "update", "ada", "--approve", "none")
+    assert json.loads(cleared.stdout)["requires_approval"] == []
+    assert "approve        none" in ctl(agentd, "agents", "show", "ada").stdout
+    usage = ctl(agentd, "agents", "update", "ada", "--approve", "none,bash")
+    assert usage.returncode == 2 and "none alone" in usage.stderr
+
+
+def test_a_step_with_calls_that_need_no_approval_waits_whole_and_runs_in_the_models_order(
+    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+) -> None:
+    write = json.dumps({"path": "plan.txt", "content": "written first\n"})
+    copy = json.dumps({"command": "cat plan.txt >> order.txt; echo copied"})
+    server.enqueue(
+        body=chat_completion(
+            None,
+            tool_calls=[
+                tool_call("write_file", write, id="call-w"),
+                tool_call("bash", copy, id="call-b"),
+            ],
+        )
+    )
+    waits = ctl(agentd, "chat", "-p", "plan, then copy", "--agent", "ada")
+
+    assert waits.returncode == 3
+    assert not (workspace(agentd, ada) / "plan.txt").exists(), "write_file ran before the answer"
+    (listed,) = ok(agentd, "approvals")
+    assert listed["name"] == "bash", "only the gated call is asked about"
+
+    server.enqueue(body=chat_completion("Planned and copied."))
+    approved = ctl(agentd, "approve", short_id(listed["id"]))
+
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout.splitlines()[-1] == "Planned and copied."
+    assert (workspace(agentd, ada) / "order.txt").read_text() == "written first\n"
+    tools = [m for m in server.requests[1]["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tools] == ["call-w", "call-b"]
+
+
+def test_an_answered_turn_counts_its_steps_once_and_recall_finds_the_call_and_its_result(
+    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+) -> None:
+    def steps() -> int:
+        (agent,) = ok(agentd, "status")["agents"]
+        return int(agent["steps_since_last_reflection"])
+
+    server.enqueue(body=chat_completion("hello"))
+    assert ctl(agentd, "chat", "-p", "hi", "--agent", "ada").returncode == 0
+    assert steps() == 1
+    reversing = json.dumps({"command": "echo nrocarbez | rev"})
+    server.enqueue(body=chat_completion(None, tool_calls=[tool_call("bash", reversing)]))
+    waits = ctl(agentd, "chat", "-p", "reverse it", "--agent", "ada")
+    assert waits.returncode == 3
+    assert steps() == 1, "a waiting turn is not counted (it has not ended)"
+
+    (listed,) = ok(agentd, "approvals")
+    server.enqueue(body=chat_completion("It reads zebracorn."))
+    assert ctl(agentd, "approve", short_id(listed["id"])).returncode == 0
+
+    assert steps() == 3, "both of the turn's assistant messages, counted once when it ended"
+    call_hits = ok(agentd, "search", "nrocarbez", "--agent", "ada", "--role", "assistant")
+    result_hits = ok(agentd, "search", "zebracorn", "--agent", "ada", "--role", "tool")
+    assert any("nrocarbez" in hit["text"] for hit in call_hits)
+    assert [hit["text"] for hit in result_hits] == ["zebracorn"]
+
+
+def test_after_kill_9_while_a_call_waits_it_is_still_listed_and_approving_it_runs_it(
+    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+) -> None:
+    short = ask_to_clean(agentd, server)
+    agentd.kill()
+
+    restarted = start_agentd(server)
+    try:
+        assert [short_id(a["id"]) for a in ok(restarted, "approvals")] == [short]
+        server.enqueue(body=chat_completion("Cleaned after the restart."))
+        approved = ctl(restarted, "approve", short)
+        assert approved.returncode == 0, approved.stderr
+        assert approved.stdout.splitlines()[-1] == "Cleaned after the restart."
+        assert runs(restarted, ada) == 1
+    finally:
+        restarted.stop()
+
+
+def test_after_kill_9_while_an_approved_call_runs_it_is_not_run_again_and_the_model_is_told(
+    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+) -> None:
+    slow = json.dumps({"command": "echo ran >> count.txt; sleep 600"})
+    server.enqueue(body=chat_completion(None, tool_calls=[tool_call("bash", slow)]))
+    assert ctl(agentd, "chat", "-p", "run the slow job", "--agent", "ada").returncode == 3
+    (listed,) = ok(agentd, "approvals")
+    approving = subprocess.Popen(
+        [sys.executable, "-m", "agentd.client", "approve", short_id(listed["id"])],
+        env=agentd.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for(lambda: runs(agentd, ada) == 1, "the approved command to start", timeout_s=120)
+    agentd.kill()
+    assert approving.wait(60) == 1
+
+    restarted = start_agentd(server)
+    try:
+        assert ok(restarted, "approvals") == []
+        log = ok(restarted, "messages", "--agent", "ada", "--order", "asc")
+        assert [(m["role"], m["kind"]) for m in log] == [
+            ("user", "message"),
+            ("assistant", "message"),
+            ("tool", "message"),
+            ("assistant", "stop"),
+        ]
+        result, stop = log[2], log[3]
+        assert result["is_error"] and result["content"].startswith(
+            "[interrupted: agentd stopped while this approved call ran, so it may or may not "
+            "have taken effect; it was not run again"
+        )
+        assert (stop["stop_reason"], stop["metadata"]["code"]) == ("cancelled", "interrupted")
+        again = ctl(restarted, "approve", short_id(listed["id"]))
+        assert again.returncode == 1 and again.stderr.startswith("already_answered:")
+
+        server.enqueue(body=chat_completion("I see it was interrupted."))
+        after = ctl(restarted, "chat", "-p", "did it finish?", "--agent", "ada")
+        assert after.returncode == 0, after.stderr
+        told = [m for m in server.requests[-1]["messages"] if m["role"] == "tool"]
+        assert [m["content"] for m in told] == [result["content"]]
+        assert runs(restarted, ada) == 1, "the approved command ran once, never again"
+    finally:
+        restarted.stop()
+
+
+def test_of_an_approve_and_a_deny_at_once_the_one_that_won_is_what_happened(
+    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+) -> None:
+    short = ask_to_clean(agentd, server)
+    server.enqueue(body=chat_completion("Answered."))
+    answers = ["approve", "deny", "approve", "deny"]
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "agentd.client", answer, short],
+            env=agentd.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for answer in answers
+    ]
+    finished = [(racer.wait(120), *racer.communicate()) for racer in racers]
+
+    winners = [
+        answer for answer, (status, _, _) in zip(answers, finished, strict=True) if status == 0
+    ]
+    assert len(winners) == 1, finished
+    decided = "approved" if winners == ["approve"] else "denied"
+    assert runs(agentd, ada) == (1 if decided == "approved" else 0)
+    for status, _out, err in finished:
+        if status != 0:
+            assert err.startswith(
+                f"already_answered: approval {short} (bash) was {decided} already"
+            )
+    told = [m for m in server.requests[1]["messages"] if m["role"] == "tool"]
+    assert (told[0]["content"] == "cleaned") == (decided == "approved")
