@@ -20,7 +20,7 @@ BM25 for that term, from which every candidate's loan is summed. On LoCoMo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import tantivy
 
@@ -38,7 +38,7 @@ def lend(
     schema: tantivy.Schema,
     hits: Sequence[tuple[float, tantivy.DocAddress]],
     terms: Sequence[tantivy.Query],
-    scope: list[tantivy.Query],
+    in_scope: Callable[[list[tantivy.DocAddress]], list[bool]],
     lends_nothing: tuple[int, int] | None,
     with_neighbours: bool,
 ) -> list[tuple[float, tantivy.DocAddress]]:
@@ -46,7 +46,9 @@ def lend(
     their neighbours that match, each with its score and its loan. ``lends_nothing``:
     the place (:func:`~shared.recall.schema.place`) of a message (the question being
     asked) that lends to no one. Without neighbours where the query holds phrases: a
-    neighbour must hold them too, and the searches by term do not ask."""
+    neighbour must hold them too, and the searches by term do not ask. ``in_scope`` tells
+    which messages the search's role and dates let in (checked on the few messages
+    found, rather than by each search: a date range is a scan of a column)."""
     addresses = [address for _, address in hits]
     keys = keys_of(searcher, addresses)
     among = key_ranges(schema, _merged(sorted(keys), REACH))
@@ -54,10 +56,16 @@ def lend(
     scores: list[dict[int, float]] = []
     found: dict[int, tantivy.DocAddress] = dict(zip(keys, addresses, strict=True))
     for term in terms:
-        matched = searcher.search(restricted(term, among, scope), room, count=False).hits
+        matched = searcher.search(restricted(term, among, []), room, count=False).hits
         matched_keys = keys_of(searcher, [address for _, address in matched])
         scores.append(dict(zip(matched_keys, (score for score, _ in matched), strict=True)))
         found.update(zip(matched_keys, (address for _, address in matched), strict=True))
+    extra = [key for key in found if key not in set(keys)]
+    for key, inside in zip(extra, in_scope([found[key] for key in extra]), strict=True):
+        if not inside:
+            del found[key]
+            for term_scores in scores:
+                term_scores.pop(key, None)
     silent = next((k for k, a in found.items() if place(a) == lends_nothing), None)
     own = dict(zip(keys, (score for score, _ in hits), strict=True))
     candidates = set(own)

@@ -19,6 +19,7 @@ the text.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import tantivy
@@ -26,7 +27,7 @@ import tantivy
 from shared.recall.lending import lend
 from shared.recall.queries import combine, filters, phrase_clauses, term_clauses
 from shared.recall.ranking import CANDIDATES, ECHO_FACTOR, PHRASE_BONUS, SearchRequest
-from shared.recall.schema import ECHO, place
+from shared.recall.schema import ECHO, ROLE_CODE, microseconds, place
 from shared.recall.text import Query
 
 Scored = tuple[float, tantivy.DocAddress]
@@ -68,23 +69,36 @@ def run(
             hits = searcher.search(combined, max(CANDIDATES, limit), count=False).hits
         else:
             best = searcher.search(combined, max(CANDIDATES, limit), count=False).hits
-            lends_nothing = None if asking is None else place(asking)
-            hits = best and lend(searcher, schema, best, terms, scope, lends_nothing, not phrases)
-        candidates += [(score * ECHO_FACTOR, a) for score, a in hits] if prefix else hits
-    return _best(searcher, candidates, request.limit, asking)
+            silent = None if asking is None else place(asking)
+            in_scope = functools.partial(_in_scope, searcher, request)
+            hits = best and lend(searcher, schema, best, terms, in_scope, silent, not phrases)
+        question = place(asking) if asking is not None and not prefix else None
+        candidates += [
+            (score * ECHO_FACTOR if prefix or place(a) == question else score, a)
+            for score, a in hits
+        ]
+    return _best(searcher, candidates, request.limit)
 
 
-def _best(
-    searcher: tantivy.Searcher,
-    candidates: list[Scored],
-    limit: int,
-    asking: tantivy.DocAddress | None,
-) -> list[Ranked]:
-    question = None if asking is None else place(asking)
-    scored = [
-        (score * ECHO_FACTOR if place(address) == question else score, address)
-        for score, address in candidates
-    ]
+def _in_scope(
+    searcher: tantivy.Searcher, request: SearchRequest, addresses: list[tantivy.DocAddress]
+) -> list[bool]:
+    """Which of these messages (of the request's conversation, if it names one: they are
+    neighbours of its matches) the request's role and dates let in."""
+    inside = [True] * len(addresses)
+    if request.role is not None:
+        roles = searcher.fast_field_values("role", addresses)
+        wanted = ROLE_CODE[request.role]
+        inside = [ok and role == wanted for ok, role in zip(inside, roles, strict=True)]
+    if request.since is not None or request.until is not None:
+        since = microseconds(request.since.timestamp()) if request.since else 0
+        until = microseconds(request.until.timestamp()) if request.until else 1 << 64
+        dates = searcher.fast_field_values("created", addresses)
+        inside = [ok and since <= at <= until for ok, at in zip(inside, dates, strict=True)]
+    return inside
+
+
+def _best(searcher: tantivy.Searcher, scored: list[Scored], limit: int) -> list[Ranked]:
     if len({score for score, _ in scored}) < len(scored):  # ties: the newer first
         created = searcher.fast_field_values("created", [address for _, address in scored])
     else:  # (read only then: a fast field read costs what a small search does)
