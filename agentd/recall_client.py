@@ -12,7 +12,7 @@ each into frames (:mod:`agentd.recall_frames`):
 One sender thread writes every frame, in the order they were asked for, so a search sees
 every append made before it. A reader thread per process settles the answers. When the
 process dies, the calls it held fail with :class:`~shared.errors.RecallUnavailable` and a
-new one is started with every agent the daemon knows: it opens their persisted segments
+new one is started with every agent the daemon knows: it opens their persisted indexes
 and reads the logs' tail, so appends made meanwhile are not lost (they are in the logs).
 """
 
@@ -254,8 +254,8 @@ class RecallClient:
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 # In a process group of its own: a terminal's Ctrl-C and a stop signal to
-                # the daemon's group must not end it before the daemon has had it write
-                # its open segments. It ends when the daemon closes its socket, or dies.
+                # the daemon's group must not end it before the daemon has had it commit
+                # what it was sent. It ends when the daemon closes its socket, or dies.
                 process_group=0,
             )
         process = _Process(popen, ours)

@@ -6,7 +6,7 @@ messages appended, a search's request and hits, the messages around an id).
 
 Daemon to recall process (each a tuple, kind first):
 
-- ``("start", [agent_id, …])``: open these agents' indexes (persisted segments, then the
+- ``("start", [agent_id, …])``: open these agents' indexes (what is persisted, then the
   logs' tail); sent first to every new process with every agent the daemon knows;
 - ``("drop", agent_id)``: forget one (deleted, or about to be opened again);
 - ``("append", agent_id, conversation_id, messages, offsets)``: just appended to a log
