@@ -1,9 +1,11 @@
 """The ``agentd`` command: ``serve`` runs the chat daemon in the foreground; ``up`` runs
-the whole stack (embedded Valkey, the daemon, the reflection workers)."""
+the whole stack (embedded Valkey, the daemon, the reflection workers); ``worker`` runs
+reflection workers alone, on this host or another (:mod:`agentd.worker_cli`)."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -127,6 +129,24 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="first make every file and directory under the home private (chmod go-rwx)",
     )
+    doctor.add_argument(
+        "--worker",
+        action="store_true",
+        help="check this host as a reflection worker's: Redis, its password, the model "
+        "settings, the sandbox (no home needed)",
+    )
+    worker = sub.add_parser("worker", help="run reflection workers alone, against AGENTD_REDIS_URL")
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        metavar="N",
+        help="jobs run at once (default AGENTD_WORKERS)",
+    )
+    worker.add_argument(
+        "--name",
+        default="reflector",
+        help="the worker's name in `agentctl status`, before @host (default reflector)",
+    )
     args = parser.parse_args(argv)
     if args.command in ("serve", "up"):
         from shared.providers.keys import without_keys_in_the_environment
@@ -137,10 +157,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         return _serve()
     if args.command == "doctor":
+        settings = _settings()
+        if settings is None:
+            return 2
+        if args.worker:
+            from agentd.doctor_worker import run_worker_doctor
+
+            return run_worker_doctor(settings)
         from agentd.doctor import run_doctor
 
+        return run_doctor(settings, fix=args.fix)
+    if args.command == "worker":
+        from agentd.worker_cli import run_worker
+
         settings = _settings()
-        return 2 if settings is None else run_doctor(settings, fix=args.fix)
+        if settings is None:
+            return 2
+        concurrency = args.concurrency or settings.workers or 1
+        if not 1 <= concurrency <= 64:
+            parser.error("--concurrency must be between 1 and 64")
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", args.name):
+            parser.error("--name takes 1-64 letters, digits, '.', '_' or '-'")
+        return run_worker(settings, concurrency=concurrency, name=args.name)
     if args.command == "up":
         settings = _settings()
         if settings is not None and args.web is not None:

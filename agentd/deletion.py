@@ -35,7 +35,7 @@ from agentd.outbox import OutboxEntry
 from agentd.recall_client import RecallClient
 from agentd.turns import Turns
 from shared.clock import Clock
-from shared.coordination import keys
+from shared.coordination import keys, transfer
 from shared.coordination.broker import RedisLocation
 from shared.coordination.lease import ReflectionLease
 from shared.errors import CorruptStateFile, InUse
@@ -84,14 +84,14 @@ class Deletions:
     async def delete_agent(self, record: AgentRecord) -> Deleted:
         layout = self.agents.layout
         async with self._reflection_held_off(record) as held:
-            request_ids = await asyncio.to_thread(_request_ids, layout, record.id)
+            jobs = await asyncio.to_thread(_jobs, layout, record.id)
             async with async_file_lock(memory_lock(layout.memory_dir(record.id))):
                 self._refuse_running_turns(record, None)
                 trash = self.agents.store.trash(record.id, self.clock())
             self.agents.forget(record.id)
             self.recall.drop(record.id)
             if held is not None:
-                await asyncio.to_thread(_drop_keys, held, record.id, request_ids)
+                await asyncio.to_thread(_drop_keys, held, record.id, jobs)
         log.info("agent_deleted", agent_id=record.id, trash=str(trash))
         return Deleted(record.id, trash, "dropped" if held is not None else "unreachable")
 
@@ -155,22 +155,35 @@ class Deletions:
             )
 
 
-def _request_ids(layout: Layout, agent_id: str) -> set[str]:
-    """The ids of the agent's reflection jobs Redis may still know: those in its outbox
-    and those its outcome log names."""
+@dataclass(frozen=True)
+class _Jobs:
+    """The agent's reflection jobs Redis may still know, and the inputs sent for them."""
+
+    request_ids: set[str]
+    input_ids: set[str]
+
+
+def _jobs(layout: Layout, agent_id: str) -> _Jobs:
+    """Those in its outbox (with the inputs each was sent) and those its outcome log names."""
     files = layout.reflection_files(agent_id)
-    found = {o.request_id for o in events.read(files.directory, tail=OUTCOMES_READ)}
+    found = _Jobs({o.request_id for o in events.read(files.directory, tail=OUTCOMES_READ)}, set())
     for path in files.outbox.glob("*.json") if files.outbox.is_dir() else []:
         with contextlib.suppress(CorruptStateFile):
             entry = read_model(path, OutboxEntry)
             if entry is not None:
-                found.add(entry.request.request_id)
+                found.request_ids.add(entry.request.request_id)
+                if entry.ticket is not None:
+                    found.input_ids.add(entry.ticket.input_id)
     return found
 
 
-def _drop_keys(client: redis.Redis, agent_id: str, request_ids: set[str]) -> None:
-    """Remove the agent's keys and its queued jobs (the lease is released by its holder)."""
-    doomed = [key for key in client.scan_iter(match=keys.live_reflections_pattern(agent_id))]
+def _drop_keys(client: redis.Redis, agent_id: str, jobs: _Jobs) -> None:
+    """Remove the agent's keys, its jobs' inputs and answers, and its queued jobs (the
+    lease is released by its holder)."""
+    request_ids = jobs.request_ids
+    for input_id in jobs.input_ids:
+        transfer.drop(client, input_id)
+    doomed: list[str] = []
     for request_id in request_ids:
         doomed += [keys.job_state(request_id), keys.job_tries(request_id)]
     if doomed:

@@ -210,7 +210,9 @@ def check_redis(settings: Settings) -> Finding:
             binary = server_binary()
         except RedisUnavailable as exc:
             return Finding(False, "redis", "no embedded Valkey binary", exc.message)
-        running = location.socket_path is not None and ping(location.socket_path)
+        running = location.socket_path is not None and ping(
+            location.socket_path, password=settings.redis_password
+        )
         state = "running" if running else "not running (started by `agentd up`)"
         return Finding(True, "redis", f"embedded Valkey {binary.name}, {state}")
     try:

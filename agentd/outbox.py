@@ -9,10 +9,15 @@ a reflection runs is never swallowed: it becomes the run that starts when the ru
 ends, and covers everything after that one's snapshot. Nothing is ever sent twice on
 purpose: a request that joined another has no job of its own.
 
-The entry leaves the outbox when its outcome is known: from the outcome stream, from
-Redis's record of the finished job, or from ``reflections/log.jsonl``. If Redis lost the
-job (a restart without persistence, a crash of everything), the entry is sent again at
-once; the job is idempotent. A damaged entry is moved aside as ``*.corrupt`` and logged:
+Sending a request builds its job (:mod:`agentd.jobs.prepare`): the gates that need the
+home, the payload, memory as a bundle; the inputs go to Redis and the entry keeps the
+job's :class:`~agentd.jobs.prepare.Ticket`, what the daemon checks the answer against. A
+gate that closes settles the request at once, with no job. The entry leaves the outbox
+when its outcome is known: once the daemon has settled the worker's answer
+(:mod:`agentd.jobs.settle`), from Redis's record of the finished job, or from
+``reflections/log.jsonl``. If Redis lost the job (a restart without persistence, a crash
+of everything), the entry is sent again at once, with its inputs built again if they went
+too; the job is idempotent. A damaged entry is moved aside as ``*.corrupt`` and logged:
 it never stops the requests of other agents or entries.
 """
 
@@ -26,12 +31,15 @@ from typing import Any, Literal
 import structlog
 from pydantic import BaseModel
 
-from shared.coordination import jobs, keys
+from agentd.effective_config import redact_url
+from agentd.jobs.prepare import Desk, Ticket, prepare_or_fail
+from shared.coordination import jobs, keys, transfer
 from shared.coordination.broker import RedisLocation
 from shared.errors import CorruptStateFile
 from shared.ids import new_id
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest, TriggerSource
 from shared.reflection import events
+from shared.reflection.job import JobMessage
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.layout import Layout
 
@@ -66,6 +74,8 @@ class OutboxEntry(BaseModel):
     state: EntryState = "pending"
     sent_at: float | None = None
     attempts: int = 0
+    ticket: Ticket | None = None
+    """What was sent for the job (its inputs' id, the memory commit, the payload)."""
 
 
 def _joined(pending: ReflectionRequest, new: ReflectionRequest) -> ReflectionRequest:
@@ -88,9 +98,10 @@ def _joined(pending: ReflectionRequest, new: ReflectionRequest) -> ReflectionReq
 class Outbox:
     """The agents' outbox directories; used from the daemon's event loop only."""
 
-    def __init__(self, layout: Layout, location: RedisLocation) -> None:
+    def __init__(self, layout: Layout, location: RedisLocation, desk: Desk) -> None:
         self.layout = layout
         self.location = location
+        self.desk = desk
         self._app: Any = None
         self.broker_down = False
         """The last send found Redis unreachable (told once in the log until it is back)."""
@@ -175,16 +186,31 @@ class Outbox:
 
     # --- talking to Redis (in a thread) -------------------------------------------------
 
-    def send(self, entry: OutboxEntry) -> bool:
-        """Hand the entry's job to Celery and record it as sent; False if Redis is away."""
+    def send(self, entry: OutboxEntry) -> bool | ReflectionOutcome:
+        """Build the entry's job (unless Redis still holds its inputs), hand it to Celery
+        and record the entry as sent: True; False if Redis is away; the outcome when a
+        gate settled the request without a job."""
         request = entry.request
         client = self._client()
         try:
             client.ping()
+            ticket = entry.ticket
+            if ticket is None or not transfer.has_input(client, ticket.input_id):
+                prepared = prepare_or_fail(self.desk, request)
+                if isinstance(prepared, ReflectionOutcome):
+                    return prepared
+                transfer.put_input(client, prepared.job, prepared.bundle)
+                entry.ticket = ticket = prepared.ticket
+            message = JobMessage(
+                job_id=request.request_id,
+                input_id=ticket.input_id,
+                agent_id=request.agent_id,
+                input_bytes=ticket.bundle_bytes,
+            )
             jobs.mark(client, request.request_id, "queued")
             self._celery().send_task(
                 keys.REFLECT_TASK,
-                kwargs={"request": request.model_dump(mode="json")},
+                kwargs={"job": message.model_dump(mode="json")},
                 queue=keys.REFLECTION_QUEUE,
                 task_id=request.request_id,
                 retry=False,
@@ -193,7 +219,7 @@ class Outbox:
             if not self.broker_down:
                 log.warning(
                     "reflection_broker_unreachable",
-                    redis=self.location.redis_url,
+                    redis=redact_url(self.location.redis_url),
                     error=str(exc),
                     hint="requests stay on disk and are sent when Redis is back",
                 )
@@ -207,6 +233,51 @@ class Outbox:
         self.save(entry)
         log.info("reflection_sent", request_id=request.request_id, attempt=entry.attempts)
         return True
+
+    def answer(self, entry: OutboxEntry) -> tuple[bytes, bytes | None] | None:
+        """The stored answer to the entry's job (its JSON and bundle); None when there is
+        none, or Redis cannot be asked."""
+        import redis
+
+        if entry.ticket is None:
+            return None
+        client = self._client()
+        try:
+            return transfer.get_answer(client, entry.ticket.input_id)
+        except redis.RedisError:
+            return None
+        finally:
+            client.close()
+
+    def answer_gone(self, entry: OutboxEntry) -> None:
+        """Redis says the entry's job is answered and holds no answer for its inputs.
+
+        Answered for these inputs, the answer was lost (evicted, expired): the inputs and
+        the job's state go, so the reconcile loop finds the job unknown and sends it again,
+        built anew (a worker would take the old inputs for answered). Answered for other
+        inputs, a copy of the job that ran on inputs sent before said so: the job is
+        queued again, as it is for its current inputs."""
+        import redis
+
+        if entry.ticket is None:
+            return
+        client = self._client()
+        try:
+            if jobs.answered(client, entry.request.request_id) != entry.ticket.input_id:
+                jobs.mark(client, entry.request.request_id, "queued")
+                return
+            transfer.drop(client, entry.ticket.input_id)
+            client.delete(keys.job_state(entry.request.request_id))
+        except redis.RedisError:
+            return
+        finally:
+            client.close()
+        entry.ticket = None
+        self.save(entry)
+
+    def client(self) -> Any:
+        """A Redis client for one short use (the caller closes it)."""
+        return self._client()
 
     def job_status(self, request: ReflectionRequest) -> jobs.Known | ReflectionOutcome | None:
         """What Redis knows of the request's job; None when Redis cannot be asked."""
@@ -234,6 +305,7 @@ class Outbox:
             from celery import Celery
 
             self._app = Celery("agentd", broker=self.location.celery_url)
+            self._app.conf.broker_use_ssl = self.location.celery_ssl
             self._app.conf.broker_connection_retry_on_startup = False
             self._app.conf.broker_connection_timeout = REDIS_TIMEOUT_S
         return self._app

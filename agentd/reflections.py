@@ -14,11 +14,15 @@ Everything here runs on the daemon's event loop, so file work (the state lock, t
 outbox's fsync'd files) goes to threads; an agent's outbox is changed only under its
 ``_sending`` lock, so a request never joins an entry that is being sent.
 
-Outcomes come back on a Redis stream; should Redis lose them, from the job's record in
-Redis or from ``reflections/log.jsonl``. The reconcile loop also sends again a job Redis
-does not know (after Redis lost its data) or that looks lost (:mod:`shared.coordination.jobs`:
-its worker died, or Celery stranded it when Redis went away), and what waited for the
-broker; it runs at start, every few seconds, and survives any error of one pass.
+A worker's answer is announced on a Redis stream and settled by the daemon, the one
+writer of memory (:mod:`agentd.answers`); should the announcement be lost, the reconcile
+loop finds the answer by asking Redis about the sent job, and an outcome recorded before
+Redis lost its data is read from ``reflections/log.jsonl``. The reconcile loop also sends
+again a job Redis does not know (after Redis lost its data) or that looks lost
+(:mod:`shared.coordination.jobs`: its worker died, or Celery stranded it when Redis went
+away), and what waited for the broker; it runs at start, every few seconds, and survives
+any error of one pass. A request a gate settles as it is sent (``no_payload``,
+``parent_dirty``…) has its outcome at once, as a waiting turn hears it.
 The client is told at the end of the turn that triggered the reflection if it finishes
 within ``reflection_wait_s``, else at the end of the agent's next turn, or by
 ``agentctl reflect --wait``. An agent whose automatic reflection is paused
@@ -35,7 +39,10 @@ from collections import defaultdict
 
 import structlog
 
+from agentd.answers import Answers
 from agentd.idle_sweep import IdleSweep
+from agentd.jobs.prepare import Desk
+from agentd.jobs.record import record as record_outcome
 from agentd.outbox import RESEND_AFTER_S, Outbox, OutboxEntry
 from shared.clock import Clock, utc_now
 from shared.coordination.broker import RedisLocation
@@ -48,6 +55,7 @@ from shared.models.reflection import (
     TriggerSource,
 )
 from shared.models.turns import TurnResult
+from shared.providers.factory import ProviderFactory
 from shared.reflection import events
 from shared.reflection.backoff import load_backoff
 from shared.reflection.pause import Pause
@@ -61,9 +69,9 @@ from shared.store.layout import Layout
 
 log = structlog.get_logger(__name__)
 
-STREAM_BLOCK_MS = 5_000
-RETRY_S = 2.0
 RECONCILE_EVERY_S = 5.0
+RECENT_KEPT = 256
+"""Outcomes kept for a waiter that comes after them (a request a gate settled at once)."""
 TOLD_ONCE = frozenset({"parent_dirty"})
 """Skips a user should hear about (once per kind): they wait for the user to act."""
 
@@ -76,13 +84,27 @@ class Reflections:
         location: RedisLocation,
         store: AgentStore,
         *,
+        providers: ProviderFactory | None = None,
         clock: Clock = utc_now,
     ) -> None:
         self.settings = settings
         self.layout = layout
         self.location = location
         self.store = store
-        self.outbox = Outbox(layout, location)
+        factory = providers or ProviderFactory(settings)
+        self.desk = Desk(
+            settings,
+            agent_provider_for=lambda agent: factory.get(agent.model, agent.context_window),
+            reader_window=lambda agent: (
+                factory.get(
+                    self.desk.reflection_model(agent), settings.reflection_context_window
+                ).context_window
+            ),
+            clock=clock,
+        )
+        self.outbox = Outbox(layout, location, self.desk)
+        self.answers = Answers(self.outbox, store, self._on_outcome)
+        self._recent: dict[str, ReflectionOutcome] = {}
         self._waiters: dict[str, list[asyncio.Future[ReflectionOutcome]]] = defaultdict(list)
         self._notices: dict[str, list[ReflectionOutcome]] = defaultdict(list)
         self._tasks: list[asyncio.Task[None]] = []
@@ -180,14 +202,18 @@ class Reflections:
             )
 
     async def dispatch(self, agent_id: str) -> ReflectionRequest | None:
-        """Send the agent's pending request if none is running; what was sent, if any."""
+        """Send the agent's pending request if none is running; what was sent (or settled
+        at once by a gate), if any."""
         async with self._sending[agent_id]:
             pending = await asyncio.to_thread(self._sendable, agent_id)
             if pending is None:
                 return None
-            if not await asyncio.to_thread(self.outbox.send, pending):
-                return None
+            sent = await asyncio.to_thread(self.outbox.send, pending)
+        if isinstance(sent, ReflectionOutcome):
+            await asyncio.to_thread(record_outcome, self.layout, sent, None)
+            await self._on_outcome(sent)
             return pending.request
+        return pending.request if sent else None
 
     def _sendable(self, agent_id: str) -> OutboxEntry | None:
         """The agent's pending entry, if none is sent and it is still due."""
@@ -197,10 +223,6 @@ class Reflections:
         if pending is None or not self._still_due(pending):
             return None
         return pending
-
-    @property
-    def _broker_reachable(self) -> bool:
-        return not self.outbox._warned_down
 
     def _still_due(self, entry: OutboxEntry) -> bool:
         """A pending step-count or idle request is checked again before it is sent: the
@@ -235,6 +257,12 @@ class Reflections:
         return False
 
     async def wait(self, request_id: str, timeout_s: float) -> ReflectionOutcome | None:
+        settled = self._recent.pop(request_id, None)
+        if settled is not None:  # settled before anyone waited: told here, not later
+            notices = self._notices.get(settled.agent_id, [])
+            if settled in notices:
+                notices.remove(settled)
+            return settled
         if timeout_s <= 0:
             return None
         future: asyncio.Future[ReflectionOutcome] = asyncio.get_running_loop().create_future()
@@ -291,7 +319,7 @@ class Reflections:
     def start(self) -> None:
         self._tasks = [
             asyncio.create_task(self._reconcile_loop(), name="reflection-reconcile"),
-            asyncio.create_task(self._listen_loop(), name="reflection-outcomes"),
+            asyncio.create_task(self.answers.listen(), name="reflection-answers"),
             asyncio.create_task(self.idle.run(), name="reflection-idle-sweep"),
         ]
 
@@ -301,8 +329,13 @@ class Reflections:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.answers.stop()
 
     async def _reconcile_loop(self) -> None:
+        try:
+            await self.answers.sweep()
+        except Exception:
+            log.exception("reflection_sweep_failed")
         while True:
             try:
                 await self.reconcile()
@@ -336,6 +369,9 @@ class Reflections:
         if isinstance(status, ReflectionOutcome):
             await self._on_outcome(status)
             return
+        if status == "answered":  # settled in a task of its own: a review takes a while
+            self.answers.settle_later(sent.request.agent_id)
+            return
         if status in (None, "unknown", "lost"):
             logged = await asyncio.to_thread(self.outbox.logged_outcome, sent.request)
             if logged is not None:
@@ -344,44 +380,16 @@ class Reflections:
         if status is not None and self._lost_or_due(sent, status):
             log.info("reflection_resent", request_id=sent.request.request_id, redis=status)
             async with self._sending[sent.request.agent_id]:
-                await asyncio.to_thread(self.outbox.send, sent)
+                resent = await asyncio.to_thread(self.outbox.send, sent)
+            if isinstance(resent, ReflectionOutcome):  # a gate closed this time
+                await asyncio.to_thread(record_outcome, self.layout, resent, None)
+                await self._on_outcome(resent)
 
     @staticmethod
     def _lost_or_due(entry: OutboxEntry, status: str) -> bool:
         if status in ("unknown", "lost"):
             return True
         return entry.sent_at is None or time.time() - entry.sent_at >= RESEND_AFTER_S
-
-    async def _listen_loop(self) -> None:
-        import redis.asyncio as aioredis
-
-        last_id: str | bytes | None = None
-        while True:
-            client = aioredis.Redis.from_url(self.location.redis_url)
-            try:
-                if last_id is None:
-                    newest = await client.xrevrange(events.OUTCOME_STREAM, count=1)
-                    last_id = newest[0][0] if newest else "0-0"
-                while True:
-                    batches = await client.xread(
-                        {events.OUTCOME_STREAM: last_id}, block=STREAM_BLOCK_MS, count=100
-                    )
-                    for _stream, entries in batches or []:
-                        for entry_id, fields in entries:
-                            last_id = entry_id
-                            await self._on_stream_entry(fields)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # Redis down or restarted: outcomes also reach the logs
-                log.debug("outcome_stream_unavailable", error=str(exc))
-                await asyncio.sleep(RETRY_S)
-            finally:
-                await client.aclose()
-
-    async def _on_stream_entry(self, fields: dict[bytes, bytes]) -> None:
-        outcome = events.from_stream(fields)
-        if outcome is not None:
-            await self._on_outcome(outcome)
 
     async def _on_outcome(self, outcome: ReflectionOutcome) -> None:
         """Settle the request the outcome answers, start what waits, tell who waits."""
@@ -399,8 +407,12 @@ class Reflections:
         for future in waiters:
             if not future.done():
                 future.set_result(outcome)
-        told = outcome.status != "skipped" or outcome.reason in TOLD_ONCE
-        if not waiters and told:
+        if waiters:
+            return
+        self._recent[outcome.request_id] = outcome
+        while len(self._recent) > RECENT_KEPT:
+            del self._recent[next(iter(self._recent))]
+        if outcome.status != "skipped" or outcome.reason in TOLD_ONCE:
             self._notices[outcome.agent_id].append(outcome)
 
 

@@ -99,7 +99,12 @@ class Daemon:
             settings, self.layout, providers or ProviderFactory(settings), self.recall
         )
         self.reflections = Reflections(
-            settings, self.layout, locate(settings), self.agents.store, clock=clock
+            settings,
+            self.layout,
+            locate(settings),
+            self.agents.store,
+            providers=self.turns.providers,
+            clock=clock,
         )
         self.handlers = Handlers(settings, self.agents, self.turns, self.recall, self.reflections)
         self._stopping = asyncio.Event()

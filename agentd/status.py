@@ -27,6 +27,7 @@ from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.reflection import events, pause
 from shared.reflection.backoff import load_backoff
+from shared.reflection.job import JOB_FORMAT
 from shared.reflection.settings import ReflectionSettings
 from shared.reflection.state import peek_state
 from shared.store.agents import AgentStore
@@ -66,7 +67,7 @@ async def redis_status(location: RedisLocation, layout: Layout) -> dict[str, Any
         workers = [key async for key in client.scan_iter(match=keys.WORKER_PATTERN)]
         for raw in await client.mget(workers) if workers else []:
             if raw:
-                report["workers"].append(json.loads(raw))
+                report["workers"].append(worker_entry(json.loads(raw)))
         report["queue_depth"] = await client.llen(keys.REFLECTION_QUEUE)
         leases = [key async for key in client.scan_iter(match=keys.LEASE_PATTERN)]
         report["reflections_running"] = sorted(k.decode().rsplit(":", 1)[-1] for k in leases)
@@ -76,6 +77,12 @@ async def redis_status(location: RedisLocation, layout: Layout) -> dict[str, Any
         await client.aclose()
     report["state"] = _state(report["reachable"], location, layout)
     return report
+
+
+def worker_entry(announced: dict[str, Any]) -> dict[str, Any]:
+    """A worker as its heartbeat announced it (name, host, pid, version), and whether it
+    reads this daemon's jobs: a worker of an older agentd takes none of them."""
+    return {**announced, "current": announced.get("format") == JOB_FORMAT}
 
 
 def _state(reachable: bool, location: RedisLocation, layout: Layout) -> str:

@@ -59,8 +59,9 @@ from typing import IO, Any
 from agentd import instance
 from agentd.effective_config import redact_url
 from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress, WebAddressError
+from shared.coordination import keys
 from shared.coordination.broker import locate
-from shared.coordination.embedded import EmbeddedRedis, RedisUnavailable
+from shared.coordination.embedded import EmbeddedRedis, RedisUnavailable, remember_password
 from shared.providers.keys import HANDOFF_VARIABLE, ProviderKeys, hand_over, is_key_name
 from shared.settings import Settings
 from shared.store.layout import Layout
@@ -138,9 +139,10 @@ def dies_with_this_process(signum: signal.Signals) -> Callable[[], None] | None:
     return arm
 
 
-def worker_command(name: str, log_level: str = "INFO") -> list[str]:
-    """One reflection worker process: one job at a time, no gossip, mingle or heartbeat
-    (they only slow start-up on a single node; liveness comes from our own heartbeat)."""
+def worker_command(name: str, log_level: str = "INFO", concurrency: int = 1) -> list[str]:
+    """One reflection worker process: ``concurrency`` jobs at a time (one each for the
+    workers of ``agentd up``), no gossip, mingle or heartbeat (they only slow start-up on
+    a single node; liveness comes from our own heartbeat)."""
     return [
         sys.executable,
         "-m",
@@ -151,9 +153,9 @@ def worker_command(name: str, log_level: str = "INFO") -> list[str]:
         "--pool",
         "prefork",
         "--concurrency",
-        "1",
+        str(concurrency),
         "-Q",
-        "reflector",
+        keys.REFLECTION_QUEUE,
         "-n",
         f"{name}@%h",
         "--without-gossip",
@@ -251,6 +253,8 @@ class Stack:
             url = redact_url(location.redis_url)
             self._say(SUPERVISOR, "redis_external", f"using Redis at {url}")
             return
+        listen = self._listen()
+        location = locate(self.settings)  # with the password _listen may have made
         assert location.socket_path is not None
         layout = self.settings.layout
         layout.logs_dir.mkdir(parents=True, exist_ok=True)
@@ -259,6 +263,8 @@ class Stack:
             data_dir=layout.valkey_dir,
             log_path=layout.logs_dir / "valkey.log",
             preexec_fn=dies_with_this_process(signal.SIGTERM),
+            listen=listen,
+            password=self.settings.redis_password,
         )
         self.redis.start()  # a failure here stops `agentd up` before anything else starts
         self.valkey = Child(
@@ -273,6 +279,31 @@ class Stack:
             "valkey_started",
             f"embedded Valkey on {location.socket_path}, data in {layout.valkey_dir}",
         )
+        if listen is not None:
+            host, port = listen
+            self._say(
+                "valkey",
+                "valkey_listening",
+                f"also on {host}:{port}, with the password in {layout.config_file}: on "
+                f"another host run `AGENTD_REDIS_URL=redis://:PASSWORD@{host}:{port}/0 "
+                "agentd worker`",
+            )
+
+    def _listen(self) -> tuple[str, int] | None:
+        """Where the embedded Valkey listens over TCP (``AGENTD_REDIS_LISTEN``), with a
+        password made into ``agentd.toml`` first if none is set: never without one."""
+        if self.settings.redis_listen is None:
+            return None
+        if self.settings.redis_password is None:
+            password = remember_password(self.settings.layout.config_file)
+            self.settings = self.settings.model_copy(update={"redis_password": password})
+            self._say(
+                SUPERVISOR,
+                "redis_password_made",
+                f"made a password for the embedded Valkey in {self.settings.layout.config_file}",
+            )
+        host, _, port = self.settings.redis_listen.rpartition(":")
+        return host.strip("[]"), int(port)
 
     def _restart_valkey(self) -> subprocess.Popen[bytes]:
         """Start Valkey again; it loads its append-only file. A failed start returns the

@@ -5,10 +5,11 @@ At-least-once delivery, nothing clever. Late acks with reject-on-worker-lost red
 job whose worker died; prefetch 1 keeps a slow job from holding others hostage; the time
 limit bounds a sub-agent that hangs and the visibility timeout is above it, so a running
 job is never handed out twice merely for being slow. No long countdowns: backoff is a
-gate the job checks, and the daemon's reconcile loop re-sends what is due. At worker
+gate the daemon checks, and its reconcile loop re-sends what is due. At worker
 start, messages left unacked by a worker that died are restored at once (valid while
 this machine runs the only worker node; with several hosts, set
-``AGENTD_RESTORE_UNACKED=0`` and rely on the visibility timeout).
+``AGENTD_RESTORE_UNACKED=0`` and rely on the visibility timeout, or on the daemon, which
+sends a job again once its dead worker's lease has expired).
 
 Celery's signals are process-wide, so each handler checks that the worker, consumer or
 task it is told about belongs to this app; only ``setup_logging`` names no sender (a
@@ -22,8 +23,10 @@ from typing import Any
 import structlog
 from celery import Celery, signals
 
-from reflector.startup import Heartbeat, restore_unacked, sweep_idle_agents
+from reflector.scratch import sweep_dead_jobs
+from reflector.startup import Heartbeat, restore_unacked
 from reflector.tasks import register_reflect
+from reflector.work import agentd_version
 from shared.coordination import keys
 from shared.coordination.broker import RedisLocation, locate
 from shared.logging import configure
@@ -51,6 +54,7 @@ def create_app(settings: Settings, provider_keys: ProviderKeys | None = None) ->
         accept_content=["json"],
         task_ignore_result=True,
         broker_connection_retry_on_startup=True,
+        broker_use_ssl=location.celery_ssl,
         worker_hijack_root_logger=False,
         worker_cancel_long_running_tasks_on_connection_loss=True,
         broker_transport_options={
@@ -80,7 +84,7 @@ def _connect_lifecycle(app: Celery, settings: Settings, location: RedisLocation)
             "reflector",
             level=settings.log_level,
             console_format=settings.log_format,
-            log_dir=settings.layout.logs_dir,
+            log_dir=settings.worker_dir / "logs",
         )
 
     def worker_init(sender: object = None, **_: Any) -> None:
@@ -88,14 +92,16 @@ def _connect_lifecycle(app: Celery, settings: Settings, location: RedisLocation)
             restore_unacked(location)
 
     def worker_ready(sender: object = None, **_: Any) -> None:
-        """Clean what dead workers left where no live job holds the agent; announce."""
+        """Clear what this host's dead jobs left in its scratch; announce."""
         if not ours(sender):
             return
         from shared import sandbox
 
         log = structlog.get_logger("reflector")
-        log.info("reflector_ready", sandbox=sandbox.reason(), swept=sweep_idle_agents(settings))
-        heartbeat.start(getattr(sender, "hostname", None))
+        swept = sweep_dead_jobs(settings.worker_dir)
+        log.info("reflector_ready", sandbox=sandbox.reason(), swept=swept)
+        concurrency = getattr(sender, "concurrency", None)
+        heartbeat.start(getattr(sender, "hostname", None), agentd_version(), concurrency)
 
     def worker_shutdown(sender: object = None, **_: Any) -> None:
         if ours(sender):

@@ -1,25 +1,22 @@
-"""The gates an automatic run passes before it takes the agent's lease, and what a finished
-run feeds back into them: the retry backoff and the configuration pause
-(:mod:`shared.reflection.backoff`, :mod:`shared.reflection.pause`).
+"""What a worker checks about a job before it runs the sub-agent: the configuration pause,
+against its own model setup.
 
-Apart from the pipeline because the decision has rules of its own: which failures pause
-the agent and which back off, and when a pause lifts (the worker's model setup is not the
-one it failed with). Manual runs skip these gates but still feed them.
+A pause (:mod:`shared.reflection.pause`) remembers the setup of the worker whose run
+failed in a way a user must fix (a refused key, an unknown model). The job carries it;
+a worker whose setup is the same skips an automatic run (``configuration_error``), and one
+whose setup differs — the key was fixed, or this host has another — runs it, which lifts
+the pause when the daemon hears how it went. The retry backoff is the daemon's: it does
+not send a job that must wait.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
-from pathlib import Path
 
 import structlog
 
-from reflector.finalize import FinalizeResult
-from reflector.subagent import SubagentRun
-from shared.models.agents import AgentRecord
-from shared.reflection import backoff
-from shared.reflection.pause import PAUSING_ERRORS, Pause, describe, setup_digest
+from shared.reflection.job import JobInput
+from shared.reflection.pause import describe, setup_digest
 from shared.settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -28,70 +25,22 @@ Skip = tuple[str, str]
 """A gate that closed: the outcome's reason and its message."""
 
 
-def model_setup(settings: Settings, agent: AgentRecord, credentials: Iterable[str] = ()) -> str:
-    """The digest of what the reflection sub-agent's model calls depend on for ``agent``:
-    the model string (as :class:`reflector.tasks.Reflect` picks it), the api base, the
-    window and the credentials (``credentials``: the worker's provider keys)."""
-    model = settings.reflection_model or agent.model or settings.model
-    return setup_digest(
-        [
-            model,
-            settings.api_base,
-            settings.reflection_context_window,
-            settings.api_key,
-            *credentials,
-        ]
-    )
+def model_setup(
+    settings: Settings, model: str, window: int | None, credentials: Iterable[str] = ()
+) -> str:
+    """The digest of what the sub-agent's model calls depend on on this host: the job's
+    model string and window, the api base and the credentials (``credentials``: the
+    worker's provider keys)."""
+    return setup_digest([model, settings.api_base, window, settings.api_key, *credentials])
 
 
-def automatic_gate(
-    reflections_dir: Path, *, now: datetime, setup: str, agent: AgentRecord
-) -> Skip | None:
-    """Why an automatic run must not start now (retry backoff, or a pause the current
-    model setup did not fix), or None."""
-    state = backoff.load_backoff(reflections_dir)
-    if backoff.deferred(state, now):
-        return "retry_backoff", f"Retrying after {state.retry_at}."
-    pause = state.pause
-    if pause is None:
+def paused(job: JobInput, setup: str) -> Skip | None:
+    """Why an automatic run of ``job`` must not start on a worker with ``setup``, or None."""
+    pause = job.pause
+    if pause is None or job.request.trigger == "manual":
         return None
     if pause.setup != setup:
         log.info("reflection_pause_lifted", reason=pause.reason, why="the model setup changed")
         return None
-    text = describe(pause, agent.name)
+    text = describe(pause, job.agent_name)
     return "configuration_error", text[0].upper() + text[1:]
-
-
-def feed_backoff(
-    reflections_dir: Path,
-    run: SubagentRun,
-    result: FinalizeResult,
-    *,
-    setup: str,
-    now: datetime,
-) -> None:
-    """Record a finished run: a pause for an error a user must fix, a backoff for a model
-    call that failed, a merge that did not happen or content memory may not hold (the same
-    transcript may talk the reflector into it again), nothing for a sub-agent that simply
-    did badly (a better run may come at once)."""
-    pause = None
-    if run.error_code in PAUSING_ERRORS:
-        pause = Pause(
-            reason=run.error_code,
-            message=run.error_message or run.error_code,
-            setup=setup,
-            since=now,
-        )
-        log.warning("reflection_paused", reason=run.error_code, error=run.error_message)
-    backoff.record_result(
-        reflections_dir,
-        consumed=result.consumed,
-        backs_off=(
-            result.status != "failed"
-            or result.failure_phase == "integration"
-            or run.error_code is not None
-            or result.reason is not None
-        ),
-        pause=pause,
-        now=now,
-    )

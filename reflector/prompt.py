@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from reflector.memory_budget import MemoryBudget
+from shared.reflection.job import MemoryBudget
 
 INSTRUCTION_OPEN = "<user_instruction>"
 INSTRUCTION_CLOSE = "</user_instruction>"

@@ -1,15 +1,16 @@
-"""Start-up of a worker: requeue what a dead worker held, sweep orphans of agents no live
-job works on, announce itself while it runs.
+"""Start-up of a worker: requeue what a dead worker held, clear the scratch its dead jobs
+left, announce itself while it runs.
 
-A worker killed mid-job leaves a worktree and a ``reflection/*`` branch behind. Each job
-sweeps its own agent before it launches; at start-up a worker also sweeps every agent
-whose reflection lease is free (a held lease means a live job elsewhere owns what it
-finds, so that agent is left alone). A worktree whose job still renews its liveness key
-is never removed, and without Redis to ask nothing is.
+A worker touches nothing of the daemon's: what a job killed mid-run leaves is its own
+scratch directory (:mod:`reflector.scratch`), cleared by the next worker to start on the
+host, and a job Redis still calls running, which the daemon sends again once its lease
+has expired. Memory itself never holds a worker's leftovers, since only the daemon
+writes it.
 
 The announcement is a key with a short TTL, refreshed by a thread: ``agentctl status``
-lists the keys, so a worker killed with -9 drops off the list within
-:data:`keys.WORKER_TTL_S`, and one that stops cleanly deletes its key at once.
+lists the keys — each worker with its host, its agentd version and the job format it
+reads — so a worker killed with -9 drops off the list within :data:`keys.WORKER_TTL_S`,
+and one that stops cleanly deletes its key at once.
 """
 
 from __future__ import annotations
@@ -17,58 +18,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import threading
 import time
-import uuid
 
 import redis
 import structlog
 
-from reflector.checkout import sweep_orphans
 from shared.coordination import keys
-from shared.coordination.broker import RedisLocation, locate
-from shared.coordination.lease import ReflectionLease, live_reflection_ids
-from shared.errors import AgentdError
-from shared.settings import Settings
-from shared.store.agents import AgentStore
-from shared.store.layout import Layout
+from shared.coordination.broker import RedisLocation
+from shared.reflection.job import JOB_FORMAT
 
 log = structlog.get_logger(__name__)
-
-
-def sweep_idle_agents(settings: Settings) -> list[str]:
-    layout = Layout(settings.home)
-    client = redis.Redis.from_url(locate(settings).redis_url)
-    removed: list[str] = []
-    try:
-        for agent in AgentStore(layout).list():
-            lease = ReflectionLease(
-                client,
-                agent.id,
-                owner=f"startup-{uuid.uuid4().hex[:8]}",
-                ttl_s=settings.reflection_lease_s,
-            )
-            try:
-                if not lease.acquire():
-                    continue
-            except redis.RedisError as exc:
-                log.warning("startup_sweep_skipped", error=str(exc))
-                return removed
-            try:
-                removed += sweep_orphans(
-                    layout.memory_dir(agent.id),
-                    layout.reflection_files(agent.id).worktrees,
-                    live_reflection_ids(client, agent.id),
-                )
-            except redis.RedisError as exc:
-                log.warning("startup_sweep_skipped", agent_id=agent.id, error=str(exc))
-            except AgentdError as exc:
-                log.warning("startup_sweep_failed", agent_id=agent.id, error=exc.message)
-            finally:
-                lease.release()
-    finally:
-        client.close()
-    return removed
 
 
 def restore_unacked(location: RedisLocation) -> None:
@@ -76,7 +37,9 @@ def restore_unacked(location: RedisLocation) -> None:
     import kombu
 
     with kombu.Connection(
-        location.celery_url, transport_options={"visibility_timeout": 0}
+        location.celery_url,
+        ssl=location.celery_ssl or False,
+        transport_options={"visibility_timeout": 0},
     ) as connection:
         connection.default_channel.qos.restore_visible(num=None)
 
@@ -90,10 +53,20 @@ class Heartbeat:
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self, hostname: str | None) -> None:
+    def start(self, hostname: str | None, version: str, concurrency: int | None) -> None:
         name = hostname or f"reflector@{os.uname().nodename}"
         key = keys.worker(f"{name}:{os.getpid()}")
-        info = json.dumps({"name": name, "pid": os.getpid(), "started_at": time.time()})
+        info = json.dumps(
+            {
+                "name": name,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "version": version,
+                "format": JOB_FORMAT,
+                "concurrency": concurrency,
+                "started_at": time.time(),
+            }
+        )
         self._thread = threading.Thread(
             target=self._beat, args=(key, info), name="worker-heartbeat", daemon=True
         )

@@ -1,34 +1,33 @@
 """One run of the reflection sub-agent: the chat loop, with the reflector's prompt and tools.
 
 The sub-agent is an agent like any other, ``<parent>~reflection``, run by the same loop
-with its own transcript kept under the job's ``conversation_dir`` (so a failed run can be
-read afterwards). The loop ending is not the verdict: :func:`reflector.verdict.judge`
-decides from the transcript whether the run read the payload and reported, and how far
-it read.
+with its own transcript kept under the job's ``conversation_dir``; the worker sends it
+back with its answer, and the daemon keeps it (so a failed run can be read afterwards).
+The loop ending is not the verdict: :func:`shared.reflection.verdict.judge` decides from
+the transcript whether the run read the payload and reported, and how far it read (the
+daemon judges again from the transcript it is sent).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from pydantic import BaseModel
 
-from reflector.checkout import Worktree
 from reflector.prompt import MemoryBudget, system_prompt, task_prompt
 from reflector.tools import reflection_context, reflection_tools
-from reflector.verdict import Reason, judge
 from shared.agent.loop import Turn, run_turn
 from shared.clock import Clock, utc_now
-from shared.ids import REFLECTION_SUFFIX, validate_agent_id, validate_id
-from shared.models.messages import Message, StopReason
+from shared.ids import REFLECTION_SUFFIX, validate_agent_id
+from shared.models.messages import StopReason
 from shared.providers.base import Provider
 from shared.reflection.payload import PayloadFile
 from shared.reflection.slices import Slice
+from shared.reflection.verdict import Reason, final_report, judge
 from shared.settings import DEFAULT_BASH_OUTPUT_CHARS
 from shared.store.conversations import Conversation
-from shared.store.layout import Layout
+from shared.store.layout import JobLayout
 
 MAX_STEPS = 12
 
@@ -56,7 +55,7 @@ class SubagentRun(BaseModel):
 async def run_reflection_subagent(
     *,
     provider: Provider,
-    worktree: Worktree,
+    checkout: Path,
     payload: PayloadFile,
     parent_agent_id: str,
     job_id: str,
@@ -71,7 +70,7 @@ async def run_reflection_subagent(
     memory_budget: MemoryBudget | None = None,
     clock: Clock = utc_now,
 ) -> SubagentRun:
-    """Run the sub-agent on ``payload`` in the job's private clone ``worktree``."""
+    """Run the sub-agent on ``payload`` in the job's private clone at ``checkout``."""
     child_id = validate_agent_id(
         f"{validate_agent_id(parent_agent_id)}{REFLECTION_SUFFIX}", allow_reflection=True
     )
@@ -99,7 +98,7 @@ async def run_reflection_subagent(
         provider=provider,
         tools=reflection_tools(payload),
         tool_context=reflection_context(
-            worktree=worktree.path,
+            worktree=checkout,
             payload_path=payload.path,
             parent_agent_id=parent_agent_id,
             output_chars=output_chars,
@@ -126,21 +125,3 @@ async def run_reflection_subagent(
         error_code=(result.error or {}).get("code"),
         error_message=(result.error or {}).get("message"),
     )
-
-
-@dataclass(frozen=True)
-class JobLayout(Layout):
-    """Sub-agent transcripts sit flat in the job's directory, ``<home>/<conversation id>``;
-    the agents tree of :class:`Layout` has no place for ``~reflection`` ids."""
-
-    def conversation_dir(self, agent_id: str, conversation_id: str) -> Path:
-        validate_agent_id(agent_id, allow_reflection=True)
-        return self.home / validate_id(conversation_id, "conversation id")
-
-
-def final_report(messages: list[Message]) -> str:
-    """The reply that ended the turn by itself; a stopped run has no report."""
-    for message in reversed(messages):
-        if message.role == "assistant" and message.stop_reason is not None:
-            return message.content if message.stop_reason == "end_turn" else ""
-    return ""

@@ -1,6 +1,7 @@
-"""The Celery task: decode the request, run the pipeline, record the outcome.
+"""The Celery task: take the job message, run the job (:mod:`reflector.work`), answer.
 
-Everything else lives in :mod:`reflector.pipeline`; this module only adapts Celery to it.
+Everything else lives in :mod:`reflector.work`; this module only adapts Celery to it and
+builds, once per worker, the providers of this host's model settings.
 """
 
 from __future__ import annotations
@@ -10,20 +11,17 @@ from typing import Any
 import redis
 import structlog
 from celery import Celery
-from pydantic import ValidationError
 
 from reflector.gates import model_setup
-from reflector.pipeline import JobContext, run_job
-from shared.clock import user_zone
+from reflector.work import RedisTransfer, WorkerContext, run_work
 from shared.coordination import keys
 from shared.coordination.broker import RedisLocation
-from shared.models.agents import AgentRecord
-from shared.models.reflection import ReflectionRequest
 from shared.providers.base import Provider
 from shared.providers.factory import ProviderFactory
 from shared.providers.keys import ProviderKeys
 from shared.providers.latency import WithLatency
 from shared.providers.mock import MOCK_MODEL
+from shared.reflection.job import JobInput
 from shared.settings import Settings
 
 log = structlog.get_logger(__name__)
@@ -33,60 +31,67 @@ REDIS_TIMEOUT_S = 10.0
 
 
 class Reflect:
-    """One worker's way of running a reflection request: its settings, its Redis, and the
-    providers it builds once and reuses across jobs."""
+    """One worker's way of running a reflection job: its settings, its Redis, and the
+    providers it builds once and reuses across jobs. Which model a job runs is the
+    agent's, as the daemon resolved it (the job says), unless this host names its own
+    (``AGENTD_REFLECTION_MODEL``, ``AGENTD_REFLECTION_CONTEXT_WINDOW``); how to reach it —
+    api base, keys, timeouts — is always this host's."""
 
     def __init__(
-        self, settings: Settings, location: RedisLocation, keys: ProviderKeys | None = None
+        self,
+        settings: Settings,
+        location: RedisLocation,
+        keys: ProviderKeys | None = None,
+        worker: str = "",
     ) -> None:
         self.settings = settings
         self.location = location
+        self.worker = worker
         self._providers = ProviderFactory(settings, keys)
 
-    def provider_for(self, agent: AgentRecord) -> Provider:
-        model = self.settings.reflection_model or agent.model or self.settings.model
+    def model_of(self, job: JobInput) -> tuple[str, int]:
+        """The model and window this worker runs ``job`` with."""
+        model = self.settings.reflection_model or job.model
+        return model, self.settings.reflection_context_window or job.context_window
+
+    def provider_for(self, job: JobInput) -> Provider:
+        model, window = self.model_of(job)
         if model == MOCK_MODEL:
             from shared.providers.mock_reflector import MockReflector
 
-            reflector = MockReflector(timezone_name=self.settings.timezone)
+            reflector = MockReflector(timezone_name=job.timezone, context_window=window)
             latency = self.settings.mock_latency_s
             return WithLatency(reflector, latency) if latency else reflector
-        return self._providers.get(model, self.settings.reflection_context_window)
+        return self._providers.get(model, window)
 
-    def agent_provider_for(self, agent: AgentRecord) -> Provider:
-        return self._providers.get(agent.model, agent.context_window)
-
-    def setup_of(self, agent: AgentRecord) -> str:
+    def setup_of(self, job: JobInput) -> str:
         """The digest of :meth:`provider_for`'s setup, this worker's keys included: a
-        pause for a wrong key lifts once agentd runs with another."""
+        pause for a wrong key lifts once a worker runs with another."""
+        return self.setup_for(*self.model_of(job))
+
+    def setup_for(self, model: str, window: int | None) -> str:
         keys = self._providers.keys
         held = sorted(keys.values.items()) if keys is not None else []
-        return model_setup(self.settings, agent, [f"{name}={value}" for name, value in held])
+        credentials = [f"{name}={value}" for name, value in held]
+        return model_setup(self.settings, model, window, credentials)
 
-    def __call__(self, request: dict[str, Any], job_id: str) -> dict[str, Any] | None:
-        try:
-            parsed = ReflectionRequest.model_validate(request)
-        except ValidationError as exc:
-            log.error("undecodable_reflection_request", error=str(exc))
-            return None
-        zone, zone_name = user_zone(self.settings.timezone)
+    def __call__(self, job: dict[str, Any]) -> dict[str, Any] | None:
         client = redis.Redis.from_url(
             self.location.redis_url,
             socket_connect_timeout=REDIS_TIMEOUT_S,
             socket_timeout=REDIS_TIMEOUT_S,
         )
-        context = JobContext(
+        context = WorkerContext(
             settings=self.settings,
             redis=client,
+            transfer=RedisTransfer(client),
             provider_for=self.provider_for,
-            agent_provider_for=self.agent_provider_for,
             setup_of=self.setup_of,
-            local_zone=zone,
-            timezone_name=zone_name,
+            worker=self.worker,
         )
         try:
-            outcome = run_job(parsed, job_id, context)
-            return outcome.model_dump(mode="json") if outcome is not None else None
+            answer = run_work(job, context)
+            return None if answer is None else {"status": answer.status, "reason": answer.reason}
         finally:
             client.close()
 
@@ -98,5 +103,6 @@ def register_reflect(
     reflect = Reflect(settings, location, provider_keys)
 
     @app.task(name=keys.REFLECT_TASK, bind=True)
-    def _reflect(self: Any, request: dict[str, Any]) -> dict[str, Any] | None:
-        return reflect(request, self.request.id)
+    def _reflect(self: Any, job: dict[str, Any]) -> dict[str, Any] | None:
+        reflect.worker = reflect.worker or str(getattr(self.request, "hostname", "") or "")
+        return reflect(job)

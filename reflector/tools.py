@@ -11,7 +11,7 @@ commit trailers need, and like the main agent's it never carries provider keys.
 ``/memory``, the payload's files are readable under ``/transcript``, and nothing else of
 the host is there: no ``$AGENTD_HOME``, no other agent, no parent repo with its hooks,
 config, refs and objects, no network, and no name of a host path (the clone holds its
-one commit itself, :mod:`reflector.checkout`). Without bubblewrap the
+one commit itself, :mod:`shared.memory.clone`). Without bubblewrap the
 sub-agent gets no bash unless ``AGENTD_UNSANDBOXED_BASH=1`` says to run it anyway (with a
 scrubbed environment and the path guard of ``edit_file`` only); the job then fails with a
 reason that says how to fix it.
@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reflector.checkout import SUBAGENT_NAME
 from shared import sandbox
 from shared.agent.tools.base import Tool, ToolContext, no_memory_edit
 from shared.agent.tools.bash import Bash
 from shared.agent.tools.files import EditFile
 from shared.agent.tools.view import MEMORY, TRANSCRIPTS, PathView
 from shared.ids import REFLECTION_SUFFIX
+from shared.memory.clone import SUBAGENT_NAME
 from shared.reflection.payload import PayloadFile
 from shared.settings import DEFAULT_BASH_OUTPUT_CHARS
 

@@ -51,13 +51,18 @@ def _banner_to_the_log(instance: Any = None, **_: Any) -> None:
 
 receive_keys()  # handed over by `agentd up` on a descriptor, never in the environment
 settings = Settings()
+if settings.worker_dir.absolute().resolve().is_relative_to(settings.home.absolute().resolve()):
+    raise SystemExit(
+        f"reflector: AGENTD_WORKER_DIR ({settings.worker_dir}) is inside AGENTD_HOME "
+        f"({settings.home}); a worker writes nothing of the daemon's home: point it elsewhere"
+    )
 lower_this_thread()  # reflection is background work: the daemon's loop gets the CPU first
 private_umask()  # before the first file: the log
 configure(
     "reflector",
     level=settings.log_level,
     console_format=settings.log_format,
-    log_dir=settings.layout.logs_dir,
+    log_dir=settings.worker_dir / "logs",
 )
 logging.getLogger("py.warnings").addFilter(_RootWarningToDebug())
 file_only(BANNER_LOGGER)

@@ -401,5 +401,32 @@ class TooManyCommits(ReflectionError):
     code = "too_many_commits"
 
 
+class BundleError(ReflectionError):
+    """A git bundle that is not one: damaged, cut short, or not what it says it holds (a
+    job's memory, a worker's commits)."""
+
+    code = "bundle_corrupt"
+
+
+class JobTooLarge(ReflectionError):
+    """A job's memory or a worker's answer over ``AGENTD_REFLECTION_JOB_MAX_BYTES``."""
+
+    code = "job_too_large"
+
+
+class InvalidAnswer(ReflectionError):
+    """A worker's answer that does not hold together: commits it claims and does not
+    carry, carries and does not claim, that do not build on the memory it was sent, or
+    objects and refs nobody asked for. Nothing of it is merged."""
+
+    code = "invalid_answer"
+
+
+class WorkerOutdated(ReflectionError):
+    """A job in a format the worker does not know: the worker runs an older agentd."""
+
+    code = "worker_outdated"
+
+
 class ToolError(Exception):
     """Raised by a tool to tell the model what went wrong; never reaches the socket."""

@@ -7,6 +7,7 @@ comes only from the environment, since the config file lives inside it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -37,6 +38,12 @@ DEFAULT_SHUTDOWN_GRACE_S = 10.0
 """How long SIGTERM waits for turns in flight before cancelling them."""
 
 
+def default_worker_dir() -> Path:
+    """``$XDG_STATE_HOME/agentd-worker`` (``~/.local/state/agentd-worker``)."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "agentd-worker"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AGENTD_", extra="ignore")
 
@@ -53,7 +60,22 @@ class Settings(BaseSettings):
     api_key: str | None = None
     """API key passed to litellm; normally the provider's own env var is enough."""
     redis_url: str | None = None
-    """A Redis/Valkey URL; unset means the embedded Valkey under ``run/``."""
+    """A Redis/Valkey URL (``redis://``, ``rediss://`` for TLS, ``unix://``); unset means
+    the embedded Valkey under ``run/``."""
+    redis_listen: str | None = Field(
+        default=None, pattern=r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):\d{1,5}$"
+    )
+    """``host:port`` on which the embedded Valkey also listens over TCP, for workers on
+    other hosts; never without a password (:attr:`redis_password`: ``agentd up`` makes one
+    into ``agentd.toml`` when it is unset)."""
+    redis_password: str | None = Field(default=None, min_length=16, max_length=512, repr=False)
+    """The embedded Valkey's password, asked of every client once it listens on TCP."""
+    worker_dir: Path = Field(default_factory=default_worker_dir)
+    """A reflection worker's own directory (its scratch and its logs): never the home,
+    which a worker does not open."""
+    reflection_job_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024 * 1024, le=1 << 34)
+    """The largest memory bundle a reflection job may carry to a worker, and the largest
+    bundle of commits a worker may send back."""
     reflection_trigger: ReflectionTrigger = DEFAULT_TRIGGER
     """Default reflection trigger for agents that set none (``agentctl sleeptime``)."""
     reflection_step_count: int = Field(default=DEFAULT_STEP_COUNT, ge=1, le=100_000)
@@ -81,7 +103,8 @@ class Settings(BaseSettings):
     reflection_idle_s: int = Field(default=86_400, ge=1, le=366 * 86_400)
     """A conversation quiet this long with unreflected steps gets an ``idle`` reflection."""
     workers: int = Field(default=2, ge=0, le=64)
-    """Reflection worker processes ``agentd up`` starts."""
+    """Reflection worker processes ``agentd up`` starts; the jobs ``agentd worker`` runs at
+    once (its default ``--concurrency``)."""
     restore_unacked: bool = True
     """A starting worker requeues the jobs a dead worker left unacked. Right while one
     host runs every worker; with several hosts set it false and let the visibility

@@ -1,4 +1,5 @@
-"""Every test gets its own short ``AGENTD_HOME`` and an environment without our settings.
+"""Every test gets its own short ``AGENTD_HOME`` (and a reflection worker's directory,
+``AGENTD_WORKER_DIR``, outside it) and an environment without our settings.
 
 Unix socket paths are limited to ~107 bytes, and pytest's ``tmp_path`` can be longer, so
 the home lives in a short directory under /tmp. Remote model calls are refused
@@ -39,12 +40,15 @@ def agentd_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
         if name.startswith("AGENTD_"):
             monkeypatch.delenv(name)
     home = Path(tempfile.mkdtemp(prefix="agentd-t-", dir="/tmp"))
+    worker_dir = Path(tempfile.mkdtemp(prefix="agentd-w-", dir="/tmp"))
     monkeypatch.setenv("AGENTD_HOME", str(home))
+    monkeypatch.setenv("AGENTD_WORKER_DIR", str(worker_dir))
     monkeypatch.setenv("AGENTD_BLOCK_REMOTE_MODELS", "1")
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     monkeypatch.setenv("LITELLM_OFFLINE_MODE", "true")
     yield home
     shutil.rmtree(home, ignore_errors=True)
+    shutil.rmtree(worker_dir, ignore_errors=True)
 
 
 @pytest.fixture

@@ -94,7 +94,7 @@ def print_status(status: dict[str, Any]) -> None:
         )
     else:
         print(f"redis    {kind}, NOT reachable: {_REDIS_DOWN[redis['state']]}")
-    names = ", ".join(w["name"] for w in redis["workers"]) or "none"
+    names = ", ".join(_worker(w) for w in redis["workers"]) or "none"
     print(f"workers  {len(redis['workers'])}: {names}")
     waiting = sum(agent.get("approvals_waiting", 0) for agent in status["agents"])
     print(f"approvals {_calls(waiting)}" + (": `agentctl approvals`" if waiting else ""))
@@ -380,3 +380,11 @@ def print_waiting(waiting: list[dict[str, Any]]) -> None:
             file=sys.stderr,
             flush=True,
         )
+
+
+def _worker(worker: dict[str, Any]) -> str:
+    """``name@host``, and a word when the worker runs an agentd too old for the jobs."""
+    name = str(worker["name"])
+    if "@" not in name and worker.get("host"):
+        name = f"{name}@{worker['host']}"
+    return name if worker.get("current", True) else f"{name} (older agentd: takes no jobs)"

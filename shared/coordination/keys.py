@@ -4,8 +4,9 @@ from __future__ import annotations
 
 PREFIX = "agentd"
 
-REFLECTION_QUEUE = "reflector"
-"""The Celery queue reflection jobs go to."""
+REFLECTION_QUEUE = "reflection-jobs"
+"""The Celery queue reflection jobs go to. (Workers of agentd before jobs carried their
+inputs listened on ``reflector``: they take none of these jobs, which they could not run.)"""
 REFLECT_TASK = "reflector.reflect"
 """The task name the daemon sends by name: it never imports worker code."""
 
@@ -46,11 +47,26 @@ def job_tries(job_id: str) -> str:
     return f"{PREFIX}:job-tries:{job_id}"
 
 
-def live_reflection(agent_id: str, reflection_id: str) -> str:
-    """Present while the job owning worktree ``reflection_id`` runs (renewed with its
-    lease): a sweep never removes the worktree of a live job."""
-    return f"{PREFIX}:reflection-live:{agent_id}:{reflection_id}"
+JOB_BLOB_TTL_S = 24 * 3600
+"""A job's inputs and its answer (memory bundles among them) are kept a day: long past the
+time a job may run or wait for a worker, and gone by themselves if the daemon never comes
+back for them. The daemon deletes them once it has recorded the job's outcome; inputs it
+finds gone it builds again."""
 
 
-def live_reflections_pattern(agent_id: str) -> str:
-    return f"{PREFIX}:reflection-live:{agent_id}:*"
+def job_input(input_id: str) -> str:
+    return f"{PREFIX}:job-input:{input_id}"
+
+
+def job_input_bundle(input_id: str) -> str:
+    return f"{PREFIX}:job-input-bundle:{input_id}"
+
+
+def job_answer(input_id: str) -> str:
+    return f"{PREFIX}:job-answer:{input_id}"
+
+
+def job_answer_bundle(input_id: str, nonce: str) -> str:
+    """A worker's bundle, named by a nonce of its own: a copy whose answer came second
+    writes no bundle over the first one's."""
+    return f"{PREFIX}:job-answer-bundle:{input_id}:{nonce}"

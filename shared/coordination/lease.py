@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 from pathlib import Path
 from types import TracebackType
 
@@ -35,8 +34,6 @@ from redis.exceptions import LockError, LockNotOwnedError
 from shared.coordination import keys
 
 log = structlog.get_logger(__name__)
-
-ACQUIRE_POLL_S = 0.1
 
 _DELETE_IF_EQUAL = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
@@ -51,8 +48,6 @@ class ReflectionLease:
         agent_id: str,
         owner: str,
         ttl_s: int = keys.LEASE_TTL_S,
-        *,
-        alive_key: str | None = None,
     ) -> None:
         self._client = client
         self._lock = client.lock(
@@ -62,21 +57,13 @@ class ReflectionLease:
         self._ttl_s = ttl_s
         self._renew_every_s = max(1.0, ttl_s / 4)
         self._owner = f"{owner} {socket.gethostname()} {os.getpid()}"
-        self._alive_key = alive_key
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
-        self.lost = False
-        """Set when a renewal failed: another holder may have the agent now."""
 
-    def acquire(self, wait_s: float = 0.0) -> bool:
-        """Take the lease, waiting up to ``wait_s`` for a holder that is about to let go
-        (a worker's start-up sweep holds each agent's lease for milliseconds)."""
-        deadline = time.monotonic() + wait_s
-        while not self._try_acquire():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(ACQUIRE_POLL_S)
-        self._keep_alive()
+    def acquire(self) -> bool:
+        """Take the lease if nobody alive holds it."""
+        if not self._try_acquire():
+            return False
         self._renewer = threading.Thread(target=self._renew, name="lease-renewal", daemon=True)
         self._renewer.start()
         return True
@@ -88,19 +75,22 @@ class ReflectionLease:
             self._lock.acquire(token=self._owner)
         )
 
-    def _keep_alive(self) -> None:
-        if self._alive_key is not None:
-            self._client.set(self._alive_key, self._owner, ex=self._ttl_s)
-
     def _renew(self) -> None:
+        """Renew until released; through a Redis that is away for a moment (a restart keeps
+        the lease, and the renewal after it keeps the job alive), not past a lease that
+        another holder took or that expired."""
+        failing = False
         while not self._stop.wait(self._renew_every_s):
             try:
                 self._lock.reacquire()
-                self._keep_alive()
-            except (LockError, redis.RedisError) as exc:
-                self.lost = True
+                failing = False
+            except LockError as exc:
                 log.error("reflection_lease_lost", error=str(exc))
                 return
+            except redis.RedisError as exc:
+                if not failing:
+                    log.warning("reflection_lease_not_renewed", error=str(exc))
+                failing = True
 
     def holder(self) -> str | None:
         """The owner named by whoever holds the agent's lease now (a job id, for a job),
@@ -109,22 +99,11 @@ class ReflectionLease:
         token = self._client.get(self._key)
         return token.decode(errors="replace").split(" ", 1)[0] if token else None
 
-    def still_held(self) -> bool:
-        if self.lost:
-            return False
-        try:
-            return bool(self._lock.owned())
-        except redis.RedisError as exc:
-            log.error("reflection_lease_unverifiable", error=str(exc))
-            return False
-
     def release(self) -> None:
         self._stop.set()
         if self._renewer is not None:
             self._renewer.join(5)
         try:
-            if self._alive_key is not None:
-                self._client.delete(self._alive_key)
             self._lock.release()
         except LockNotOwnedError:
             log.warning("reflection_lease_expired_before_release")
@@ -141,17 +120,6 @@ class ReflectionLease:
         tb: TracebackType | None,
     ) -> None:
         self.release()
-
-
-def live_reflection_ids(client: redis.Redis, agent_id: str) -> set[str]:
-    """Reflection ids whose job is alive (its lease is being renewed) for ``agent_id``.
-
-    Raises ``redis.RedisError`` when Redis cannot say: then nothing may be swept."""
-    prefix = keys.live_reflection(agent_id, "")
-    return {
-        key.decode().removeprefix(prefix)
-        for key in client.scan_iter(match=keys.live_reflections_pattern(agent_id))
-    }
 
 
 def holder_alive(client: redis.Redis, agent_id: str) -> bool:

@@ -11,7 +11,7 @@ at once and the checkout checked clean, the way a failed reflection merge is. A 
 with uncommitted changes is refused before anything runs: the revert must not mix the
 user's half-done edit into its commit, nor be undone over it.
 
-The whole revert runs in one thread that holds the lock itself (as the worker's merge
+The whole revert runs in one thread that holds the lock itself (as a reflection's merge
 does), so a caller that gives up waiting never releases the lock under a running git.
 """
 

@@ -1,10 +1,9 @@
-"""A reflection's outcome on its way from a worker to the daemon: one shape, both sides.
+"""A reflection's outcome log: every finished job, appended to ``reflections/log.jsonl``.
 
-A worker records every finished job twice: appended to ``reflections/log.jsonl`` (durable,
-the record of truth) and added to a Redis stream (so the daemon hears at once). Either
-may fail without the other, so the daemon reads both. The writer (``reflector``) and the
-reader (``agentd``) import the line format, the stream's name and its entry's field from
-here, never spell them themselves.
+The daemon records each job's outcome there (durable, the record of truth) and as the
+job's state in Redis (:mod:`agentd.jobs.record`); either may fail without the other, so
+the daemon reads both. Readers (``agentctl reflections``, status, the web view) import the
+line format from here, never spell it themselves.
 """
 
 from __future__ import annotations
@@ -21,16 +20,10 @@ from shared.store.locks import file_lock
 
 log = structlog.get_logger(__name__)
 
-OUTCOME_STREAM = "agentd:reflection-outcomes"
-OUTCOME_STREAM_MAXLEN = 10_000
-"""Outcomes are on disk too (``log.jsonl``); the stream only tells the daemon quickly."""
-OUTCOME_FIELD = "outcome"
-"""The stream entry's one field: the outcome as JSON."""
-
 
 def append(reflections_dir: Path, outcome: ReflectionOutcome) -> None:
     """Append ``outcome`` to the agent's outcome log, fsynced; a failure is logged, not
-    raised (the outcome still goes to the stream, and the job's Redis record).
+    raised (the outcome still goes to the job's Redis record).
 
     A line a crash cut short is closed first, so it costs only itself: glued to it, this
     outcome would be unreadable too."""
@@ -69,25 +62,8 @@ def read(reflections_dir: Path, *, tail: int = 100) -> list[ReflectionOutcome]:
     return outcomes
 
 
-def stream_fields(outcome: ReflectionOutcome) -> dict[str, str]:
-    """The stream entry that announces ``outcome``."""
-    return {OUTCOME_FIELD: outcome.model_dump_json()}
-
-
-def from_stream(fields: dict[bytes, bytes]) -> ReflectionOutcome | None:
-    """The outcome a stream entry announces, or None for an entry that is not one."""
-    raw = fields.get(OUTCOME_FIELD.encode())
-    if raw is None:
-        return None
-    try:
-        return ReflectionOutcome.model_validate_json(raw)
-    except ValueError:
-        log.warning("unreadable_outcome_on_stream")
-        return None
-
-
 def answers_request(outcome: ReflectionOutcome) -> bool:
-    """Every outcome settles its request except ``already_active``: that delivery found a
-    copy of the job (or a sweep) holding the agent, whose outcome is still to come; if none
-    comes, the job looks lost once the lease is free, and is sent again."""
+    """Every outcome settles its request except ``already_active``: that delivery found
+    another job holding the agent, and this one's answer is still to come; if none comes,
+    the job looks lost once the lease is free, and is sent again."""
     return outcome.reason != "already_active"

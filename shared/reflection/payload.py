@@ -141,6 +141,28 @@ class PayloadFile(BaseModel):
         parts = [part for shown in self.slices for part in shown.parts]
         return [self.path, *parts] if self.is_manifest else parts
 
+    def relocated(self, directory: Path) -> PayloadFile:
+        """The same payload with its files in ``directory`` (a worker's copy of them)."""
+        return self.model_copy(
+            update={
+                "path": directory / self.path.name,
+                "slices": [
+                    shown.model_copy(update={"parts": [directory / p.name for p in shown.parts]})
+                    for shown in self.slices
+                ],
+            }
+        )
+
+
+def relocate_manifest(text: str, directory: str) -> str:
+    """A manifest that names its parts in ``directory`` instead (where a worker's
+    sub-agent finds them: ``/transcript`` in bubblewrap, else their path on its host)."""
+    manifest = json.loads(text)
+    for entry in manifest.get("transcripts", []):
+        name = Path(str(entry.get("payload_path", ""))).name
+        entry["payload_path"] = f"{directory.rstrip('/')}/{name}"
+    return _encode(manifest)
+
 
 def _encode(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False) + "\n"

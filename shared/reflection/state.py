@@ -6,12 +6,12 @@ steps are still unreflected, which is what the ``step-count`` trigger compares. 
 is derivable from the log, so a missing or unreadable one is rebuilt (everything
 unreflected) rather than failing a turn.
 
-The daemon (after each turn) and the reflector (when a slice is consumed) both write it,
-possibly from different processes: every read-modify-write holds
-``reflection-state.lock`` and replaces the file atomically, so no update is lost. The
-lock is held only to read and replace the small file (the log is parsed under it only to
-rebuild a missing or outdated one): the daemon's turns wait for it, so a worker's
-advance parses the log before it takes the lock. Readers that only look
+Only the daemon writes it — after each turn, and when a reflection's outcome consumed a
+slice — but from several threads at once (turns of many conversations, the settling of
+an answer): every read-modify-write holds ``reflection-state.lock`` and replaces the file
+atomically, so no update is lost. The lock is held only to read and replace the small
+file (the log is parsed under it only to rebuild a missing or outdated one): turns wait
+for it, so an advance parses the log before it takes the lock. Readers that only look
 (:func:`peek_state`) take no lock at all.
 
 Older files are upgraded through the migration registry

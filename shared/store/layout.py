@@ -73,12 +73,13 @@ class ReflectionFiles:
 
     @property
     def worktrees(self) -> Path:
-        """The jobs' private clones of the memory repo."""
+        """The daemon's clones of a job: a worker's commits received and checked, or a
+        proposal the agent reviews in explicit merge mode."""
         return self.directory / "worktrees"
 
     @property
     def subagents(self) -> Path:
-        """The reflection sub-agents' own conversations."""
+        """The reflection sub-agents' own conversations, as their workers sent them back."""
         return self.directory / "subagents"
 
     @property
@@ -279,3 +280,14 @@ class Layout:
 
     def conversation_files(self, agent_id: str, conversation_id: str) -> ConversationFiles:
         return ConversationFiles(self.conversation_dir(agent_id, conversation_id))
+
+
+@dataclass(frozen=True)
+class JobLayout(Layout):
+    """Conversations of a reflection's sub-agent or of an integration sit flat in one
+    directory, ``<home>/<conversation id>``; the agents tree of :class:`Layout` has no
+    place for ``~reflection`` ids."""
+
+    def conversation_dir(self, agent_id: str, conversation_id: str) -> Path:
+        validate_agent_id(agent_id, allow_reflection=True)
+        return self.home / validate_id(conversation_id, "conversation id")

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from agentd.outbox import OutboxEntry
 from shared.coordination import keys
 from shared.providers.base import ModelRequest, ModelResponse
 from shared.providers.scripted import ScriptedProvider, text_reply
@@ -68,7 +69,9 @@ def test_a_deleted_agent_is_moved_to_the_trash_whole_and_its_redis_keys_dropped(
     request = daemon.result("reflection.request", {"agent": "ada"})["request_id"]
     client = redis_server.client
     client.set(keys.job_tries(request), 1)
-    client.set(keys.live_reflection(ada["id"], "r-1"), "worker")
+    sent = Layout(agentd_home).reflection_files(ada["id"]).outbox / f"{request}.json"
+    ticket = OutboxEntry.model_validate_json(sent.read_text()).ticket
+    assert ticket is not None and client.exists(keys.job_input(ticket.input_id))
     others = {"headers": {"id": "rq-someone-else"}}
     client.rpush(keys.REFLECTION_QUEUE, json.dumps(others))
 
@@ -83,6 +86,9 @@ def test_a_deleted_agent_is_moved_to_the_trash_whole_and_its_redis_keys_dropped(
     assert "5432" in next(trashed.glob("conversations/*/messages.jsonl")).read_text()
     remaining = {key.decode() for key in client.keys(f"{keys.PREFIX}:*")}
     assert not [key for key in remaining if ada["id"] in key or request in key]
+    assert not client.exists(
+        keys.job_input(ticket.input_id), keys.job_input_bundle(ticket.input_id)
+    )
     assert [json.loads(m) for m in client.lrange(keys.REFLECTION_QUEUE, 0, -1)] == [others]
     assert daemon.result("agent.list")["agents"] == []
     search = run_agentctl("search", "5432", "--agent", "ada")

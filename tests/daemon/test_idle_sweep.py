@@ -12,6 +12,7 @@ from pathlib import Path
 from agentd.reflections import Reflections
 from shared.coordination import keys
 from shared.coordination.broker import locate
+from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.reflection.settings import ReflectionOverrides
@@ -33,6 +34,8 @@ def _agent(home: Path, name: str, reflection: ReflectionOverrides | None = None)
     record.reflection = reflection
     Layout(home).agent_dir(record.id).mkdir(parents=True)
     AgentStore(Layout(home)).save(record)
+    memory = Layout(home).memory_dir(record.id)
+    MemoryRepo.create(memory, agent_id=record.id, agent_name=name, persona="", human="").close()
     return record
 
 

@@ -1,7 +1,7 @@
 """The daemon's reflection queue: requests on disk first; one sent and one pending per agent;
 a trigger during a run is never swallowed; nothing joined is ever sent; what Redis lost is
 sent again at once; a damaged entry harms only itself. Real Valkey, no worker: a job is
-"run" by handing the daemon its outcome, as the stream would."""
+"run" by handing the daemon its outcome, as settling the worker's answer would."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from agentd.reflections import Reflections
 from shared.coordination import jobs, keys
 from shared.coordination.broker import locate
 from shared.coordination.jobs import LOST_AFTER_S, JobState
+from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.reflection import events
@@ -45,6 +46,13 @@ def agent(agentd_home: Path) -> AgentRecord:
     )
     Layout(agentd_home).agent_dir(record.id).mkdir(parents=True)
     AgentStore(Layout(agentd_home)).save(record)
+    MemoryRepo.create(
+        Layout(agentd_home).memory_dir(record.id),
+        agent_id=record.id,
+        agent_name=record.name,
+        persona="I help.",
+        human="",
+    ).close()
     return record
 
 
@@ -430,5 +438,97 @@ def test_the_reconcile_loop_survives_a_failing_pass(
                 await asyncio.sleep(0.01)
             task.cancel()
         assert any(entry["event"] == "reflection_reconcile_failed" for entry in logs)
+
+    asyncio.run(scenario())
+
+
+def test_an_answered_job_whose_answer_redis_lost_goes_again_with_new_inputs(
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
+) -> None:
+    """A worker would take the same inputs for answered: the job is sent with new ones."""
+
+    async def scenario() -> None:
+        running = await _send(reflections, chat)
+        (sent,) = reflections.outbox.entries(agent.id)
+        assert sent.ticket is not None
+        old_input = sent.ticket.input_id
+        client = redis_server.client
+        pipe = client.pipeline()
+        jobs.mark_answered(pipe, running.request_id, old_input)  # and the answer is gone
+        pipe.execute()
+        client.delete(keys.REFLECTION_QUEUE)
+
+        await reflections.reconcile()  # finds the answer gone: the job's state goes too
+        await asyncio.gather(*reflections.answers._tasks)
+        await reflections.reconcile()  # unknown now: sent again, built anew
+
+        (again,) = reflections.outbox.entries(agent.id)
+        assert again.ticket is not None and again.ticket.input_id != old_input
+        assert not client.exists(keys.job_input(old_input))
+        assert client.exists(keys.job_input(again.ticket.input_id))
+        assert _queued_jobs(redis_server) == [running.request_id]
+
+    asyncio.run(scenario())
+
+
+def test_a_job_sent_again_that_a_gate_now_stops_is_settled_with_the_gates_outcome(
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
+) -> None:
+    """Redis lost the job; meanwhile the user edited memory by hand: the job is not sent
+    again, the request ends ``skipped: parent_dirty`` (told, as a waiting turn would be)."""
+
+    async def scenario() -> None:
+        running = await _send(reflections, chat)
+        redis_server.client.flushall()
+        memory = Layout(agentd_home).memory_dir(agent.id)
+        (memory / "scratch.md").write_text("the user's own edit\n")
+
+        await reflections.reconcile()
+
+        assert reflections.outbox.entries(agent.id) == []
+        outcome = await reflections.wait(running.request_id, 0)
+        assert outcome is not None and (outcome.status, outcome.reason) == (
+            "skipped",
+            "parent_dirty",
+        )
+        logged = events.read(Layout(agentd_home).reflections_dir(agent.id))
+        assert [(o.request_id, o.reason) for o in logged] == [(running.request_id, "parent_dirty")]
+        assert _queued_jobs(redis_server) == []
+
+    asyncio.run(scenario())
+
+
+def test_an_answered_mark_a_stale_copy_left_for_old_inputs_queues_the_job_again(
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
+) -> None:
+    """A copy of the job ran on inputs sent before and says "answered" for them: the job's
+    current inputs are kept, and the job counts as queued again, not as lost."""
+
+    async def scenario() -> None:
+        running = await _send(reflections, chat)
+        (sent,) = reflections.outbox.entries(agent.id)
+        assert sent.ticket is not None
+        pipe = redis_server.client.pipeline()
+        jobs.mark_answered(pipe, running.request_id, "rq-old-inputs")
+        pipe.execute()
+
+        await reflections.reconcile()
+        await asyncio.gather(*reflections.answers._tasks)
+
+        (kept,) = reflections.outbox.entries(agent.id)
+        assert kept.ticket == sent.ticket
+        assert jobs.status(redis_server.client, running.request_id, agent.id) == "queued"
 
     asyncio.run(scenario())

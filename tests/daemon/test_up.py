@@ -217,7 +217,8 @@ def test_piped_output_is_json_lines_naming_their_process_without_celerys_banner(
     assert up.said("agentd", "agentd_listening") and up.said("reflector-1", "reflector_ready")
     assert up.said("valkey", "valkey_started") and up.said("valkey", "valkey_stopped")
     assert not CELERY_BANNER.search(output) and "SecurityWarning" not in output
-    logged = [json.loads(line) for line in (up.home / "logs" / "reflector.log").open()]
+    worker_logs = Path(up.env["AGENTD_WORKER_DIR"]) / "logs"  # the worker writes no home
+    logged = [json.loads(line) for line in (worker_logs / "reflector.log").open()]
     (banner,) = [r for r in logged if r["event"] == "celery_banner"]
     assert banner["level"] == "debug" and "reflector-1@" in banner["banner"]
     if os.geteuid() == 0:  # Celery warns a root worker; the log keeps it, quietly

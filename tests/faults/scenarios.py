@@ -13,9 +13,10 @@ knows it is there:
   says one more (non-durable) thing. Expected: the persisted fact message is kept exactly
   once, and the fact is reflected after that next completed turn, whose step-count
   trigger covers both messages.
-- ``worker`` (30): mid-job. The fact's chat was answered, the job's worktree exists under
-  ``reflections/worktrees/`` and the fact is not merged yet; the kill lands at a random
-  point of the sub-agent's run (every step of the mock reflector takes the latency).
+- ``worker`` (30): mid-job. The fact's chat was answered, Redis says a worker runs the job
+  (a worker keeps nothing of it in the home) and the fact is not merged yet; the kill
+  lands at a random point of the sub-agent's run (every step of the mock reflector takes
+  the latency).
   Odd runs kill the worker's prefork pool process (Celery's main process replaces it and
   the job is redelivered), even runs the whole worker (main and pool; the bench restarts
   it as a supervisor would). Nothing else is said: the reflection must resume by itself.
@@ -96,17 +97,15 @@ def say(ctx: RunContext, text: str) -> Said:
 
 
 def wait_for_job(ctx: RunContext) -> str:
-    """The name of the running job's worktree, once it exists."""
-    found = wait_for(
-        lambda: ctx.home.worktrees(), JOB_START_TIMEOUT_S, "the reflection job's worktree"
-    )
-    return str(found[0])
+    """The id of the reflection job, once a worker runs it."""
+    found = wait_for(ctx.home.running_job, JOB_START_TIMEOUT_S, "a worker to run the job")
+    return str(found)
 
 
-def job_unfinished(ctx: RunContext, worktree: str) -> str | None:
+def job_unfinished(ctx: RunContext, job: str) -> str | None:
     """None while the job is mid-way; otherwise why it is not."""
-    if worktree not in ctx.home.worktrees():
-        return "the job's worktree was gone before the kill"
+    if ctx.home.running_job() != job:
+        return "the job had answered before the kill"
     if fact_count(ctx.home, ctx.token):
         return "the fact was merged before the kill"
     return None
@@ -124,9 +123,9 @@ def into_the_job(ctx: RunContext) -> tuple[list[Said], float, str | None]:
     """Say the run's fact and wait until its reflection job is at a random point of its
     run: what was said, how far into the job, and why the kill would miss it (or None)."""
     said = [say(ctx, ctx.fact)]
-    worktree = wait_for_job(ctx)
+    job = wait_for_job(ctx)
     delay = sleep_into_job(ctx)
-    return said, delay, job_unfinished(ctx, worktree)
+    return said, delay, job_unfinished(ctx, job)
 
 
 class Scenario(ABC):

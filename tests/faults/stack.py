@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd.supervisor import worker_command
+from shared.coordination import keys
 from shared.coordination.embedded import ping
 from shared.store.layout import Layout
 from tests.support.processes import answers_status, final_answer
@@ -108,6 +109,23 @@ class Home:
 
     def outbox(self) -> list[Path]:
         return sorted((self.reflections_dir() / "outbox").glob("*.json"))
+
+    def running_job(self) -> str | None:
+        """The id of the agent's sent job while a worker runs it (Redis says so: a worker
+        keeps nothing of a job in the home)."""
+        import redis
+
+        client = redis.Redis(unix_socket_path=str(self.valkey_socket), socket_timeout=2)
+        try:
+            for sent in self.outbox():
+                state = client.get(keys.job_state(sent.stem))
+                if state is not None and b'"running"' in state:
+                    return sent.stem
+        except redis.RedisError:
+            return None
+        finally:
+            client.close()
+        return None
 
     def message_logs(self) -> list[Path]:
         return sorted(self.layout.conversations_dir(self.agent_id()).glob("*/messages.jsonl"))

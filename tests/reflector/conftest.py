@@ -1,4 +1,5 @@
-"""The reflection pipeline's test world: an agent, a conversation, jobs run in process."""
+"""The reflection pipeline's test world: an agent, a conversation, jobs run in process
+(the daemon prepares, a worker runs, the daemon settles: :mod:`tests.support.reflection`)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ import pytest
 
 from agentd.agents import Agents
 from agentd.requests import AgentCreate
-from reflector.pipeline import JobContext, run_job
-from shared.clock import user_zone
 from shared.ids import new_id
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
@@ -27,6 +26,7 @@ from shared.store.agents import AgentStore
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.clock import FakeClock
+from tests.support.reflection import InProcess
 
 READ = json.dumps({"command": 'wc -c "$TRANSCRIPT_PATH" && cat "$TRANSCRIPT_PATH"'})
 SAID = ["帮我看下这个报错", "我更喜欢用 tabs 缩进", "今天我们决定以后一律用 pnpm"]
@@ -62,17 +62,31 @@ class World:
             )
             record_turn(self.conversation.directory, 1)
 
-    def context(
-        self, provider: Provider, redis_client: Any = None, agent_provider: Provider | None = None
-    ) -> JobContext:
-        return JobContext(
-            settings=Settings(home=self.home, reflection_lease_s=3),
-            redis=redis_client,
-            provider_for=lambda _agent: provider,
-            agent_provider_for=lambda _agent: agent_provider or MockProvider(),
-            clock=self.clock,
-            local_zone=user_zone()[0],
-            timezone_name=user_zone()[1],
+    def jobs(
+        self,
+        provider: Provider,
+        redis_client: Any = None,
+        agent_provider: Provider | None = None,
+        **settings: Any,
+    ) -> InProcess:
+        """Both sides of this world's reflection jobs, with ``provider`` as the reflector."""
+        return InProcess(
+            Settings(home=self.home, reflection_lease_s=3, **settings),
+            provider,
+            agent_provider or MockProvider(),
+            self.clock,
+            redis_client,
+        )
+
+    def request(
+        self, trigger: str = "step-count", request_id: str | None = None
+    ) -> ReflectionRequest:
+        return ReflectionRequest(
+            request_id=request_id or new_id("rq"),
+            agent_id=self.agent.id,
+            conversation_ids=[self.conversation.id],
+            trigger=trigger,  # type: ignore[arg-type]
+            requested_at=self.clock(),
         )
 
     def reflect(
@@ -84,15 +98,8 @@ class World:
         request_id: str | None = None,
         agent_provider: Provider | None = None,
     ) -> ReflectionOutcome:
-        request = ReflectionRequest(
-            request_id=request_id or new_id("rq"),
-            agent_id=self.agent.id,
-            conversation_ids=[self.conversation.id],
-            trigger=trigger,  # type: ignore[arg-type]
-            requested_at=self.clock(),
-        )
-        context = self.context(provider, redis_client, agent_provider)
-        return run_job(request, request.request_id, context)
+        jobs = self.jobs(provider, redis_client, agent_provider)
+        return jobs.reflect(self.request(trigger, request_id))  # type: ignore[return-value]
 
     def merge_explicitly(self) -> None:
         """Set the agent's reflections to ``merge: explicit`` (it reviews each proposal)."""

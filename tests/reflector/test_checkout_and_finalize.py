@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from reflector import finalize as finalize_module
-from reflector.checkout import SUBAGENT_NAME, Worktree, collect, create_worktree, sweep_orphans
-from reflector.finalize import NO_CHANGES_MESSAGE, finalize
+from agentd.jobs import finalize as finalize_module
+from agentd.jobs.checkout import Worktree, collect, create_worktree, sweep_orphans
+from agentd.jobs.finalize import NO_CHANGES_MESSAGE, finalize
 from reflector.snapshot import parent_snapshot
 from shared import sandbox
 from shared.errors import InvalidId, MemoryBusy, MemoryRepoError
 from shared.memory import frontmatter
+from shared.memory.clone import SUBAGENT_NAME
 from shared.memory.provenance import commit_provenance
 from shared.memory.repo import MemoryRepo
 from tests.support.git_locks import live_git, plant_held_lock, plant_stale_lock
@@ -497,11 +498,12 @@ def test_finalizing_twice_reports_already_finalized_without_consuming(
 # --- sweep ------------------------------------------------------------------------------
 
 
-def test_sweep_removes_dead_jobs_and_keeps_live_ones(
+def test_sweep_removes_every_checkout_branch_and_half_landed_ref_a_dead_daemon_left(
     parent: MemoryRepo, worktrees_dir: Path
 ) -> None:
+    """Only the daemon settles reflections, one per agent at a time: when it starts, all
+    that its clones left belongs to no live job."""
     dead = create_worktree(parent.path, worktrees_dir, "dead", author_email=EMAIL)
-    live = create_worktree(parent.path, worktrees_dir, "live", author_email=EMAIL)
     commit_in(dead, "notes.md", "x\n")
     assert collect(dead)
     write(dead.path, "half-written.md", "killed mid-run\n")
@@ -509,33 +511,32 @@ def test_sweep_removes_dead_jobs_and_keeps_live_ones(
     assert collect(gone)
     shutil.rmtree(gone.path)
     write(worktrees_dir, "stray/file.md", "not a worktree\n")
+    git(parent.path, "update-ref", "refs/reflection-incoming/dead", parent.head())
     head = parent.head()
 
-    done = sweep_orphans(parent.path, worktrees_dir, {"live"})
+    done = sweep_orphans(parent.path, worktrees_dir)
 
     assert {"removed leftover checkout dead", "removed leftover checkout stray"} <= set(done)
     assert {"deleted branch reflection/dead", "deleted branch reflection/gone"} <= set(done)
-    assert sorted(p.name for p in worktrees_dir.iterdir()) == ["live"]
+    assert "deleted refs/reflection-incoming/dead" in done
+    assert list(worktrees_dir.iterdir()) == []
     assert reflection_branches(parent) == ""
-    assert git(live.path, "branch", "--show-current") == "reflection/live"
-    assert git(live.path, "status", "--porcelain") == ""
     assert parent.head() == head
-    assert sweep_orphans(parent.path, worktrees_dir, {"live"}) == []
+    assert sweep_orphans(parent.path, worktrees_dir) == []
 
 
-def test_sweep_removes_what_a_killed_sandboxed_command_left_of_dead_jobs_only(
+def test_sweep_removes_what_a_killed_sandboxed_command_left(
     parent: MemoryRepo, worktrees_dir: Path
 ) -> None:
     """overlayfs's work directory beside a checkout (its ``work`` inside is mode 000)."""
-    for job in ("dead", "live"):
-        create_worktree(parent.path, worktrees_dir, job, author_email=EMAIL)
-        scratch = sandbox.scratch_dir(worktrees_dir / job)
-        (scratch / "work").mkdir(parents=True)
-        (scratch / "work").chmod(0)
+    create_worktree(parent.path, worktrees_dir, "dead", author_email=EMAIL)
+    scratch = sandbox.scratch_dir(worktrees_dir / "dead")
+    (scratch / "work").mkdir(parents=True)
+    (scratch / "work").chmod(0)
 
-    sweep_orphans(parent.path, worktrees_dir, {"live"})
+    sweep_orphans(parent.path, worktrees_dir)
 
-    assert sorted(p.name for p in worktrees_dir.iterdir()) == [".live.sandbox", "live"]
+    assert list(worktrees_dir.iterdir()) == []
 
 
 def test_the_clone_holds_its_one_commit_itself_and_names_no_other_repo(
@@ -581,7 +582,7 @@ def test_sweep_aborts_a_merge_left_in_the_parent(parent: MemoryRepo, worktrees_d
     git(parent.path, "merge", wt.branch, check=False)
     assert (parent.path / ".git/MERGE_HEAD").exists()
 
-    done = sweep_orphans(parent.path, worktrees_dir, set())
+    done = sweep_orphans(parent.path, worktrees_dir)
 
     assert "aborted an unfinished merge" in done
     assert not (parent.path / ".git/MERGE_HEAD").exists()

@@ -1,4 +1,4 @@
-"""How a reflection's commits land (:mod:`reflector.landing`, :mod:`shared.memory.signing`):
+"""How a reflection's commits land (:mod:`agentd.jobs.landing`, :mod:`shared.memory.signing`):
 rebuilt under the harness's identity with the same trees and shape, cleaned messages, the
 harness's trailers; what was landed stays landed when the clone is fetched again; what
 memory may not hold is refused commit by commit. Real git repos under ``tmp_path``."""
@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from reflector import landing
-from reflector.checkout import SUBAGENT_NAME, Worktree, collect, create_worktree
-from reflector.finalize import finalize
+from agentd.jobs import landing
+from agentd.jobs.checkout import Worktree, collect, create_worktree
+from agentd.jobs.finalize import finalize
 from shared.errors import MemoryTooLarge, NestedRepository, TooManyCommits
+from shared.memory.clone import SUBAGENT_NAME
 from shared.memory.content import MemoryLimits
 from shared.memory.provenance import commit_provenance
 from shared.memory.repo import MemoryRepo

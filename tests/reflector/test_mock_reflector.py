@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reflector.checkout import Worktree, create_worktree
+from agentd.jobs.checkout import Worktree, create_worktree
 from reflector.subagent import SubagentRun, run_reflection_subagent
 from shared import sandbox
 from shared.memory.repo import MemoryRepo
@@ -55,7 +55,7 @@ def reflect(
     return asyncio.run(
         run_reflection_subagent(
             provider=provider or MockReflector(),
-            worktree=worktree,
+            checkout=worktree.path,
             payload=payload,
             parent_agent_id=PARENT,
             job_id="job-7",

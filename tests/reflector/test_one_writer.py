@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from reflector.checkout import Worktree, create_worktree
-from reflector.finalize import finalize
+from agentd.jobs.checkout import Worktree, create_worktree
+from agentd.jobs.finalize import finalize
 from shared.agent.tools.base import MemoryEdit, ToolContext
 from shared.agent.tools.bash import Bash
 from shared.memory.repo import MemoryRepo

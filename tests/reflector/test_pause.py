@@ -136,19 +136,23 @@ def test_a_manual_run_that_fails_the_same_way_keeps_the_pause_and_one_that_works
 def test_a_workers_model_setup_changes_with_its_keys_model_and_api_base(
     world: World, agentd_home: Path
 ) -> None:
-    settings = Settings(home=agentd_home, model=MODEL)
-    agent = world.agent
+    """The model and window come with the job (the agent's); the api base and the keys are
+    the worker host's own."""
+    settings = Settings(home=agentd_home)
 
-    def setup(keys: dict[str, str], **changes: object) -> str:
+    def setup(
+        keys: dict[str, str], model: str = MODEL, window: int = 32_000, **changes: object
+    ) -> str:
         changed = settings.model_copy(update=changes)
-        return Reflect(changed, locate(changed), ProviderKeys(keys)).setup_of(agent)
+        return Reflect(changed, locate(changed), ProviderKeys(keys)).setup_for(model, window)
 
     before = setup({"OPENAI_API_KEY": "sk-wrong"})
 
     assert setup({"OPENAI_API_KEY": "sk-wrong"}) == before
     assert setup({"OPENAI_API_KEY": "sk-right"}) != before
     assert setup({"OPENAI_API_KEY": "sk-wrong"}, api_base="http://127.0.0.1:1/v1") != before
-    assert setup({"OPENAI_API_KEY": "sk-wrong"}, reflection_model="openai/other") != before
+    assert setup({"OPENAI_API_KEY": "sk-wrong"}, model="openai/other") != before
+    assert setup({"OPENAI_API_KEY": "sk-wrong"}, window=16_000) != before
     assert "sk-wrong" not in before
 
 

@@ -1,5 +1,7 @@
-"""One reflection job end to end, in process (no Celery): gates, earned success, finalize,
-watermark, backoff, follow-ups. Real git, real files; Redis only where the lease matters."""
+"""One reflection job end to end, in process (no Celery): the daemon prepares it, a worker
+runs it from its inputs alone, the daemon settles the answer: gates, earned success,
+finalize, watermark, backoff, follow-ups. Real git, real files; Redis only where the lease
+matters."""
 
 from __future__ import annotations
 
@@ -11,8 +13,7 @@ from typing import Any
 import pytest
 
 from agentd.agents import Agents
-from reflector import pipeline
-from reflector.pipeline import run_job
+from reflector import work
 from shared import sandbox
 from shared.clock import user_zone
 from shared.coordination import keys
@@ -25,6 +26,7 @@ from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.reflection.backoff import load_backoff
 from shared.reflection.settings import ReflectionOverrides
 from shared.reflection.state import load_state, record_turn
+from shared.settings import Settings
 from shared.store.agents import AgentStore
 from shared.store.conversations import trash_conversation
 from shared.store.layout import Layout
@@ -235,42 +237,55 @@ def test_a_copy_of_a_job_that_holds_the_lease_records_nothing(
 
     assert copy is None
     assert not (world.reflections / "log.jsonl").exists()
-    assert running.still_held()  # the copy did not take or drop its job's lease
+    held = client.get(keys.lease(world.agent.id))
+    assert held is not None and held.startswith(b"rq-same ")  # the copy left its job's lease
     running.release()
 
 
-def test_a_copy_that_gets_the_lease_after_its_job_finished_records_nothing(
+def test_a_copy_that_gets_the_lease_after_its_job_answered_does_nothing(
     world: World, redis_server: RedisForTests, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The job ends while its copy waits for the lease: the copy must not run it again."""
+    """The job answers while its copy waits for the lease: the copy must not run it again."""
     client = redis_server.client
-    first = world.reflect(MockReflector(), redis_client=client, request_id="rq-same")
-    world.say("以后一律用 ruff 检查代码")  # something a second run would merge
-    real = pipeline._finished
+    jobs = world.jobs(MockReflector(), client)
+    request = world.request(request_id="rq-same")
+    prepared = jobs.prepare(request)
+    assert not isinstance(prepared, ReflectionOutcome)
+    first = jobs.work(prepared)
+    assert first is not None and first.status == "ran"
+    real = work._done
     asked: list[str] = []
 
-    def finished_after_the_first_look(client: Any, job_id: str) -> ReflectionOutcome | None:
-        asked.append(job_id)
-        return None if len(asked) == 1 else real(client, job_id)
+    def done_after_the_first_look(client: Any, message: Any) -> bool:
+        asked.append(message.job_id)
+        return False if len(asked) == 1 else real(client, message)
 
-    monkeypatch.setattr(pipeline, "_finished", finished_after_the_first_look)
+    monkeypatch.setattr(work, "_done", done_after_the_first_look)
 
-    copy = world.reflect(MockReflector(), redis_client=client, request_id="rq-same")
-
-    assert copy == first
+    assert jobs.work(prepared) is None
     assert len(asked) >= 2  # it looked again once it held the lease
+    outcome = jobs.settle(request, prepared)
+    assert outcome is not None and outcome.status == "merged"
     assert len((world.reflections / "log.jsonl").read_text().splitlines()) == 1
-    assert "ruff" not in world.human()
 
 
 def test_a_redelivered_job_that_already_finished_is_a_no_op(
     world: World, redis_server: RedisForTests
 ) -> None:
     client = redis_server.client
-    first = world.reflect(MockReflector(), redis_client=client, request_id="rq-same")
-    again = world.reflect(MockReflector(), redis_client=client, request_id="rq-same")
-    assert again == first
+    jobs = world.jobs(MockReflector(), client)
+    request = world.request(request_id="rq-same")
+    prepared = jobs.prepare(request)
+    assert not isinstance(prepared, ReflectionOutcome)
+    assert jobs.work(prepared) is not None
+    first = jobs.settle(request, prepared)
+    assert first is not None and first.status == "merged"
+    world.say("以后一律用 ruff 检查代码")  # something a second run would merge
+
+    assert jobs.work(prepared) is None  # redelivered: the job has its outcome
+    assert jobs.settle(request, prepared) is None  # the answer was dropped with the outcome
     assert len((world.reflections / "log.jsonl").read_text().splitlines()) == 1
+    assert "ruff" not in world.human()
 
 
 def _explicit(world: World) -> None:
@@ -325,7 +340,7 @@ def test_a_manual_reflection_over_recent_conversations_uses_a_manifest(world: Wo
         requested_at=world.clock(),
     )
 
-    outcome = run_job(request, request.request_id, world.context(MockReflector()))
+    outcome = world.jobs(MockReflector()).reflect(request)
 
     assert outcome.status == "merged"
     human = world.human()
@@ -339,35 +354,7 @@ def test_a_manual_reflection_over_recent_conversations_uses_a_manifest(world: Wo
     assert watermark(world) is not None
 
 
-class LeaseThief(Provider):
-    """Works normally, but meanwhile the job's lease expires and another job takes it."""
-
-    model = "thief"
-    context_window = 128_000
-
-    def __init__(self, world: World, client: Any) -> None:
-        self.world = world
-        self.client = client
-        self.inner = MockReflector()
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        self.client.set(keys.lease(self.world.agent.id), "someone-else")
-        return await self.inner.complete(request)
-
-
-def test_a_job_that_lost_its_lease_does_not_merge(
-    world: World, redis_server: RedisForTests
-) -> None:
-    client = redis_server.client
-    outcome = world.reflect(LeaseThief(world, client), redis_client=client)
-    assert (outcome.status, outcome.reason) == ("failed", "lease_lost")
-    assert "lease was lost" in outcome.message
-    assert "tabs" not in world.human()
-    assert world.git("branch", "--list", "reflection/*") == ""
-    assert watermark(world) is None
-
-
-def test_without_bubblewrap_a_job_fails_saying_how_to_fix_it_and_prepares_nothing(
+def test_without_bubblewrap_a_job_fails_saying_how_to_fix_it_and_the_worker_keeps_nothing(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sandbox, "_probe", lambda: (False, "sandbox off: bwrap is missing"))
@@ -380,8 +367,8 @@ def test_without_bubblewrap_a_job_fails_saying_how_to_fix_it_and_prepares_nothin
     assert "AGENTD_UNSANDBOXED_BASH=1" in outcome.message
     assert world.git("rev-parse", "HEAD") == head
     assert watermark(world) is None
-    assert not (world.reflections / "payloads").exists()
-    assert not (world.reflections / "worktrees").exists()
+    assert not list((Settings().worker_dir / "jobs").glob("*"))
+    assert not list((world.reflections / "worktrees").glob("*"))
 
 
 def test_without_bubblewrap_a_host_that_allows_bare_bash_still_reflects(

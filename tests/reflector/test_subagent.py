@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from reflector.checkout import Worktree, create_worktree
+from agentd.jobs.checkout import Worktree, create_worktree
 from reflector.prompt import system_prompt, task_prompt
 from reflector.subagent import SubagentRun, run_reflection_subagent
 from reflector.tools import ReflectionBash, ReflectionEditFile, reflection_context
@@ -75,13 +75,10 @@ def ctx(worktree: Path, payload: PayloadFile) -> ToolContext:
 
 
 def reflect(tmp_path: Path, worktree: Path, payload: PayloadFile, provider: Provider, **kw: Any):
-    job = Worktree(
-        "reflection-1", worktree, "reflection/reflection-1", "", tmp_path / "memory", "a@b"
-    )
     return asyncio.run(
         run_reflection_subagent(
             provider=provider,
-            worktree=job,
+            checkout=worktree,
             payload=payload,
             parent_agent_id=PARENT,
             job_id="job-1",

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from shared.clock import user_zone
+from shared.coordination import keys
 from shared.models.reflection import ReflectionOutcome
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from tests.support.clock import FakeClock
@@ -54,6 +55,15 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> Non
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+def _running(home: Path, client: Any) -> bool:
+    """Whether the agent's sent job is running in a worker (it holds the agent's lease)."""
+    sent = list(home.glob("agents/*/reflections/outbox/*.json"))
+    return bool(sent) and any(
+        (state := client.get(keys.job_state(path.stem))) is not None and b'"running"' in state
+        for path in sent
+    )
 
 
 def _human(daemon: DaemonRunner) -> str:
@@ -131,11 +141,14 @@ def test_a_worker_killed_mid_job_is_redelivered_and_the_memory_ends_right(
     daemon.result("reflection.settings", {"trigger": "step-count", "step_count": 3})
     for text in SAID:
         daemon.result("chat", {"text": text})
-    worktrees = next(agentd_home.glob("agents/*")) / "reflections" / "worktrees"
-    _wait_for(lambda: worktrees.is_dir() and any(worktrees.iterdir()), 30, "the job to start")
+    client = stack["redis"].client
+    _wait_for(lambda: _running(agentd_home, client), 30, "the job to start")
+    scratch = Path(slow.env["AGENTD_WORKER_DIR"]) / "jobs"
+    assert any(scratch.iterdir()), "the job runs in the worker's own scratch"
 
     slow.kill_hard()
-    assert any(worktrees.iterdir()), "the dead job's worktree is left behind"
+    worktrees = next(agentd_home.glob("agents/*")) / "reflections" / "worktrees"
+    assert not worktrees.exists() or not any(worktrees.iterdir()), "the worker wrote the home"
     stack["workers"].append(
         WorkerProcess(agentd_home, "fresh", AGENTD_REFLECTION_LEASE_S="3").start()
     )
@@ -146,6 +159,7 @@ def test_a_worker_killed_mid_job_is_redelivered_and_the_memory_ends_right(
     human = _human(daemon)
     assert human.count("- 我更喜欢用 tabs 缩进") == 1
     assert not any(worktrees.iterdir())
+    assert not any(scratch.iterdir()), "the dead job's scratch was swept when a worker started"
     memory = next(agentd_home.glob("agents/*/memory"))
     branches = subprocess.run(
         ["git", "-C", str(memory), "branch", "--list", "reflection/*"],
@@ -213,8 +227,7 @@ def test_a_copy_of_a_running_job_records_no_outcome_of_its_own(
     for text in SAID:
         daemon.result("chat", {"text": text})
     agent_dir = next(agentd_home.glob("agents/*"))
-    worktrees = agent_dir / "reflections" / "worktrees"
-    _wait_for(lambda: worktrees.is_dir() and any(worktrees.iterdir()), 30, "the job to start")
+    _wait_for(lambda: _running(agentd_home, stack["redis"].client), 30, "the job to start")
     (sent,) = (agent_dir / "reflections" / "outbox").glob("*.json")
     job = f"reflector.reflect[{sent.stem}]"
 

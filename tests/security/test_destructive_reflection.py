@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from reflector.hold import held_message
+from agentd.jobs.hold import held_message
 from shared import sandbox
 from shared.errors import ProposalAnswered, ProposalConflict, UnknownProposal
 from shared.memory.content import MemoryLimits

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from reflector.checkout import collect, create_worktree, sweep_orphans
-from reflector.finalize import finalize
+from agentd.jobs.checkout import collect, create_worktree, sweep_orphans
+from agentd.jobs.finalize import finalize
 from shared.memory import git
 from shared.memory.repo import MemoryRepo
 from tests.security.walls import CANARY_KEY, tripped, tripwire_script
@@ -83,7 +83,7 @@ def test_no_planted_hook_fsmonitor_or_ssh_command_runs_under_any_harness_command
 
     create_worktree(repo.path, worktrees, "job-orphan", author_email="a@b")
     git.run(repo.path, "merge", "--no-ff", "-m", "left half done", "HEAD~1", check=False)
-    sweep_orphans(repo.path, worktrees, set())
+    sweep_orphans(repo.path, worktrees)
 
     assert not tripped(wire), (wire / "agentd-tripwire").read_text()
 

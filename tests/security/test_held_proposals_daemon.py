@@ -16,21 +16,19 @@ from typing import Any
 
 import pytest
 
-from agentd.outbox import OutboxEntry
-from reflector.pipeline import JobContext, run_job
 from shared import sandbox
 from shared.memory import git
 from shared.models.reflection import ReflectionOutcome
-from shared.providers.mock import MockProvider
 from shared.providers.scripted import ScriptedProvider, text_reply
+from shared.reflection import events
 from shared.reflection.state import load_state
-from shared.settings import Settings
 from shared.store.layout import Layout
 from shared.store.locks import file_lock
 from tests.security.hostile import FORGET, attacker
 from tests.support.daemon import DaemonRunner
 from tests.support.memory_lock import descriptors_on, wait_for
 from tests.support.processes import run_agentctl
+from tests.support.reflection import work_sent_job
 from tests.support.workers import RedisForTests
 from tests.web.site import WebClient
 
@@ -75,19 +73,12 @@ class Held:
         """Ask the daemon for a reflection and run the job it sent, as a worker would."""
         requested = self.daemon.result("reflection.request", {"agent": "ada"})
         assert requested["queued"]
-        outbox = Layout(self.home).reflection_files(self.agent_id).outbox
-        entry = OutboxEntry.model_validate_json(
-            (outbox / f"{requested['request_id']}.json").read_text()
+        files = Layout(self.home).reflection_files(self.agent_id)
+        work_sent_job(
+            self.home, self.agent_id, requested["request_id"], attacker(FORGET), redis_server.client
         )
-        context = JobContext(
-            settings=Settings(home=self.home),
-            redis=redis_server.client,
-            provider_for=lambda _agent: attacker(FORGET),
-            agent_provider_for=lambda _agent: MockProvider(),
-        )
-        outcome = run_job(entry.request, entry.request.request_id, context)
-        wait_for(lambda: not list(outbox.glob("*.json")), "the daemon to hear the outcome")
-        return outcome
+        wait_for(lambda: not list(files.outbox.glob("*.json")), "the daemon to settle the answer")
+        return events.read(files.directory)[-1]
 
 
 @pytest.fixture

@@ -29,8 +29,8 @@ import pytest
 import structlog
 
 from agentd.doctor import check_sandbox
-from reflector.checkout import create_worktree
-from reflector.finalize import finalize
+from agentd.jobs.checkout import create_worktree
+from agentd.jobs.finalize import finalize
 from reflector.tools import ReflectionBash, reflection_context
 from shared import sandbox
 from shared.agent.tools.base import ToolContext

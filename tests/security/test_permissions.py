@@ -5,7 +5,8 @@ following a link out of it.
 The stack is the whole of ``agentd up`` (Valkey, the daemon, a worker) started the way a
 user with the common umask 022 starts it, after writing ``agentd.toml`` into a home they
 made by hand; it chats and runs a reflection, so memory commits, git objects, payloads,
-worktrees, logs, sockets and Valkey's files all exist when the modes are read.
+logs, sockets and Valkey's files all exist when the modes are read, and so does the
+worker's own directory (its logs, outside the home).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Stack:
         self.env = {
             **kept,
             "AGENTD_HOME": str(home),
+            "AGENTD_WORKER_DIR": str(home.parent / "worker"),
             "AGENTD_WORKERS": "1",
             "AGENTD_REFLECTION_WAIT_S": "30",
             "AGENTD_BLOCK_REMOTE_MODELS": "1",
@@ -126,15 +128,17 @@ def test_a_home_made_under_umask_022_holds_only_directories_0700_and_files_0600(
         "agents/*/conversations/*/messages.jsonl",
         "agents/*/reflections/log.jsonl",
         "logs/agentd.log",
-        "logs/reflector*.log",
         "logs/valkey.log",
         "valkey/*/*",
     ):
         _one(home, made)
     assert (home / "run" / "agentd.sock").is_socket()
     assert (home / "run" / "valkey.sock").is_socket()
+    worker_dir = home.parent / "worker"  # the worker's own: it never writes the home
+    _one(worker_dir, "logs/reflector*.log")
 
     assert _open_to_others(home) == []
+    assert _open_to_others(worker_dir) == []
 
     memory = _one(home, "agents/*/memory/system/human.md").parents[1]
     shared = subprocess.run(

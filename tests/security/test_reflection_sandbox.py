@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from reflector.checkout import Worktree, create_worktree
-from reflector.finalize import finalize
+from agentd.jobs.checkout import Worktree, create_worktree
+from agentd.jobs.finalize import finalize
 from reflector.tools import ReflectionBash, reflection_context
 from shared import sandbox
 from shared.memory import git

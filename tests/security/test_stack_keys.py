@@ -29,6 +29,7 @@ from tests.faults.stack import cmdline, descendants
 from tests.support.memory_lock import wait_for
 from tests.support.openai_server import FakeOpenAIServer
 from tests.support.processes import AgentdProcess, final_answer
+from tests.support.workers import RedisForTests
 
 pytestmark = pytest.mark.slow
 
@@ -142,3 +143,35 @@ def test_agentd_serve_alone_is_not_started_with_a_key_either(
         assert server.authorizations == [f"Bearer {KEYS['AGENTD_API_KEY']}"]
     finally:
         daemon.stop()
+
+
+def test_agentd_worker_hands_its_celery_process_the_keys_on_a_descriptor(
+    agentd_home: Path, server: FakeOpenAIServer, redis_server: RedisForTests
+) -> None:
+    """A second host's way (``agentd worker``, started with keys from an
+    ``EnvironmentFile``): the Celery process it becomes holds none in its environment, and
+    the reflection's model call still carries the key."""
+    env = {**os.environ, **KEYS, **MODEL, "AGENTD_API_BASE": server.url}
+    with open(agentd_home.parent / f"{agentd_home.name}-worker.out", "wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "agentd.cli", "worker", "--concurrency", "1"],
+            env=env,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    daemon = AgentdProcess(**KEYS, **MODEL, AGENTD_API_BASE=server.url).start()
+    try:
+        wait_for(lambda: len(ask(agentd_home, "status")["redis"]["workers"]) == 1, "the worker")
+        tree = [worker.pid, *descendants(worker.pid)]
+        assert "celery" in cmdline(worker.pid)  # it became the worker, in place
+        assert leaks(tree) == []
+        ask(agentd_home, "chat", {"text": "I prefer tabs."})
+        assert ask(agentd_home, "reflection.request", {})["queued"] is True
+        wait_for(lambda: len(server.requests) > 1, "the reflection's model call", timeout_s=60)
+        assert server.authorizations[1] == f"Bearer {KEYS['AGENTD_API_KEY']}"
+        assert leaks([worker.pid, *descendants(worker.pid)]) == []
+    finally:
+        daemon.stop()
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(60)

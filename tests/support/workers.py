@@ -24,12 +24,17 @@ class RedisForTests:
     """The embedded Valkey exactly as ``agentd up`` runs it, persistence included, so a
     restart in a test loads what the last server wrote."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(
+        self, home: Path, listen: tuple[str, int] | None = None, password: str | None = None
+    ) -> None:
         layout = Layout(home)
+        self.password = password
         self.server = EmbeddedRedis(
             layout.embedded_redis_socket,
             data_dir=layout.valkey_dir,
             log_path=home / "valkey.out",
+            listen=listen,
+            password=password,
         )
 
     def start(self) -> RedisForTests:
@@ -38,7 +43,7 @@ class RedisForTests:
 
     @property
     def client(self) -> redis.Redis:
-        return redis.Redis(unix_socket_path=str(self.server.socket_path))
+        return redis.Redis(unix_socket_path=str(self.server.socket_path), password=self.password)
 
     def kill_hard(self) -> None:
         """kill -9: no shutdown, the socket file stays behind."""
@@ -58,12 +63,15 @@ class WorkerProcess:
         self.name = name
         self.env = {**os.environ, "AGENTD_HOME": str(home), "PYTHONUNBUFFERED": "1", **env}
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = home / f"worker-{name}.out"
+        self.log_path = home.parent / f"{home.name}-worker-{name}.out"
+        """Beside the home, not in it: the test that traces a worker's writes holds the
+        home to none."""
+        self.command = worker_command(name)
 
     def start(self, timeout_s: float = 30.0) -> WorkerProcess:
         output = open(self.log_path, "ab")  # noqa: SIM115 - kept for the process's life
         self.proc = subprocess.Popen(
-            worker_command(self.name),
+            self.command,
             env=self.env,
             stdout=output,
             stderr=subprocess.STDOUT,

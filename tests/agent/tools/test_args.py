@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from pydantic import Field
 
-from reflector.checkout import Worktree
-from reflector.integration import IntegrationBash
-from reflector.integration_tools import DeclineProposal, MergeProposal, Proposal
+from agentd.jobs.checkout import Worktree
+from agentd.jobs.integration import IntegrationBash
+from agentd.jobs.integration_tools import DeclineProposal, MergeProposal, Proposal
 from reflector.tools import reflection_tools
 from shared.agent.tools.args import ToolArgs, parameters_schema
 from shared.agent.tools.base import Tool, ToolContext
@@ -24,7 +24,16 @@ from shared.reflection.payload import PayloadFile
 from tests.agent.tools.conftest import RecordingMemoryEdit
 
 PAYLOAD = PayloadFile(path=Path("/payload.json"), slices=[], is_manifest=False)
-PROPOSAL = Proposal(Worktree("job", Path("/clone"), "reflection/job", "", Path("/m"), "a@b"))
+PROPOSAL = Proposal(
+    Worktree(
+        job_id="job",
+        path=Path("/clone"),
+        branch="reflection/job",
+        base_head="",
+        author_email="a@b",
+        parent_dir=Path("/m"),
+    )
+)
 EVERY_TOOL: list[Tool] = [
     *main_agent_tools(),
     *reflection_tools(PAYLOAD),

@@ -2,10 +2,10 @@
 
 ``merge_proposal`` is the only way a reviewed proposal reaches memory. Under the memory
 lock, for as long as that takes and no longer, the harness makes the proposal checkout
-safe to read (:func:`reflector.checkout.secure`), lands its ``HEAD`` (the agent's
+safe to read (:func:`shared.memory.clone.secure`), lands its ``HEAD`` (the agent's
 follow-up commits re-signed as the agent's, the content checked:
-:mod:`reflector.landing`) and merges it with its own inert git
-(:func:`reflector.finalize.merge_locked`, always a merge commit carrying the agent's
+:mod:`agentd.jobs.landing`) and merges it with its own inert git
+(:func:`agentd.jobs.finalize.merge_locked`, always a merge commit carrying the agent's
 summary). What went wrong comes back as the tool's result, for the agent to mend in the
 checkout: uncommitted edits, content memory may not hold, a conflict with newer memory
 (``memory/main`` is brought up to date first). It may try :data:`MAX_MERGE_ATTEMPTS`
@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import asyncio
 
-from reflector.checkout import Worktree, fetch_locked, secure
-from reflector.finalize import FinalizeResult, merge_locked
-from reflector.landing import share_latest
+from agentd.jobs.checkout import Worktree, fetch_locked
+from agentd.jobs.finalize import FinalizeResult, merge_locked
+from agentd.jobs.landing import share_latest
 from shared.agent.tools.args import NonBlankStr, ToolArgs
 from shared.agent.tools.base import Tool, ToolContext
 from shared.errors import LockTimeout, MemoryBusy, MemoryContentError, ToolError, TooManyCommits
 from shared.memory import git
+from shared.memory.clone import secure
 from shared.memory.repo import MemoryRepo
 from shared.memory.signing import one_line
 from shared.store.locks import DEFAULT_LOCK_TIMEOUT_S, file_lock

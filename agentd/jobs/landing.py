@@ -22,7 +22,7 @@ Everything a model committed in a job's private clone comes into the parent thro
    on what landed, so only its own commits are rebuilt as its own.
 
 Every git command runs through :mod:`shared.memory.git`; the caller holds the memory lock
-and has made the clone safe to read (:func:`reflector.checkout.secure`).
+and has made the clone safe to read (:func:`shared.memory.clone.secure`).
 """
 
 from __future__ import annotations

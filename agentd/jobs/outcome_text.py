@@ -1,34 +1,13 @@
-"""What a reflection's outcome says: its reason code for a job that raised, and the
-sentences a user reads for the reasons that need one (what happened, and what to do)."""
+"""What a reflection's outcome says: the sentences a user reads for the reasons that need
+one (what happened, and what to do)."""
 
 from __future__ import annotations
 
-import errno
-import subprocess
 from pathlib import Path
 
-import redis
-from celery.exceptions import SoftTimeLimitExceeded
-
-from reflector.finalize import FinalizeResult
-from reflector.memory_budget import MemoryBudget
-from shared.errors import AgentdError
+from agentd.jobs.finalize import FinalizeResult
 from shared.memory.hand_edits import commit_command, files_named
-
-
-def failure_reason(exc: BaseException) -> str:
-    """The outcome reason for a job that raised ``exc``."""
-    if isinstance(exc, AgentdError):
-        return exc.code
-    if isinstance(exc, SoftTimeLimitExceeded):
-        return "time_limit"
-    if isinstance(exc, redis.RedisError):
-        return "redis_unavailable"
-    if isinstance(exc, subprocess.SubprocessError):
-        return "subprocess_failed"
-    if isinstance(exc, OSError):
-        return "disk_full" if exc.errno == errno.ENOSPC else "os_error"
-    return "internal_error"
+from shared.reflection.job import MemoryBudget
 
 
 def waiting_for_commit(agent: str, uncommitted: list[str], memory_dir: Path) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol
 
-from reflector.checkout import Worktree
+from agentd.jobs.checkout import Worktree
 from shared.clock import Clock
 from shared.memory import content, git
 from shared.memory.destructive import judge
@@ -34,7 +34,7 @@ from shared.store.locks import DEFAULT_LOCK_TIMEOUT_S, file_lock
 
 
 class HoldContext(Protocol):
-    """What the check needs of the job's context (:class:`reflector.pipeline.JobContext`)."""
+    """What the check needs of the job's context (:class:`agentd.jobs.settle.Desk`)."""
 
     settings: Settings
     clock: Clock

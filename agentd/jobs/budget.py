@@ -4,13 +4,13 @@ Files under ``system/`` are compiled into every request the agent makes: with th
 prompt and the tool schemas they are the *floor* no compaction can shrink. Left alone, a
 run of reflections that each add a line grows ``system/human.md`` until the floor passes
 the compaction threshold and every turn fails with ``prompt_floor``. So core memory gets
-half of the agent's threshold: the sub-agent is told the budget, and a reflection whose
-branch would take the floor past it (and further than it already was) is not merged.
+half of the agent's threshold: the sub-agent is told the budget (the job carries it), and
+a reflection whose branch would take the floor past it (and further than it already was)
+is not merged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from shared.agent.tools.registry import main_agent_tools
@@ -20,16 +20,9 @@ from shared.memory.compile import compile_system_prompt
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.providers.tokens import text_tokens, tools_tokens
+from shared.reflection.job import MemoryBudget
 
 SHARE_OF_THRESHOLD = 0.5
-
-
-@dataclass(frozen=True)
-class MemoryBudget:
-    limit_tokens: int
-    """Half the agent's compaction threshold."""
-    floor_tokens: int
-    """The agent's prompt floor (base prompt, compiled memory, tools) at the job's start."""
 
 
 def budget_for(agent: AgentRecord, window: int, memory_dir: Path, rev: str) -> MemoryBudget:

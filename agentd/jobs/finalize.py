@@ -8,24 +8,26 @@ never do: the daemon's next commit would seal the conflict markers into memory. 
 checkout is never reset or cleaned: ``merge --abort`` is the only undo, so an edit the user
 makes in it meanwhile survives. A git lock in the way is removed when a dead git left it
 and is :class:`MemoryBusy` when a live git holds it (:mod:`shared.memory.git_locks`),
-never a merge conflict. What is merged is what :func:`reflector.checkout.collect` landed
+never a merge conflict. What is merged is what :func:`agentd.jobs.checkout.collect` landed
 from the job's private clone: re-signed by the harness and checked
-(:mod:`reflector.landing`). Jobs may run twice, so every step here is safe to repeat.
+(:mod:`agentd.jobs.landing`). Jobs may run twice, so every step here is safe to repeat.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
-from reflector.checkout import Worktree, branch_exists, fetch_locked, purge, secure
+from agentd.jobs.checkout import Worktree, fetch_locked
 from shared.errors import MemoryRepoError, NestedRepository
 from shared.memory import git, git_locks
+from shared.memory.clone import branch_exists, purge, secure
 from shared.memory.provenance import JOB_ID, with_trailers
 from shared.memory.repo import MemoryRepo
 from shared.memory.signing import one_line
@@ -83,9 +85,13 @@ def finalize(
     should_merge: bool,
     require_already_merged: bool = False,
     failure_summary: str | None = None,
+    uncommitted: Sequence[str] = (),
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
 ) -> FinalizeResult:
     """Decide the job's outcome, merge if it earned it, and remove the checkout and branch.
+
+    ``uncommitted``: files the worker's own clone changed and did not commit (the daemon's
+    clone holds only what it committed).
 
     The first matching row of spec §4 wins (rows 0 ``knownNoChanges`` and 5 "refresh from
     origin" do not exist here: callers always know the worktree, and memory has no origin):
@@ -93,7 +99,7 @@ def finalize(
     0'. the clone's ``.git`` is no longer the directory we made, or its checkout holds a
        nested repository (``reason`` ``nested_repository``) → ``failed``/reflection,
        nothing read from it;
-    1. uncommitted changes in the checkout → ``dirty_uncommitted`` (checked before
+    1. uncommitted changes in the checkout or ``uncommitted`` → ``dirty_uncommitted`` (before
        ``should_merge``, so a failed sub-agent that left edits ends here too);
     2. ``should_merge`` false (the sub-agent failed) → ``failed``/reflection;
     2'. its ``HEAD`` cannot be landed as ``reflection/<job_id>`` → ``failed``/reflection
@@ -109,7 +115,7 @@ def finalize(
 
     With ``require_already_merged`` (explicit merge mode, after the agent's turn) the
     checkout is not read again: what is judged is the branch as the harness last landed
-    it (:mod:`reflector.integration`), whatever the agent did in its checkout afterwards.
+    it (:mod:`agentd.jobs.integration`), whatever the agent did in its checkout afterwards.
 
     Repeating is safe. A branch already in the parent's history (a run that merged, then
     died before cleanup) is reported ``merged`` without merging again. A missing checkout
@@ -121,7 +127,8 @@ def finalize(
 
     Consumed outcomes clean up gently (``branch -d``), the others by force; the checkout is
     always deleted. Everything happens under the memory lock; :class:`LockTimeout` or a git error
-    propagates with nothing reported, and :func:`sweep_orphans` clears what is left.
+    propagates with nothing reported, and the daemon's next start clears what is left
+    (:func:`agentd.jobs.checkout.sweep_orphans`).
     """
     with MemoryRepo(worktree.parent_dir) as parent, file_lock(parent.lock_path, lock_timeout_s):
         result = _decide(
@@ -130,6 +137,7 @@ def finalize(
             should_merge=should_merge,
             require_already_merged=require_already_merged,
             failure_summary=failure_summary,
+            uncommitted=uncommitted,
         )
         _cleanup(parent.path, worktree, gently=result.consumed)
     _log_outcome(worktree, result)
@@ -146,6 +154,7 @@ def _decide(
     should_merge: bool,
     require_already_merged: bool,
     failure_summary: str | None,
+    uncommitted: Sequence[str],
 ) -> FinalizeResult:
     """The outcome row of spec §4 that applies; merges on the last row."""
     missing = not worktree.path.exists()
@@ -164,7 +173,7 @@ def _decide(
             return _failed("reflection", exc.message).model_copy(update={"reason": exc.code})
         if refused is not None:
             return _failed("reflection", refused)
-        if _has_uncommitted_changes(worktree.path):
+        if uncommitted or _has_uncommitted_changes(worktree.path):
             return FinalizeResult(
                 status="dirty_uncommitted",
                 message="the reflection's memory changes were not committed cleanly",

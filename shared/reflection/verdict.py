@@ -7,6 +7,9 @@ becomes ``no_changes`` and the slice is marked reflected for good. So a run succ
 if it ended its turn on its own, its tools showed it the payload (a message of it came back
 in a tool result: :mod:`shared.reflection.coverage`), and it left a non-empty report; and
 it consumes each slice only as far as it read it.
+
+The daemon judges: a worker sends back the sub-agent's transcript, and the verdict comes
+from it and the payload the daemon wrote, never from what the worker says of its run.
 """
 
 from __future__ import annotations
@@ -75,3 +78,11 @@ def _last_stop_reason(messages: list[Message]) -> StopReason | None:
         if isinstance(message, AssistantMessage | StopRecord) and message.stop_reason is not None:
             return message.stop_reason
     return None
+
+
+def final_report(messages: list[Message]) -> str:
+    """The reply that ended the turn by itself; a stopped run has no report."""
+    for message in reversed(messages):
+        if message.role == "assistant" and message.stop_reason is not None:
+            return message.content if message.stop_reason == "end_turn" else ""
+    return ""

@@ -1,5 +1,11 @@
 """Explicit merge mode: the main agent reviews a reflection's proposal; the harness merges it.
 
+It runs in the daemon, not on a worker, once the worker's commits are received
+(:mod:`agentd.jobs.receive`): the review is the agent's own turn — its own model and keys,
+which a worker host does not hold, its memory compiled into its prompt — and its
+``merge_proposal`` writes memory under the memory lock, which only the daemon takes. It
+runs on the daemon's event loop like any turn, and a chat waits for none of it.
+
 With ``merge: explicit`` the harness does not merge on its own. It opens an integration
 conversation in which the agent — its own model, its own memory in the prompt — reviews
 the proposal in the job's private clone (the proposal checkout, ``/proposal`` to its
@@ -11,9 +17,9 @@ name a ``filter.*.clean`` run by every later memory commit). The memory as it is
 the clone as ``memory/main``, to review the proposal against and to merge into it.
 
 The agent may add follow-up commits there; it lands the proposal by calling
-``merge_proposal`` (:mod:`reflector.integration_tools`): the harness then lands the clone's
+``merge_proposal`` (:mod:`agentd.jobs.integration_tools`): the harness then lands the clone's
 ``HEAD`` (re-signed, the agent's commits as the agent's, and checked:
-:mod:`reflector.landing`) and merges it with its own inert git under the memory lock, taken
+:mod:`agentd.jobs.landing`) and merges it with its own inert git under the memory lock, taken
 only for that and never for the agent's whole turn (the daemon's turns need it). A
 conflict comes back as the tool's result with ``memory/main`` brought up to date, so the
 agent can merge it in the clone, resolve and call again; ``decline_proposal`` ends the
@@ -31,16 +37,15 @@ from pathlib import Path
 import structlog
 from pydantic import BaseModel
 
-from reflector.checkout import Worktree, collect, secure
-from reflector.finalize import FinalizeResult, finalize
-from reflector.integration_tools import (
+from agentd.jobs.checkout import Worktree, collect
+from agentd.jobs.finalize import FinalizeResult, finalize
+from agentd.jobs.integration_tools import (
     MAX_MERGE_ATTEMPTS,
     DeclineProposal,
     MergeProposal,
     Proposal,
 )
-from reflector.landing import share_latest
-from reflector.subagent import JobLayout, final_report
+from agentd.jobs.landing import share_latest
 from shared import sandbox
 from shared.agent.loop import Turn, run_turn
 from shared.agent.prompts import INTEGRATION_MARKER
@@ -51,13 +56,16 @@ from shared.agent.tools.files import EditFile, ReadFile
 from shared.agent.tools.view import PROPOSAL, PathView
 from shared.clock import Clock, utc_now
 from shared.memory import git
+from shared.memory.clone import secure
 from shared.memory.compile import compile_system_prompt
 from shared.memory.provenance import AGENT_ID, JOB_ID
 from shared.memory.repo import MemoryRepo
 from shared.memory.signing import Signature
 from shared.models.agents import AgentRecord
 from shared.providers.base import Provider
+from shared.reflection.verdict import final_report
 from shared.store.conversations import Conversation
+from shared.store.layout import JobLayout
 
 log = structlog.get_logger(__name__)
 
@@ -131,7 +139,7 @@ what you merged, or why not."""
     return task
 
 
-def integrate(
+async def integrate(
     *,
     provider: Provider,
     agent: AgentRecord,
@@ -147,18 +155,16 @@ def integrate(
     proposal = Proposal(
         dataclasses.replace(worktree, signature=agent_signature(agent, reflection_id))
     )
-    run = asyncio.run(
-        run_integration(
-            provider=provider,
-            agent=agent,
-            memory_dir=memory_dir,
-            proposal=proposal,
-            reflection_id=reflection_id,
-            instructions=instructions,
-            conversation_dir=conversation_dir,
-            clock=clock,
-            unsandboxed_bash=unsandboxed_bash,
-        )
+    run = await run_integration(
+        provider=provider,
+        agent=agent,
+        memory_dir=memory_dir,
+        proposal=proposal,
+        reflection_id=reflection_id,
+        instructions=instructions,
+        conversation_dir=conversation_dir,
+        clock=clock,
+        unsandboxed_bash=unsandboxed_bash,
     )
     log.info("reflection_integration_finished", stop_reason=run.stop_reason)
     if proposal.merged_head is None and proposal.refused is not None:
@@ -169,8 +175,8 @@ def integrate(
         detail = NOT_MERGED
         if run.error_message:
             detail += f" (its turn failed: {run.error_message})"
-    return finalize(
-        worktree, should_merge=True, require_already_merged=True, failure_summary=detail
+    return await asyncio.to_thread(
+        finalize, worktree, should_merge=True, require_already_merged=True, failure_summary=detail
     )
 
 
@@ -192,13 +198,7 @@ async def run_integration(
         JobLayout(conversation_dir), agent.id, memory_head=None, clock=clock
     )
     view = integration_view(worktree)
-    with MemoryRepo(memory_dir) as repo:
-        # Its memory files are in the proposal checkout (as proposed; memory/main as now).
-        system = compile_system_prompt(
-            agent.system_prompt, repo.read_tree(), view.inside(worktree.path)
-        )
-    if secure(worktree) is None:  # the clone is safe to run git in: show it memory now
-        share_latest(memory_dir, worktree.path)
+    system = await asyncio.to_thread(_review_prompt, agent, memory_dir, worktree, view)
 
     async def system_prompt() -> str:
         return system
@@ -246,3 +246,15 @@ async def run_integration(
         error_message=(result.error or {}).get("message"),
         conversation_id=conversation.id,
     )
+
+
+def _review_prompt(agent: AgentRecord, memory_dir: Path, worktree: Worktree, view: PathView) -> str:
+    """The reviewing agent's system prompt; shows the clone memory as it is now."""
+    with MemoryRepo(memory_dir) as repo:
+        # Its memory files are in the proposal checkout (as proposed; memory/main as now).
+        system = compile_system_prompt(
+            agent.system_prompt, repo.read_tree(), view.inside(worktree.path)
+        )
+    if secure(worktree) is None:  # the clone is safe to run git in: show it memory now
+        share_latest(memory_dir, worktree.path)
+    return system
