@@ -23,6 +23,8 @@ from agentd.client.parser import parse_args
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        if not getattr(args, "connects", True):  # ``mcp``: connects per call, itself
+            return args.handler(None, args)
         conn = Connection()
         try:
             status = args.handler(conn, args)
