@@ -9,7 +9,9 @@ down makes the listing and the read an MCP error that says so.
 The SDK checks each argument against its tool's schema, but lets an argument the tool
 does not take pass unseen; here that is an error naming it (``unknown argument 'txt'``),
 as the socket refuses an unknown field: a misspelled ``conversation`` must not quietly
-send the message to another conversation.
+send the message to another conversation. A refused argument is said in one line per
+argument (``invalid arguments: limit: Input should be greater than or equal to 1``), not
+in pydantic's multi-line report with its links.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp_types import ToolAnnotations
+from pydantic import ValidationError
 
 from agentd import __version__
 from agentd.client.connection import ClientError, Connection
@@ -61,7 +64,12 @@ class AgentdServer(MCPServer):
                 f"unknown argument{'s' if len(unknown) > 1 else ''} "
                 f"{', '.join(repr(u) for u in unknown)}: {name} takes {takes}"
             )
-        return await super().call_tool(name, arguments, context)
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(f"invalid arguments: {_reasons(exc.__cause__)}") from None
+            raise
 
     async def list_resources(self) -> list[types.Resource]:
         try:
@@ -82,6 +90,15 @@ class AgentdServer(MCPServer):
         except DaemonError as exc:
             raise ResourceError(str(exc)) from None
         return listed
+
+
+def _reasons(error: ValidationError) -> str:
+    """Each argument the schema refused and why, as the socket words it
+    (``limit: Input should be greater than or equal to 1``)."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in found['loc']) or 'arguments'}: {found['msg']}"
+        for found in error.errors()
+    )
 
 
 def build(default_agent: str | None, daemon: Daemon | None = None) -> AgentdServer:
