@@ -164,6 +164,25 @@ def test_every_tool_answers_from_the_daemon(daemon: DaemonRunner, agent: dict[st
     assert lines[2] == "  remembered over MCP by test-host 1.2.3 (agentctl mcp's remember tool)"
 
 
+def test_a_reply_names_the_calls_that_wait_for_the_users_approval(
+    daemon: DaemonRunner, agent: dict[str, Any]
+) -> None:
+    daemon.result("agent.update", {"agent": "default", "requires_approval": ["bash"]})
+    replies: list[dict[str, Any]] = []
+
+    async def check(session: ClientSession) -> None:
+        replies.append(ok(await session.call_tool("send_message", {"text": "run `echo hi`"})))
+
+    run(check)
+
+    [reply] = replies
+    [waiting] = daemon.result("approval.list")["approvals"]
+    assert reply["stop_reason"] == "requires_approval"
+    assert reply["waiting_for_approval"] == [
+        {"approval_id": waiting["id"], "tool": "bash", "arguments": waiting["arguments"]}
+    ]
+
+
 def test_memory_files_are_resources(daemon: DaemonRunner, agent: dict[str, Any]) -> None:
     daemon.result("memory.remember", {"text": "ships in May", "path": "notes/project.md"})
     project = daemon.result("memory.show", {"path": "notes/project.md"})["text"]
