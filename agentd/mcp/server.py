@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 import mcp_types as types
+import structlog
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp_types import ToolAnnotations
@@ -139,7 +140,9 @@ def build(default_agent: str | None, daemon: Daemon | None = None) -> AgentdServ
 
 def serve(default_agent: str | None) -> int:
     """Serve on stdin/stdout until the host closes stdin; 0 then. A daemon that is down
-    is said on stderr (the host's log) at once; each call then says it again."""
+    is said on stderr (the host's log) at once; each call then says it again. Stdout is
+    the protocol's alone: any log line goes to stderr."""
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     try:
         Connection().close()
     except ClientError as exc:
