@@ -1,22 +1,23 @@
 """The daemon's recall: one index per agent, opened from disk at start, fed by every append.
 
-At start a background thread opens each agent's persisted segments
-(:mod:`shared.recall.persisted`: mapped, not read) and a search of that agent is answered
-from then on; then it reads from the logs what the segments do not cover (the tail
-written since the last segment was frozen, and whatever an unusable segment held), which
-is what status calls *catching up* or *rebuilding*. Appends that happen meanwhile are
-queued and applied after it (those it already read are skipped by their byte offset), so
-no message is missed or counted twice. Last, each segment's checksum is verified; a
-damaged one is dropped and the agent reopened, which reads its documents again.
+Each agent's index is tantivy's (:class:`shared.recall.index.AgentIndex`) in
+``agents/<id>/recall/``, a cache of the logs: at start a background thread opens it (its
+segments are memory-mapped, nothing is read) and a search of that agent is answered from
+then on; then it reads from the logs what the index does not hold yet (every
+conversation's messages after the last one indexed), which is what status calls
+*catching up*, or *rebuilding* when the index was missing, of another format or
+analyzer, unreadable, or a conversation's log no longer holds what was indexed from it.
+Appends that happen meanwhile are queued and applied after it (those it already read are
+skipped by their byte offset), so no message is missed or counted twice.
 
-Every segment the index freezes is written to disk by one writer thread, which also
-merges them; a merge is swapped in when done, so appends and searches never wait for it.
+What is appended is committed by one writer thread shortly after (a commit writes and
+syncs a segment: not on the thread reading the daemon's frames), and by any search that
+comes first, so a search sees every append made before it. A commit is atomic, and each
+conversation's messages are indexed in log order, so after a kill -9 the index holds a
+prefix of every log and the next start reads on from its end: nothing is lost or doubled.
 
-Searches run in threads of their own: a burst of them (each waiting for its agent's
-index, which one search at a time scans) must not take the threads the daemon's turns
-write their files in. Nothing waits for a build in a thread. Those threads and the build's
-run at background priority (:mod:`shared.priority`): a search is CPU work, and the event
-loop must not wait for the CPU behind it.
+Searches run in threads of their own at background priority (:mod:`shared.priority`), as
+does the catch-up: a search is CPU work, and the daemon must not wait behind it.
 """
 
 from __future__ import annotations
@@ -24,81 +25,70 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import ctypes
 import functools
-import os
+import json
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
-from pydantic import ValidationError
 
-from agentd.recall_access import AgentRecallAccess
+from agentd.recall_catchup import Uncovered, lines_in, plan_of, read_around, read_hit
 from agentd.recall_frames import WRITE_AT_STOP_S
-from shared.errors import AmbiguousMessage, UnknownMessage
-from shared.models.messages import Message
 from shared.priority import lower_this_thread
-from shared.protocol import names_message
-from shared.recall.documents import (
-    Document,
-    EchoTracker,
-    lines_before,
-    lines_from,
-    read_documents,
-    read_message_at,
-)
+from shared.recall.documents import Document, read_documents
 from shared.recall.index import AgentIndex
-from shared.recall.persisted import Covered, PersistedIndex
 from shared.recall.ranking import Found, Hit, SearchRequest
-from shared.recall.segments import OPEN_SEGMENT_DOCS, SEGMENT_CAPACITY, Segment
 from shared.recall.text import ANALYZER_VERSION
-from shared.store.conversations import Conversation, scan_conversations
-from shared.store.jsonl import MessageLog
-from shared.store.layout import Layout
+from shared.store.layout import Layout, RecallFiles
 
 log = structlog.get_logger(__name__)
 
 SEARCH_THREADS = 2
 """Recall's own threads: searches are CPU work, so more would only share the same cores."""
 READY_POLL_S = 0.005
-"""How often a search waiting for its agent's index to open looks again (an open takes
-a tenth of a second at a million messages: a coarser poll would add half of that)."""
+"""How often a search waiting for its agent's index to open looks again."""
 READ_AT_OPEN = 256
-"""Lines missing from the persisted segments that opening reads at once (a few ms)
-rather than in the background: what an orderly stop leaves (lines that are not
-messages to index, a summary or a stop record) or a short tail."""
+"""Lines the index misses that opening reads at once (a few ms) rather than in the
+background: what an orderly stop leaves (lines that are not messages to index, a summary
+or a stop record) or a short tail."""
 COUNT_AT_OPEN_BYTES = 1 << 20
 """Logs this small are counted even when the index is rebuilt from nothing (a millisecond
 of reading), so a small agent just imported or restored is read at open and its first
 search finds everything, while a large one rebuilds in the background."""
+COMMIT_DELAY_S = 0.2
+"""How long after an append the writer thread commits it (appends in between join the
+same commit; a search commits at once what it must see)."""
+FORMAT = {"engine": "tantivy", "analyzer": ANALYZER_VERSION}
+"""What ``format.json`` says of an index this code can read."""
 
 T = TypeVar("T")
 
 
 class _AgentRecall:
-    def __init__(self, persisted: PersistedIndex, index: AgentIndex) -> None:
-        self.persisted = persisted
-        self.index = index
+    def __init__(self, files: RecallFiles) -> None:
+        self.files = files
+        self.index: AgentIndex | None = None
         self.searchable = threading.Event()
-        """Set once the persisted segments are open and what they miss is counted:
-        searches are answered from then on."""
+        """Set once the index is open and what it misses is counted: searches are
+        answered from then on."""
         self.ready = threading.Event()
         """Set once everything the logs hold is indexed (appends then go in at once)."""
         self.read_up_to: dict[str, int] = {}
         """Per conversation, past the last line the catch-up read (appends below it are in)."""
-        self.pending: list[tuple[str, list[Message], list[int]]] = []
+        self.pending: list[tuple[str, list[dict[str, Any]], list[int]]] = []
         self.rebuilding: str | None = None
-        self.work: list[_Uncovered] = []
-        """What the catch-up reads, per conversation."""
+        self.work: list[Uncovered] = []
         self.to_read: int | None = None
         """Lines the catch-up has still to read (counted before searches are answered,
         then counted down); None while rebuilding large logs (not counted)."""
+        self.closed = False
+        self.commit_due = False
 
     def state(self) -> str:
         if self.ready.is_set():
@@ -117,94 +107,32 @@ class _AgentRecall:
         if self.rebuilding is not None:
             return f"index rebuilding ({self.rebuilding}): results may be incomplete"
         missing = self._missing()
-        if missing == 0:  # every line read is indexed, and nothing was appended meanwhile
+        if missing == 0:
             return None
         return f"index catching up: {missing:,} messages not searchable yet"
 
     def _missing(self) -> int:
-        """Lines the catch-up has still to index, and messages appended meanwhile (which
-        join the index when it is done)."""
         return (self.to_read or 0) + sum(len(messages) for _, messages, _ in self.pending)
 
 
-@dataclass
-class _Uncovered:
-    """One conversation's log and what of it the persisted segments do not cover."""
-
-    conversation_id: str
-    path: Path
-    ranges: list[tuple[int, int | None]]
-    """Line offsets [start, stop) to read; the last one open-ended (the tail)."""
-    lines: list[int] | None = None
-    """How many lines start in each range (None while rebuilding large logs: not counted)."""
-
-
 class RecallService:
-    def __init__(
-        self,
-        layout: Layout,
-        *,
-        open_segment_docs: int = OPEN_SEGMENT_DOCS,
-        segment_capacity: int = SEGMENT_CAPACITY,
-    ) -> None:
-        """The sizes are parameters only so tests can exercise freezing and merging."""
+    def __init__(self, layout: Layout) -> None:
         self.layout = layout
-        self._sizes = {"open_segment_docs": open_segment_docs, "segment_capacity": segment_capacity}
         self._agents: dict[str, _AgentRecall] = {}
         self._lock = threading.Lock()
         self._threads = ThreadPoolExecutor(
             SEARCH_THREADS, thread_name_prefix="recall", initializer=lower_this_thread
         )
-        self._manifest_locks: dict[str, threading.Lock] = {}
         self._writes: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        threading.Thread(target=self._write_segments, name="recall-write", daemon=True).start()
+        threading.Thread(target=self._write, name="recall-write", daemon=True).start()
 
     def _new_state(self, agent_id: str) -> _AgentRecall:
-        """A fresh index for the agent (the caller holds ``_lock``), writing what it freezes."""
-        persisted = PersistedIndex(
-            self.layout.recall_files(agent_id),
-            lambda conversation_id: (
-                self.layout.conversation_files(agent_id, conversation_id).messages
-            ),
-            ANALYZER_VERSION,
-            self._manifest_locks.setdefault(agent_id, threading.Lock()),
-            capacity=self._sizes["segment_capacity"],
-        )
+        return _AgentRecall(self.layout.recall_files(agent_id))
 
-        def on_freeze(segment: Segment) -> None:
-            self._writes.put(functools.partial(persisted.persist, index, segment))
+    # --- the writer thread -----------------------------------------------------------------
 
-        index = AgentIndex(on_freeze=on_freeze, **self._sizes)
-        return _AgentRecall(persisted, index)
-
-    def wait_for_writes(self, timeout_s: float | None = None) -> bool:
-        """Return once the segments frozen so far are written (and merged), or after
-        ``timeout_s``; False if they were not all written by then."""
-        done = threading.Event()
-        self._writes.put(done.set)
-        return done.wait(timeout_s)
-
-    def write_open_segments(self, timeout_s: float = WRITE_AT_STOP_S) -> bool:
-        """At an orderly stop: freeze and write every caught-up agent's open segment (up to
-        8,191 documents each), so the next start reads no tail from the logs. Waits at most
-        ``timeout_s`` for the writes (and the merges they complete) and returns whether
-        they all finished; what is cut short is read again at the next start, as after a
-        kill. An agent still catching up is skipped: its build has not finished either."""
-        started = time.perf_counter()
-        with self._lock:
-            states = [state for state in self._agents.values() if state.ready.is_set()]
-        for state in states:
-            state.index.freeze()
-        written = self.wait_for_writes(timeout_s)
-        log.info(
-            "recall_open_segments_written" if written else "recall_open_segments_cut_short",
-            agents=len(states),
-            seconds=round(time.perf_counter() - started, 2),
-        )
-        return written
-
-    def _write_segments(self) -> None:
-        """The writer thread: segments to disk and merges, one at a time, in order."""
+    def _write(self) -> None:
+        """Commits (and closing indexes), one at a time, in order."""
         lower_this_thread()
         while True:
             job = self._writes.get()
@@ -212,6 +140,46 @@ class RecallService:
                 job()
             except Exception:
                 log.exception("recall_write_failed")
+
+    def _commit_soon(self, state: _AgentRecall) -> None:
+        if state.commit_due:
+            return
+        state.commit_due = True
+
+        def commit() -> None:
+            state.commit_due = False
+            if state.index is not None and not state.closed:
+                state.index.commit()
+
+        timer = threading.Timer(COMMIT_DELAY_S, self._writes.put, (commit,))
+        timer.daemon = True
+        timer.start()
+
+    def wait_for_writes(self, timeout_s: float | None = None) -> bool:
+        """Return once what was queued for the writer thread is done, or after
+        ``timeout_s``; False if it was not all done by then."""
+        done = threading.Event()
+        self._writes.put(done.set)
+        return done.wait(timeout_s)
+
+    def flush(self, timeout_s: float = WRITE_AT_STOP_S) -> bool:
+        """At an orderly stop: commit what every agent's index holds (waiting at most
+        ``timeout_s``); whatever is cut short is read again from the logs at the next
+        start, as after a kill."""
+        started = time.perf_counter()
+        with self._lock:
+            states = [state for state in self._agents.values() if state.index is not None]
+        for state in states:
+            self._writes.put(_closer(state))
+        written = self.wait_for_writes(timeout_s)
+        log.info(
+            "recall_committed" if written else "recall_commit_cut_short",
+            agents=len(states),
+            seconds=round(time.perf_counter() - started, 2),
+        )
+        return written
+
+    # --- opening ---------------------------------------------------------------------------
 
     def start(self, agent_ids: list[str]) -> threading.Thread:
         """Open every agent's index in one background thread, then catch up on the logs."""
@@ -229,21 +197,21 @@ class RecallService:
         return thread
 
     def drop(self, agent_id: str) -> None:
-        """Forget the agent's index: it was deleted, or lost a conversation and is opened
-        again with :meth:`start`. A build still running fills a state nobody reads, and
-        its segments are no longer written."""
+        """Forget the agent's index: it was deleted, or is opened again with :meth:`start`.
+        A build still running fills an index nobody reads; its files are let go."""
         with self._lock:
             state = self._agents.pop(agent_id, None)
         if state is not None:
-            state.persisted.closed = True
+            state.closed = True
             state.searchable.set()
+            self._writes.put(_closer(state))
 
     def _build_all(self, states: list[tuple[str, _AgentRecall]]) -> None:
         for agent_id, state in states:  # at the daemon's priority: searches wait for this
             self._open(agent_id, state)
         lower_this_thread()  # the catch-up is background work
         for agent_id, state in states:
-            if state.ready.is_set():  # nothing to read
+            if state.ready.is_set() or state.index is None:
                 continue
             started = time.perf_counter()
             try:
@@ -252,102 +220,73 @@ class RecallService:
                 log.exception("recall_build_failed", agent_id=agent_id)
             finally:
                 self._finish(state)
-            _release_build_memory()
             log.info(
                 "recall_index_built",
                 agent_id=agent_id,
                 documents=len(state.index),
-                bytes=state.index.nbytes,
                 seconds=round(time.perf_counter() - started, 2),
             )
-        for agent_id, state in states:
-            damaged = state.persisted.damaged()
-            if damaged and not state.persisted.closed:
-                log.warning("recall_segments_damaged", agent_id=agent_id, serials=damaged)
-                state.persisted.forget(damaged)
-                self.start([agent_id]).join()
 
     def _open(self, agent_id: str, state: _AgentRecall) -> None:
-        """Open the persisted segments and count what they miss; searches are answered
-        from then on. With nothing missing the index is ready at once, and with a few
-        lines missing (a stop's last messages) it reads them here: a start over what was
-        persisted never says "catching up", not even for a moment."""
+        """Open the index and count what it misses; searches are answered from then on.
+        With nothing missing the index is ready at once, and with a few lines missing (a
+        stop's last messages) it reads them here: a start over what was persisted never
+        says "catching up", not even for a moment."""
         started = time.perf_counter()
-        covered: Covered = {}
         try:
-            loaded = state.persisted.load()
-            state.index.restore(loaded.conversations, loaded.parts)
-            state.rebuilding = loaded.rebuilding
-            covered = loaded.covered
-        except Exception:
-            log.exception("recall_open_failed", agent_id=agent_id)
-            state.rebuilding = "index unreadable"
-        try:
-            self._plan(agent_id, state, covered)
+            state.index, state.rebuilding = _opened(state.files)
+            plan = plan_of(self.layout, agent_id, state.index)
+            state.work = plan.work
+            state.rebuilding = state.rebuilding or plan.rebuilding
+            for item in plan.work:
+                state.read_up_to[item.conversation_id] = item.start
+            large = sum(item.size for item in plan.work) > COUNT_AT_OPEN_BYTES
+            if state.rebuilding is None or not large:
+                for item in plan.work:
+                    item.lines = lines_in(item.path, item.start)
+                state.to_read = sum(item.lines or 0 for item in plan.work)
             if state.to_read is not None and state.to_read <= READ_AT_OPEN:
                 try:
                     self._catch_up(state)
                 finally:
                     self._finish(state)
         except Exception:
-            log.exception("recall_build_failed", agent_id=agent_id)
+            log.exception("recall_open_failed", agent_id=agent_id)
         finally:
             state.searchable.set()
         log.info(
             "recall_index_opened",
             agent_id=agent_id,
-            documents=len(state.index),
+            documents=len(state.index) if state.index is not None else 0,
             rebuilding=state.rebuilding,
             to_read=state.to_read,
             seconds=round(time.perf_counter() - started, 3),
         )
 
-    def _plan(self, agent_id: str, state: _AgentRecall, covered: Covered) -> None:
-        """What the catch-up reads: what the persisted segments do not cover, in every
-        conversation's log, including one whose ``conversation.json`` is damaged (the scan
-        logs it with what to do): the log, not the record, holds the messages. Counted
-        unless rebuilding large logs (then it may be every log: status says why instead)."""
-        scan = scan_conversations(self.layout, agent_id)
-        scan.log_damaged()
-        for conversation_id in scan.ids:
-            path = self.layout.conversation_files(agent_id, conversation_id).messages
-            runs = covered.get(conversation_id, [])
-            state.work.append(_Uncovered(conversation_id, path, _uncovered(runs)))
-            state.read_up_to[conversation_id] = runs[-1][1] + 1 if runs else 0
-        if state.rebuilding is None or _total_bytes(state.work) <= COUNT_AT_OPEN_BYTES:
-            for item in state.work:
-                item.lines = _lines_in(item.path, item.ranges)
-            state.to_read = sum(sum(item.lines or ()) for item in state.work)
-
     def _catch_up(self, state: _AgentRecall) -> None:
-        """Index what :meth:`_plan` found uncovered, counting :attr:`_AgentRecall.to_read`
-        down as it goes (a range counted empty is not read)."""
+        """Index what :func:`plan_of` found missing, counting :attr:`_AgentRecall.to_read`
+        down as it goes (a log counted empty is not read)."""
+        index = state.index
+        assert index is not None
 
         def documents() -> Iterator[Document]:
             for item in state.work:
-                for n, (start, stop) in enumerate(item.ranges):
-                    left = None if item.lines is None else item.lines[n]
-                    if left == 0:
-                        continue
-                    tail = stop is None
-                    tracker = state.index.tracker(item.conversation_id) if tail else EchoTracker()
-                    for document in read_documents(item.path, tracker, start, stop):
-                        if tail:
-                            state.read_up_to[item.conversation_id] = document.offset + 1
-                        yield document
-                        if left:  # indexed: the build asks for the next one only then
-                            left -= 1
-                            state.to_read = max(0, (state.to_read or 0) - 1)
-                    if left:  # lines that were not documents (a summary, a stop record)
-                        state.to_read = max(0, (state.to_read or 0) - left)
+                left = item.lines
+                if left == 0:
+                    continue
+                tracker = index.tracker(item.conversation_id)
+                for document in read_documents(item.path, tracker, item.start):
+                    if state.closed:
+                        return
+                    state.read_up_to[item.conversation_id] = document.offset + 1
+                    yield document
+                    if left:  # indexed: the build asks for the next one only then
+                        left -= 1
+                        state.to_read = max(0, (state.to_read or 0) - 1)
+                if left:  # lines that were not documents (a summary, a stop record)
+                    state.to_read = max(0, (state.to_read or 0) - left)
 
-        state.index.build(documents())
-        if any(
-            stop is not None and (item.lines is None or item.lines[n])
-            for item in state.work
-            for n, (_, stop) in enumerate(item.ranges)
-        ):
-            state.index.relink()
+        index.build(documents())
 
     def _finish(self, state: _AgentRecall) -> None:
         """The catch-up is done: what was appended meanwhile joins, then appends go in at
@@ -358,48 +297,65 @@ class RecallService:
                 self._add(state, conversation_id, messages, offsets)
             state.ready.set()
 
-    def on_append(
-        self, conversation: Conversation, messages: list[Message], offsets: list[int]
-    ) -> None:
-        """A ``Conversation`` listener: index what was just appended."""
-        self.appended(conversation.agent_id, conversation.id, messages, offsets)
+    # --- appending -------------------------------------------------------------------------
 
     def appended(
-        self, agent_id: str, conversation_id: str, messages: list[Message], offsets: list[int]
+        self,
+        agent_id: str,
+        conversation_id: str,
+        messages: list[dict[str, Any]],
+        offsets: list[int],
     ) -> None:
-        """Index ``messages``, just appended to the conversation's log at ``offsets``."""
+        """Index ``messages`` (their JSON fields), just appended to the conversation's log
+        at ``offsets``."""
+        state = self._state(agent_id)
         with self._lock:
-            state = self._agents.get(agent_id)
-            if state is None:  # an agent created since the start: nothing to open
-                state = self._agents[agent_id] = self._new_state(agent_id)
-                state.searchable.set()
-                state.ready.set()
             if not state.ready.is_set():
                 state.pending.append((conversation_id, messages, offsets))
                 return
             self._add(state, conversation_id, messages, offsets)
 
-    @staticmethod
-    def _add(
-        state: _AgentRecall, conversation_id: str, messages: list[Message], offsets: list[int]
-    ) -> None:
-        read = state.read_up_to.get(conversation_id, 0)
-        tracker = state.index.tracker(conversation_id)
-        for message, offset in zip(messages, offsets, strict=True):
-            if offset < read:
-                continue
-            document = tracker.message(message, offset)
-            if document is not None:
-                state.index.add(document)
-
-    async def _ready(self, agent_id: str) -> _AgentRecall:
-        """The agent's index once its persisted segments are open (not necessarily caught up)."""
+    def _state(self, agent_id: str) -> _AgentRecall:
+        """The agent's state; an agent not started (one created since the start) is
+        opened here and now, as small as it is (a catch-up too long for that goes on in
+        the background)."""
         with self._lock:
             state = self._agents.get(agent_id)
-            if state is None:
-                state = self._agents[agent_id] = self._new_state(agent_id)
-                state.searchable.set()
-                state.ready.set()
+            if state is not None:
+                return state
+            state = self._agents[agent_id] = self._new_state(agent_id)
+        self._open(agent_id, state)
+        if not state.ready.is_set():
+            threading.Thread(
+                target=self._build_all, args=([(agent_id, state)],), name="recall-build"
+            ).start()
+        return state
+
+    def _add(
+        self,
+        state: _AgentRecall,
+        conversation_id: str,
+        messages: list[dict[str, Any]],
+        offsets: list[int],
+    ) -> None:
+        index = state.index
+        if index is None or state.closed:
+            return
+        read = state.read_up_to.get(conversation_id, 0)
+        tracker = index.tracker(conversation_id)
+        for fields, offset in zip(messages, offsets, strict=True):
+            if offset < read:
+                continue
+            document = tracker.document(fields, offset)
+            if document is not None:
+                index.add(document)
+        self._commit_soon(state)
+
+    # --- answering -------------------------------------------------------------------------
+
+    async def _ready(self, agent_id: str) -> _AgentRecall:
+        """The agent's index once it is open (not necessarily caught up)."""
+        state = self._state(agent_id)
         while not state.searchable.is_set():
             await asyncio.sleep(READY_POLL_S)
         return state
@@ -411,7 +367,7 @@ class RecallService:
             state = self._agents.get(agent_id)
         if state is None:
             return {"state": "not open", "bytes_on_disk": None}
-        return {"state": state.state(), "bytes_on_disk": state.persisted.bytes_on_disk}
+        return {"state": state.state(), "bytes_on_disk": _bytes_in(state.files.directory)}
 
     async def _in_thread(self, function: Callable[..., T], *args: object) -> T:
         """``function(*args)`` in one of recall's threads (with the caller's log context)."""
@@ -423,143 +379,82 @@ class RecallService:
         began while the index was catching up says so even if it ended after."""
         state = await self._ready(agent_id)
         incomplete = state.incomplete()
-        ranked = await self._in_thread(state.index.search, request)
-        hits = await self._in_thread(self._hits, agent_id, state.index, ranked)
+        if state.index is None:
+            return Found([], incomplete)
+        hits = await self._in_thread(self._search, agent_id, state.index, request)
         return Found(hits, incomplete)
 
-    def _hits(self, agent_id: str, index: AgentIndex, ranked: list[tuple[int, float]]) -> list[Hit]:
+    def _search(self, agent_id: str, index: AgentIndex, request: SearchRequest) -> list[Hit]:
         hits = []
-        for number, score in ranked:
-            conversation_id, offset = index.locate(number)
+        for ranked in index.search(request):
+            conversation_id = index.conversation_id(ranked.conversation)
+            if conversation_id is None:
+                continue
             path = self.layout.conversation_files(agent_id, conversation_id).messages
-            document = _document_at(path, offset)
-            hits.append(
-                Hit(
-                    message_id=index.message_id(number),
-                    conversation_id=conversation_id,
-                    role=index.role(number),
-                    created_at=index.created_at(number),
-                    score=score,
-                    text=document.text if document else "",
+            document = read_hit(path, ranked.offset)
+            if document is not None:
+                hits.append(
+                    Hit(
+                        message_id=document.message_id,
+                        conversation_id=conversation_id,
+                        role=document.role,
+                        created_at=document.created_at,
+                        score=ranked.score,
+                        text=document.text,
+                    )
                 )
-            )
         return hits
 
-    async def around(
-        self, agent_id: str, message_id: str, before: int, after: int
-    ) -> list[Message]:
-        """The messages around ``message_id`` in its conversation, oldest first."""
+    async def around(self, agent_id: str, message_id: str, before: int, after: int) -> list[bytes]:
+        """The log lines of the messages around ``message_id`` in its conversation, oldest
+        first (the daemon parses them: this process never imports the message models)."""
         state = await self._ready(agent_id)
-        return await self._in_thread(self._around, agent_id, state.index, message_id, before, after)
-
-    def _around(
-        self, agent_id: str, index: AgentIndex, message_id: str, before: int, after: int
-    ) -> list[Message]:
-        """In a thread: finding the id waits for a running search of the index.
-        ``message_id`` may be short (its last characters, as agentctl shows it)."""
-        number = index.number_of(message_id)
-        numbers = [number] if number is not None else index.numbers_ending(message_id)
-        if len(numbers) > 1:
-            raise AmbiguousMessage(
-                f"{message_id} is the end of {len(numbers)} message ids: give more of the id"
-            )
-        if numbers:  # a search hit: its line is where the index says
-            conversation_id, offset = index.locate(numbers[0])
-            path = self.layout.conversation_files(agent_id, conversation_id).messages
-            found = _lines_around(path, offset, message_id, before, after)
-            if found is not None:
-                return found
-        # not searchable (a summary, say): look through every conversation
-        for conversation_id in scan_conversations(self.layout, agent_id).ids:
-            path = self.layout.conversation_files(agent_id, conversation_id).messages
-            messages = list(MessageLog(path))
-            for position, message in enumerate(messages):
-                if names_message(message_id, message.id):
-                    return messages[max(0, position - before) : position + after + 1]
-        raise UnknownMessage(f"no message {message_id} in this agent's conversations")
-
-    def bind(self, agent_id: str) -> AgentRecallAccess:
-        return AgentRecallAccess(self, agent_id)
+        return await self._in_thread(
+            read_around, self.layout, agent_id, state.index, message_id, before, after
+        )
 
 
-def _lines_around(
-    path: Path, offset: int, message_id: str, before: int, after: int
-) -> list[Message] | None:
-    """``message_id``, whose line starts at ``offset``, with up to ``before`` messages
-    before it and ``after`` after it, reading only their lines; None if the line there is
-    not that message's (or a line around it does not parse: then the caller scans)."""
+def _opened(files: RecallFiles) -> tuple[AgentIndex, str | None]:
+    """The agent's index, and why it is rebuilt (None when it is not): one of another
+    format or analyzer, or that tantivy cannot open, is removed and made anew."""
+    directory = files.directory
     try:
-        earlier = lines_before(path, offset, before)
-        later = lines_from(path, offset, after + 1)
-    except OSError:
-        return None
-    try:
-        messages = [Message.parse_line(line) for _, line in earlier + later]
-    except ValidationError:
-        return None
-    if not later or not names_message(message_id, messages[len(earlier)].id):
-        return None
-    return messages
-
-
-def _uncovered(runs: list[tuple[int, int]]) -> list[tuple[int, int | None]]:
-    """The ranges of line offsets [start, stop) the runs leave (the last one open-ended)."""
-    ranges: list[tuple[int, int | None]] = []
-    start = 0
-    for first, last in runs:
-        if first > start:
-            ranges.append((start, first))
-        start = max(start, last + 1)
-    ranges.append((start, None))
-    return ranges
-
-
-def _total_bytes(work: list[_Uncovered]) -> int:
-    """The size of every log in ``work`` (a log gone since the scan counts nothing)."""
-    total = 0
-    for item in work:
-        with contextlib.suppress(FileNotFoundError):
-            total += item.path.stat().st_size
-    return total
-
-
-def _lines_in(path: Path, ranges: list[tuple[int, int | None]]) -> list[int]:
-    """How many lines start in each of ``ranges`` of the log: a line starts at 0 or after
-    a newline, so it is the newlines in the range moved back one byte. A range starts just
-    past the start of the last line indexed, whose newline must not count (it would make
-    every conversation of a caught-up index look one message behind)."""
-    counts = [0] * len(ranges)
-    try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            for n, (start, stop) in enumerate(ranges):
-                end = size if stop is None else min(stop, size)
-                if start >= end:
-                    continue
-                counts[n] += start == 0  # the first line has no newline before it
-                handle.seek(max(start - 1, 0))
-                left = end - 1 - max(start - 1, 0)
-                while left > 0:
-                    chunk = handle.read(min(1 << 20, left))
-                    if not chunk:
-                        break
-                    counts[n] += chunk.count(b"\n")
-                    left -= len(chunk)
+        found = json.loads(files.format.read_text())
     except FileNotFoundError:
-        return [0] * len(ranges)
-    return counts
+        found = None
+    except ValueError:
+        found = {}
+    why = None
+    if found is None:
+        why = "no index on disk"
+    elif found.get("engine") != FORMAT["engine"]:
+        why = "format changed"
+    elif found.get("analyzer") != FORMAT["analyzer"]:
+        why = "analyzer changed"
+    if why is None:
+        try:
+            return AgentIndex(directory), None
+        except (OSError, ValueError) as exc:
+            log.warning("recall_index_unreadable", path=str(directory), error=str(exc))
+            why = "index unreadable"
+    shutil.rmtree(directory, ignore_errors=True)
+    index = AgentIndex(directory)
+    files.format.write_text(json.dumps(FORMAT))
+    return index, why
 
 
-def _document_at(path: Path, offset: int) -> Document | None:
-    try:
-        fields = read_message_at(path, offset)
-    except (OSError, ValueError):
-        return None
-    return EchoTracker().document(fields, offset)
+def _closer(state: _AgentRecall) -> Callable[[], None]:
+    def close() -> None:
+        if state.index is not None:
+            state.index.close()
+
+    return close
 
 
-def _release_build_memory() -> None:
-    """Hand the build's temporaries back to the OS: glibc keeps freed arenas otherwise, and
-    a large build then holds ~25% more resident memory than the index needs."""
-    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+def _bytes_in(directory: Path) -> int:
+    total = 0
+    with contextlib.suppress(FileNotFoundError):
+        for path in directory.iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                total += path.stat().st_size
+    return total

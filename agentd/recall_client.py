@@ -12,7 +12,7 @@ each into frames (:mod:`agentd.recall_frames`):
 One sender thread writes every frame, in the order they were asked for, so a search sees
 every append made before it. A reader thread per process settles the answers. When the
 process dies, the calls it held fail with :class:`~shared.errors.RecallUnavailable` and a
-new one is started with every agent the daemon knows: it opens their persisted segments
+new one is started with every agent the daemon knows: it opens their persisted indexes
 and reads the logs' tail, so appends made meanwhile are not lost (they are in the logs).
 """
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
 import queue
 import socket
 import subprocess
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
+from pydantic import ValidationError
 
 from agentd.recall_access import AgentRecallAccess
 from agentd.recall_frames import WRITE_AT_STOP_S, encode, read_frame
@@ -52,9 +52,6 @@ STATUS_TIMEOUT_S = 5.0
 """How long ``status`` waits for the process before it reports it as not answering."""
 EXIT_WAIT_S = 5.0
 """How long a stop waits for the process to exit once its socket is closed."""
-ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1"}
-"""Recall uses numpy's arrays, never its linear algebra: the thread pool OpenBLAS starts at
-import (a thread per core) would only cost the process memory and 65 ms of CPU a start."""
 
 
 @dataclass(eq=False)
@@ -119,10 +116,12 @@ class RecallClient:
     def on_append(
         self, conversation: Conversation, messages: list[Message], offsets: list[int]
     ) -> None:
-        """A ``Conversation`` listener: hand what was just appended to the index."""
+        """A ``Conversation`` listener: hand what was just appended to the index (as the
+        messages' JSON fields: the recall process never imports the models)."""
         with self._lock:
             self._agents.add(conversation.agent_id)
-        self._outbox.put(("append", conversation.agent_id, conversation.id, messages, offsets))
+        fields = [message.model_dump(mode="json") for message in messages]
+        self._outbox.put(("append", conversation.agent_id, conversation.id, fields, offsets))
 
     # --- calls -----------------------------------------------------------------------------
 
@@ -133,8 +132,14 @@ class RecallClient:
     async def around(
         self, agent_id: str, message_id: str, before: int, after: int
     ) -> list[Message]:
-        """The messages around ``message_id`` in its conversation, oldest first."""
-        messages: list[Message] = await self._call("around", agent_id, message_id, before, after)
+        """The messages around ``message_id`` in its conversation, oldest first (the
+        recall process reads their lines; they are parsed here, a line that is not a
+        message skipped)."""
+        lines: list[bytes] = await self._call("around", agent_id, message_id, before, after)
+        messages = []
+        for line in lines:
+            with contextlib.suppress(ValidationError):
+                messages.append(Message.parse_line(line))
         return messages
 
     async def status(self, agent_id: str) -> dict[str, object]:
@@ -154,14 +159,12 @@ class RecallClient:
         return AgentRecallAccess(self, agent_id)
 
     async def close(self, timeout_s: float = WRITE_AT_STOP_S) -> None:
-        """At an orderly stop: let the process write its open segments (for at most
+        """At an orderly stop: let the process commit what it was sent (for at most
         ``timeout_s``), then close its socket, which ends it."""
         process = self._process
         if process is not None and not process.gone:
             with contextlib.suppress(TimeoutError, RecallUnavailable):
-                await asyncio.wait_for(
-                    self._call("write_open_segments", timeout_s), timeout_s + EXIT_WAIT_S
-                )
+                await asyncio.wait_for(self._call("flush", timeout_s), timeout_s + EXIT_WAIT_S)
         self._closing = True
         self._outbox.put(None)
         await asyncio.to_thread(self._sender.join, EXIT_WAIT_S)
@@ -249,11 +252,10 @@ class RecallClient:
                     self.settings.log_format,
                 ],
                 pass_fds=(theirs.fileno(),),
-                env={**os.environ, **ONE_BLAS_THREAD},
                 stdin=subprocess.DEVNULL,
                 # In a process group of its own: a terminal's Ctrl-C and a stop signal to
-                # the daemon's group must not end it before the daemon has had it write
-                # its open segments. It ends when the daemon closes its socket, or dies.
+                # the daemon's group must not end it before the daemon has had it commit
+                # what it was sent. It ends when the daemon closes its socket, or dies.
                 process_group=0,
             )
         process = _Process(popen, ours)

@@ -6,10 +6,11 @@ messages appended, a search's request and hits, the messages around an id).
 
 Daemon to recall process (each a tuple, kind first):
 
-- ``("start", [agent_id, …])``: open these agents' indexes (persisted segments, then the
+- ``("start", [agent_id, …])``: open these agents' indexes (what is persisted, then the
   logs' tail); sent first to every new process with every agent the daemon knows;
 - ``("drop", agent_id)``: forget one (deleted, or about to be opened again);
-- ``("append", agent_id, conversation_id, messages, offsets)``: just appended to a log;
+- ``("append", agent_id, conversation_id, messages, offsets)``: just appended to a log
+  (each message as its JSON fields: the recall process never imports the models);
 - ``("call", call_id, method, args)``: a request that wants an answer (:data:`CALLS`).
 
 Recall process to daemon: ``("answer", call_id, ok, value)``, where ``value`` is the
@@ -27,11 +28,11 @@ import struct
 from typing import Any
 
 HEADER = struct.Struct(">I")
-CALLS = ("search", "around", "status", "write_open_segments")
+CALLS = ("search", "around", "status", "flush")
 """What a ``call`` frame may name: the recall service's methods that answer."""
 WRITE_AT_STOP_S = 10.0
-"""How long an orderly stop waits for the open segments to be written: one of 8,191
-documents takes well under a second, and the merge it may complete a few seconds."""
+"""How long an orderly stop waits for what was appended to be committed (well under a
+second: appends are committed a fifth of a second after they come)."""
 
 
 def encode(frame: tuple[Any, ...]) -> bytes:

@@ -1,17 +1,18 @@
 """The recall process: the daemon's recall index, served over a socket pair.
 
-Why a process of its own: a search over a million messages is seconds of CPU in Python,
-and run in the daemon's threads it shares the daemon's interpreter lock with the event
-loop. Every time the loop gives the lock up (each socket or file call of every turn) it
-then waits for a search thread to hand it back, so under searches the loop ran tens of
-milliseconds late whatever the threads' priority (``tests/bench/loop_bench.py``). Here the
-index, its catch-up on the logs, its segment writes and merges, and the searches all run
-beside the daemon instead of inside it; the daemon only sends frames
-(:mod:`agentd.recall_frames`).
+Why a process of its own: a rebuild reads and analyzes every log (minutes of CPU at a
+million messages), and its Python half, run in the daemon's threads, would share the
+daemon's interpreter lock with the event loop: every time the loop gives the lock up
+(each socket or file call of every turn) it would then wait for the build to hand it
+back (``tests/bench/loop_bench.py`` measured tens of milliseconds of lag that way). Here
+the index, its catch-up on the logs, its commits and the searches all run beside the
+daemon instead of inside it; the daemon only sends frames (:mod:`agentd.recall_frames`).
+It imports no message model (pydantic) and no numpy, so it answers its first search a
+few tenths of a second after it is spawned.
 
 Started by :class:`agentd.recall_client.RecallClient` as
 ``python -m agentd.recall_process FD HOME LEVEL FORMAT``; it exits when the daemon closes
-its end (an orderly stop has asked it to write its open segments first; after a crash of
+its end (an orderly stop has asked it to commit what it was sent first; after a crash of
 the daemon nothing is lost, since the logs are the source of truth).
 """
 
@@ -82,7 +83,7 @@ class RecallServer:
             return await self.service.around(*args)
         if method == "status":
             return self.service.status(*args)
-        return await asyncio.to_thread(self.service.write_open_segments, *args)
+        return await asyncio.to_thread(self.service.flush, *args)
 
 
 async def serve(fd: int, home: Path) -> None:

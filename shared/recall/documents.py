@@ -3,7 +3,8 @@
 Only ordinary messages are documents: what the user said, what the agent answered (its
 text, the names and arguments of the tools it called), and tool results. Summaries,
 reminders, notes and stop records are made by the harness and never searchable: a
-summary must not pass for something the user said.
+summary must not pass for something the user said. Messages are read as their JSON
+fields: recall's process never imports the message models.
 
 An *echo* is a trace a search leaves: the assistant message that called a recall tool,
 and that call's result. Echoes still match, but score ×0.1 and stay out of the corpus
@@ -19,8 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from shared.models.messages import Message
-from shared.store.jsonl import lines_backwards
+from shared.store.lines import lines_backwards
 
 RECALL_TOOLS = frozenset({"recall_search", "messages_around"})
 SEARCHABLE_ROLES = ("user", "assistant", "tool")
@@ -77,9 +77,6 @@ class EchoTracker:
             echo=echo,
             offset=offset,
         )
-
-    def message(self, message: Message, offset: int = -1) -> Document | None:
-        return self.document(message.model_dump(mode="json"), offset)
 
     def seed(self, path: Path, before: int) -> None:
         """Take up the state at byte ``before`` of the log, to read on from there: the

@@ -33,6 +33,7 @@ import structlog
 from pydantic import ValidationError
 
 from shared.models.messages import Message
+from shared.store.lines import lines_backwards
 from shared.store.writes import raise_if_disk_full, write_all
 
 log = structlog.get_logger(__name__)
@@ -193,27 +194,3 @@ def is_whole_line(tail: bytes) -> bool:
         return isinstance(json.loads(tail), dict)
     except (ValueError, RecursionError):  # not JSON, not UTF-8; nested too deeply
         return False
-
-
-def lines_backwards(path: Path, end: int | None = None) -> Iterator[bytes]:
-    """The lines before byte ``end`` (the end of the file by default; otherwise the start
-    of a line), newest first, read backwards block by block; each ends with its newline
-    except an unterminated last one (a torn append)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        size = os.fstat(fd).st_size
-        position = size if end is None else min(end, size)
-        carry = b""
-        while position > 0:
-            start = max(0, position - _BLOCK)
-            chunk = os.pread(fd, position - start, start) + carry
-            position = start
-            pieces = chunk.split(b"\n")
-            lines = [piece + b"\n" for piece in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
-            carry = lines.pop(0) if position > 0 and lines else b""
-            yield from reversed(lines)
-    finally:
-        os.close(fd)

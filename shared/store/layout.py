@@ -10,7 +10,6 @@ line here and a test keeps the names out of every other module.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,27 +114,17 @@ class ReflectionFiles:
         return self.directory / "idle-sweep.json"
 
 
-_SEGMENT_NAME = re.compile(r"[0-9]{8}\.seg")
-
-
 @dataclass(frozen=True)
 class RecallFiles:
-    """The agent's persisted recall index: a cache of its logs, rebuilt from them if lost."""
+    """The agent's persisted recall index (tantivy's files, and which analyzer made them):
+    a cache of its logs, rebuilt from them if lost."""
 
     directory: Path
 
     @property
-    def manifest(self) -> Path:
-        """The live segments, in order, and the log offsets each covers."""
-        return self.directory / "manifest.json"
-
-    def segment(self, serial: int) -> Path:
-        return self.directory / f"{serial:08d}.seg"
-
-    @staticmethod
-    def is_segment(path: Path) -> bool:
-        """Is ``path`` named as :meth:`segment` names a segment file, of any serial?"""
-        return _SEGMENT_NAME.fullmatch(path.name) is not None
+    def format(self) -> Path:
+        """Which format and analyzer the index's files were written with."""
+        return self.directory / "format.json"
 
 
 @dataclass(frozen=True)

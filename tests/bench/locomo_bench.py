@@ -33,9 +33,22 @@ Variants marked † were measured by a throwaway script over the same tokens and
 | † + neighbours, before 0.7 / after 0.3                      | 0.624 | 0.712  | 0.644  |
 | † + neighbours, ±2 turns (the second at half weight)        | 0.638 | 0.720  | 0.653  |
 | † + neighbours, α 0.5, only terms the turn lacks, α 0.3     | 0.620 | 0.703  | 0.639  |
-| **kept: only terms the turn lacks, α 0.5** (index)          | 0.620 | 0.713  | 0.648  |
+| **kept: only terms the turn lacks, α 0.5** (issue 13's index) | 0.620 | 0.713 | 0.648  |
 | † same, α 0.7                                               | 0.622 | 0.717  | 0.650  |
 | † same, α 1.0                                               | 0.608 | 0.699  | 0.628  |
+
+Issue 25 moved the index onto tantivy (its BM25, lengths in one byte; the same analyzer)
+and made the loans a rerank of tantivy's best candidates (``shared/recall/lending.py``):
+
+| variant (tantivy)                                           | hit@5 | hit@10 | rec@10 |
+|-------------------------------------------------------------|-------|--------|--------|
+| † loans to every match                                      | 0.620 | 0.713  | 0.649  |
+| † loans to the 20 best by their own BM25                    | 0.612 | 0.676  | 0.616  |
+| † loans to the 10 best and their matching neighbours        | 0.618 | 0.711  | 0.645  |
+| **kept: the 20 best and their matching neighbours** (index) | 0.620 | 0.716  | 0.651  |
+| † the 40 best and their matching neighbours                 | 0.620 | 0.713  | 0.649  |
+
+A neighbour of a good match is the message loans lift most, so it is reranked too.
 
 Kept: the Snowball stop list (Lucene's 33 words leave "what", "did", "when" and pronouns,
 which every question holds), and neighbours lending only the terms a turn lacks: a query
@@ -48,7 +61,7 @@ broken; ``messages_around`` shows a hit's context instead), asymmetric or wider 
 most 1.4 points either way: left at the spec's 1.2/0.75). Speaker names and session dates
 were not tried as fields: an agent's messages carry roles and times, not names, and the
 temporal questions ask for a date rather than name one. The index's p50 per query is
-about 0.3–0.5 ms on a 2-core VM.
+about 0.5 ms on a 2-core VM (issue 13's own engine: 0.3 ms; these conversations are small).
 """
 
 from __future__ import annotations
@@ -66,7 +79,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import Stemmer
+import tantivy
 
 try:
     from shared.recall.documents import Document
@@ -124,6 +137,7 @@ def _conversation(sample: dict[str, Any]) -> Conversation:
                     created_at=start + offset,
                     text=turn["text"],
                     echo=False,
+                    offset=len(documents),
                 )
             )
     questions = [
@@ -158,10 +172,14 @@ def _evidence(entries: list[str]) -> Iterator[str]:
 class PlainBM25:
     """Textbook BM25 over stemmed words without stopwords, scored by brute force."""
 
-    _WORD = re.compile(r"(?u)\b\w\w+\b")
-
     def __init__(self, documents: list[Document]) -> None:
-        self._stemmer = Stemmer.Stemmer("english")
+        self._analyzer = (
+            tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.regex(r"\w\w+"))
+            .filter(tantivy.Filter.lowercase())
+            .filter(tantivy.Filter.custom_stopword(sorted(LUCENE_STOPWORDS)))
+            .filter(tantivy.Filter.stemmer("english"))
+            .build()
+        )
         self.ids = [d.message_id for d in documents]
         self.docs = [Counter(self.words(d.text)) for d in documents]
         self.lengths = [sum(doc.values()) for doc in self.docs]
@@ -169,8 +187,7 @@ class PlainBM25:
         self.df = Counter(term for doc in self.docs for term in doc)
 
     def words(self, text: str) -> list[str]:
-        words = [w for w in self._WORD.findall(text.lower()) if w not in LUCENE_STOPWORDS]
-        return self._stemmer.stemWords(words)
+        return list(self._analyzer.analyze(text))
 
     def search(self, query: str, limit: int) -> list[str]:
         terms = list(dict.fromkeys(self.words(query)))
@@ -230,13 +247,14 @@ def measure(conversations: list[Conversation]) -> tuple[Tally, Tally]:
         index = AgentIndex()
         for document in conversation.documents:
             index.add(document)
+        index.commit()
         plain = PlainBM25(conversation.documents)
         for question in conversation.questions:
             request = SearchRequest(question.text, limit=max(K))
             started = time.perf_counter()
             ranked = index.search(request)
             elapsed = time.perf_counter() - started
-            found = [index.message_id(number) for number, _ in ranked]
+            found = [conversation.documents[hit.offset].message_id for hit in ranked]
             index_tally.add(found, question.evidence, elapsed)
             started = time.perf_counter()
             found = plain.search(question.text, max(K))

@@ -1,509 +1,67 @@
-"""Recall benchmark: index build, memory, query latency, appends, and the reference scan.
-Prints figures; asserts nothing.
+"""Recall benchmark: agentd's index beside tantivy with its own English analyzer, side by
+side in one run on the same corpus. Prints figures; asserts nothing.
 
-    python tests/bench/recall_bench.py [--messages 1000000] [--scan-messages 100000]
+    python tests/bench/recall_bench.py [--sizes 200000,1000000] [--dir /tmp/recall-bench]
 
-The corpus is generated deterministically (seeded ``random.Random``): N messages across
-200 conversations, about half Chinese, 40 % English and 10 % Chinese mixed with English
-identifiers and numbers; short user messages, longer assistant replies, tool calls and
-tool results (logs, code, command output); Zipf-distributed vocabularies, so common terms
-are common and rare ones rare; ~2 % of assistant/tool messages are echoes of recall
-searches; a few "needle" facts sit at known positions.
+For each size (messages of ``recall_corpus``'s stream), both indexes are built on disk
+under ``--dir`` and then searched with every query of ``recall_corpus.query_sets``
+(limit 10), one after the other, each query ``--repeat`` times:
 
-Measured, with the targets from the issue:
-- query latency at N messages, p50/p95/mean per query type, limit 10: p50 under 20 ms at
-  1,000,000 messages;
-- the same queries at 100,000 messages against the reference scan of the tests: at least
-  50x faster (the scan is far too slow to run at 1M), and the results must be identical;
-- appends (``index.add``) one at a time after the 100k and the 1M build: O(1), i.e. the
-  per-append cost must not grow with the index;
-- index memory (``index.nbytes`` and the process RSS growth over the build) under 2x the
-  raw text size (UTF-8 bytes of all document texts);
-- a restart from the persisted index (:mod:`tests.bench.recall_startup`, in processes of
-  their own): start to first answered search under 1 s at 1,000,000 messages, the heap
-  (RssAnon) it adds at most 0.5x the raw text (the mapped pages, RssFile, are the OS's
-  page cache), query p50 still under 20 ms and every result identical to an in-memory
-  index's over the same logs; first through ``RecallService`` alone, then through the
-  whole daemon (``agentd serve`` spawned to a search answered over its socket, and the
-  recall process's memory then). ``--startup-only`` runs just that, ``--startup-home
-  DIR`` keeps the home (logs and index, ~1.3 GB at 1M) and reuses it the next time.
+- agentd: ``AgentIndex`` (``shared/recall``): the build reads the corpus's documents
+  (prepared, analyzed, committed every 50,000 and at the end, merges waited for), a
+  search is ``AgentIndex.search`` (parse, tantivy's searches, the rerank with the
+  neighbours' loans, the echoes, the question's demotion; hits' numbers read from fast
+  fields, no text);
+- tantivy: one text field with tantivy's ``en_stem`` analyzer (positions, not stored),
+  the same conversation, role and date fields, built with the same writer heap; a search
+  is its query parser's query (quotes make phrases) with the same filters, top 10. Its
+  CJK figures are not agentd's work: ``en_stem`` keeps a CJK run as one token, so a CJK
+  term finds only runs equal to it (about 5% of the messages holding it as a substring),
+  one short posting list, where agentd searches the substring in every run.
+
+Measured too: the size of each index on disk against the raw text (UTF-8 bytes of every
+message), appends (a turn of four messages added, then committed, as the daemon does),
+and at the largest size the start-up of a persisted index (``recall_startup.py``: the
+recall process spawned to its first answer, ``agentd serve`` spawned to its first search
+answered over its socket), unless ``--skip-startup``.
 
 The machine is shared while it runs (other engineers' tests, two cores): compare figures
-within one run rather than with another run's.
+within one run rather than with another run's, and note the load (printed at each step).
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import ctypes
-import gc
 import itertools
-import json
 import math
 import os
-import pstats
-import random
 import shutil
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shared.recall.documents import Document
-from shared.recall.index import AgentIndex
-from shared.recall.ranking import SearchRequest
-from shared.recall.text import is_cjk, tokenize
+import tantivy
+from xxhash import xxh3_64_intdigest
 
-try:
-    from tests.bench import recall_startup
-    from tests.support.recall_oracle import reference_search
-except ModuleNotFoundError:  # run as a script: the repository root is not on the path
+if __package__ is None:  # run as a script: the repository root is not on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.bench import recall_startup
-    from tests.support.recall_oracle import reference_search
+from shared.recall.documents import Document
+from shared.recall.index import BUILD_HEAP, AgentIndex
+from shared.recall.ranking import SearchRequest
+from shared.recall.schema import ROLE_CODE
+from tests.bench.recall_corpus import Corpus, describe, needles, query_sets
+
+QUERY_CORPUS = 100_000
+"""Phrases and date ranges are sampled from the first this many messages."""
+TURN = 4
+"""Messages per append (a user message, a tool call, its result, the reply)."""
 
 
-def _words(text: str) -> list[str]:
-    return text.split()
-
-
-# --- vocabularies --------------------------------------------------------------------------
-
-ZH_COMMON = _words("""
-我们 这个 问题 可以 没有 什么 需要 因为 所以 但是 如果 已经 现在 时候 应该 知道 觉得 一下
-然后 还是 就是 这样 怎么 今天 一些 为什么 文件 数据 系统 服务 配置 代码 测试 部署 版本 错误
-日志 用户 项目 功能 接口 数据库 服务器 客户端 网络 性能 内存 磁盘 进程 线程 请求 响应 结果
-参数 变量 函数 模块 目录 路径 端口 密码 账号 权限 安全 环境 生产 开发 分支 提交 合并 修改
-更新 删除 创建 检查 运行 启动 停止 重启 安装 升级 回滚 备份 恢复 监控 告警 报错 超时 失败
-成功 完成 开始 结束 继续 帮我 看看 处理 解决 分析 优化 设计 实现 支持 使用 调用 返回 输出
-输入 格式 内容 信息 记录 消息 通知 邮件 会议 讨论 计划 安排 预算 报告 文档 说明 例子 建议
-意见 想法 决定 确认 同意 注意 记住 提醒 重要 简单 复杂 清楚 明白 其实 可能 一定 非常 比较
-特别 经常 总是 一直 马上 最近 以后 之前 下午 上午 晚上 周末 星期 每天 公司 团队 同事 经理
-客户 老板 朋友 家里 孩子 周五 下周 上周 中文 英文 翻译 学习 阅读 写作 大家 自己 一起 分钟
-小时 价格 费用 成本 质量 速度 效率 体验 界面 页面 按钮 窗口 浏览器 手机 电脑 键盘 屏幕 缓存
-队列 索引 查询 搜索 排序 过滤 统计 图表 表格 字段 主键 事务 连接 集群 节点 容器 镜像 脚本
-命令 终端 编辑器 插件 依赖 框架 语言 算法 模型 训练 推理 向量 上下文 提示词 对话 记忆 摘要
-压缩 长度 限制 默认 选项 设置 开关 规则 策略 流程 步骤 阶段 目标 指标 需求 反馈 评审 上线
-发布 灰度 回归 单元测试 集成测试 负载均衡 配置文件 环境变量 命令行 工作流 时间戳 字符串 整数
-列表 字典 对象 异常 堆栈 断点 调试 编译 打包 签名 证书 域名 防火墙 代理 网关 协议 加密 解密
-哈希 令牌 会话 登录 注册 退出 明天 昨天 工作 时间 事情 东西 地方 方法 他们 你们 那个
-""")
-"""Common Chinese words, roughly most frequent first (the Zipf ranks follow this order)."""
-
-ZH_CHARS = (
-    "的一是不了人我在有他这中大来上个国到说们为子和你地出道也时年得就那要下以生会自着去之过家学对"
-    "可她里后小么心多天而能好都然没日于起还发成事只作当想看文无开手十用主行方又如前所本见经头面公同"
-    "三已老从动两长知民样现分将外但身些与高意进把法此实回二理美点月明其种声全工己话儿者向情部正名定"
-    "女问力机给等几很业最间新什打便位因重被走电四第门相次东政海口使教西再平真听世气信北少关并内加化"
-    "由却代军产入先山五太水万市眼体别处总才场师书比住员九笑性通目华报立马命张活难神数件安表原车白应"
-    "路期叫死常提感金何更反合放做系计或司利受光王果亲界及今京务制解各任至清物台象记边共风战干接它许"
-)
-"""Common characters; rarer Chinese words are composed from them."""
-
-EN_COMMON = _words("""
-the to and a of is in it you that for this i on with be we can not are have as if but
-do at will so what from or just it's file use need check run test error code data
-should there here then now one can't don't by my your all like get make see new let
-me some no time add fix change update work also when how which set up out about more
-server config function call value return build deploy version user issue problem
-line output input log path name type list string number first last next because
-would could try right same other only way back still well into than them these those
-thanks sure yes ok good great looks done open close start stop read write create
-delete move copy keep find show help want know think mean say tell ask look give
-take put go come seems used using works working failed failing passed running
-database port key vault staging production branch commit merge review request
-response client service api endpoint token session cache queue index query search
-result results memory disk cpu process thread timeout retry connection refused
-""")
-"""Common English words, roughly most frequent first; synthetic words make the tail."""
-
-SYLLABLES = _words("""
-ba be bi bo bu da de di do du ka ke ki ko ku la le li lo lu ma me mi mo mu na ne ni
-no nu pa pe pi po pu ra re ri ro ru sa se si so su ta te ti to tu va ve vi vo za ze
-tra tre tri tro pla ple pli sta ste sti sto cha che chi cho sha she shi sho ver ter
-ion ent ant ous ing ble fer con pro per gra gre
-""")
-
-TECH = _words("""
-Postgres Redis nginx Docker k8s Kubernetes v2 v3 v1.4.2 API CI PR HTTP JSON YAML
-Python pytest git main GPT-4 OpenAI SQLite uvicorn asyncio README Makefile
-src/agentd/turns.py shared/recall/index.py config.toml /var/log/syslog localhost
-127.0.0.1 5432 5433 8080 3000 6379 443 22 404 500 502 2024 2025 arm64 x86_64 utf-8
-""")
-"""Identifiers and numbers that mixed Chinese messages carry."""
-
-TOOLS = ("run_command", "read_file", "write_file", "web_search", "http_request", "list_dir")
-LEVELS = ("INFO", "INFO", "INFO", "DEBUG", "WARNING", "ERROR")
-
-NEEDLES = (
-    "我们的数据库端口是 5433，别用默认的 5432",
-    "The staging deploy key lives in vault path secret/deploy/staging",
-    "生产环境的 Redis 密码放在 1Password 的 infra 保险库里",
-    "The flaky test is test_upload_resume, it times out on the arm64 CI runner",
-    "周五下午三点和王经理开会讨论季度预算",
-    "My cat is called Biscuit and she hates the vacuum cleaner",
-    "备份脚本每天凌晨两点跑，日志在 /var/log/backup.log",
-    "Remember: use tabs for indentation in the Makefile, spaces everywhere else",
-)
-"""Facts with specific answers, each placed at two known positions (see ``needles``)."""
-
-RECALL_QUERIES = ("数据库端口", "deploy key", "staging vault", "季度预算", "flaky test", "Biscuit")
-"""What the echo messages (earlier recall searches) searched for."""
-
-START = datetime(2023, 1, 1, tzinfo=UTC).timestamp()
-
-
-def needles(scan_messages: int, messages: int) -> dict[int, str]:
-    """Each needle once inside the first ``scan_messages`` and once later on."""
-    placed: dict[int, str] = {}
-    for k, text in enumerate(NEEDLES):
-        placed[(k + 1) * scan_messages // (len(NEEDLES) + 2)] = text
-        if messages > scan_messages:
-            later = scan_messages + (k + 1) * (messages - scan_messages) // (len(NEEDLES) + 1)
-            placed[later] = text
-    return placed
-
-
-def _zipf(count: int, s: float) -> list[float]:
-    return list(itertools.accumulate(1.0 / (rank + 2.7) ** s for rank in range(count)))
-
-
-class Corpus:
-    """A deterministic stream of documents; the first n of any run are the same."""
-
-    def __init__(self, seed: int, conversations: int, placed: dict[int, str]) -> None:
-        self.seed = seed
-        vocab = random.Random(seed)
-        rare_zh: list[str] = []
-        seen = set(ZH_COMMON)
-        while len(rare_zh) < 4_000:
-            word = "".join(vocab.choices(ZH_CHARS, k=vocab.choice((2, 2, 3, 3, 4))))
-            if word not in seen:
-                seen.add(word)
-                rare_zh.append(word)
-        self.zh = ZH_COMMON + rare_zh
-        self.zh_cum = _zipf(len(self.zh), 1.0)
-        synthetic: list[str] = []
-        seen = set(EN_COMMON)
-        while len(synthetic) < 3_000:
-            word = "".join(vocab.choices(SYLLABLES, k=vocab.choice((2, 2, 3, 3, 3, 4))))
-            if word not in seen:
-                seen.add(word)
-                synthetic.append(word)
-        self.en = EN_COMMON + synthetic
-        self.en_cum = _zipf(len(self.en), 1.05)
-        self.conversations = [f"conv_{i:03d}" for i in range(conversations)]
-        self.conversation_cum = _zipf(conversations, 0.8)
-        self.placed = placed
-
-    # --- words and texts ---
-
-    def en_words(self, rng: random.Random, k: int) -> list[str]:
-        return rng.choices(self.en, cum_weights=self.en_cum, k=k)
-
-    def zh_words(self, rng: random.Random, k: int) -> list[str]:
-        return rng.choices(self.zh, cum_weights=self.zh_cum, k=k)
-
-    def english(self, rng: random.Random, chars: int) -> str:
-        words = self.en_words(rng, max(2, chars // 6))
-        step = rng.randint(6, 14)
-        sentences = [" ".join(words[i : i + step]) for i in range(0, len(words), step)]
-        text = ". ".join(sentences) + "."
-        return text[0].upper() + text[1:]
-
-    def chinese(self, rng: random.Random, chars: int, mixed: bool = False) -> str:
-        words = self.zh_words(rng, max(1, chars * 10 // 23))
-        step = rng.randint(3, 7)
-        clauses = ["".join(words[i : i + step]) for i in range(0, len(words), step)]
-        parts = []
-        for n, clause in enumerate(clauses):
-            if mixed and rng.random() < 0.6:
-                tech = rng.choice(TECH) if rng.random() < 0.7 else str(rng.randint(1, 9999))
-                clause = f"{clause} {tech} {self.zh_words(rng, 1)[0]}"
-            parts.append(clause)
-            parts.append("。" if n % 3 == 2 else "，")
-        parts[-1] = "。"
-        return "".join(parts)
-
-    def prose(self, rng: random.Random, chars: int) -> str:
-        pick = rng.random()
-        if pick < 0.5:
-            return self.chinese(rng, chars)
-        if pick < 0.9:
-            return self.english(rng, chars)
-        return self.chinese(rng, chars, mixed=True)
-
-    def ident(self, rng: random.Random) -> str:
-        a, b = self.en_words(rng, 2)
-        return f"{a}_{b}"
-
-    def tool_output(self, rng: random.Random, chars: int) -> str:
-        if rng.random() < 0.15:  # a document or web page, in prose
-            return self.prose(rng, chars)
-        lines: list[str] = []
-        size = 0
-        kind = rng.randrange(5)
-        while size < chars:
-            if kind == 0:  # a log
-                words = " ".join(self.en_words(rng, rng.randint(3, 9)))
-                line = (
-                    f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} "
-                    f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d} "
-                    f"{rng.choice(LEVELS)} {self.en_words(rng, 1)[0]}[{rng.randint(1, 99)}] "
-                    f"{words} in {rng.randint(1, 999)}ms"
-                )
-            elif kind == 1:  # a traceback
-                line = (
-                    f'  File "src/{self.ident(rng)}/{self.ident(rng)}.py", '
-                    f"line {rng.randint(1, 900)}, in {self.ident(rng)}"
-                )
-                if rng.random() < 0.2:
-                    line += "\nConnectionRefusedError: [Errno 111] Connection refused"
-            elif kind == 2:  # code
-                a, b, c = self.ident(rng), self.ident(rng), self.ident(rng)
-                line = rng.choice(
-                    (
-                        f"def {a}({b}, {c}):",
-                        f"    return {b}.{c}({rng.randint(0, 99)})",
-                        f"    {a} = {b}[{c!r}]",
-                        f"    if {a} is None: raise ValueError({c!r})",
-                        f"class {a.title().replace('_', '')}({b.title().replace('_', '')}):",
-                    )
-                )
-            elif kind == 3:  # test output
-                line = (
-                    f"tests/test_{self.ident(rng)}.py::test_{self.ident(rng)} "
-                    f"{rng.choice(('PASSED', 'PASSED', 'PASSED', 'FAILED', 'SKIPPED'))}"
-                )
-            else:  # a listing
-                line = (
-                    f"-rw-r--r-- 1 agent staff {rng.randint(0, 99999):>6} "
-                    f"{self.ident(rng)}/{self.ident(rng)}.{rng.choice(('py', 'md', 'json'))}"
-                )
-            lines.append(line)
-            size += len(line) + 1
-        return "\n".join(lines)
-
-    def tool_call(self, rng: random.Random, tool: str) -> str:
-        lead = self.prose(rng, rng.randint(10, 60)) + "\n" if rng.random() < 0.5 else ""
-        if tool == "run_command":
-            args = {"command": f"pytest -q tests/test_{self.ident(rng)}.py"}
-        elif tool in ("read_file", "write_file", "list_dir"):
-            args = {"path": f"src/{self.ident(rng)}/{self.ident(rng)}.py"}
-        elif tool == "recall_search":
-            args = {"query": rng.choice(RECALL_QUERIES)}
-        else:
-            args = {"query": " ".join(self.en_words(rng, rng.randint(2, 5)))}
-        return f"{lead}{tool}\n{json.dumps(args, ensure_ascii=False)}"
-
-    def recall_result(self, rng: random.Random, query: str) -> str:
-        hits = [
-            f"[{n}] conv_{rng.randrange(200):03d} user: {query} {self.prose(rng, 60)}"
-            for n in range(1, rng.randint(2, 6))
-        ]
-        return "\n".join(hits)
-
-    # --- the stream ---
-
-    def documents(self) -> Iterator[Document]:
-        """The endless stream: sessions of turns in conversations picked Zipf-wise."""
-        rng = random.Random(self.seed + 1)
-        number = 0
-        now = START
-        while True:
-            conversation = rng.choices(self.conversations, cum_weights=self.conversation_cum)[0]
-            now += rng.expovariate(1 / 600)
-            for _ in range(rng.choice((1, 1, 2, 2, 3, 4, 6))):
-                turn: list[tuple[str, str, bool]] = []
-                turn.append(("user", self.prose(rng, int(10 + 70 * rng.random() ** 2)), False))
-                if rng.random() < 0.45:
-                    for _ in range(rng.choices((1, 2, 3), weights=(5, 3, 2))[0]):
-                        if rng.random() < 0.03:
-                            query = rng.choice(RECALL_QUERIES)
-                            call = self.tool_call(rng, "recall_search")
-                            call = call.rsplit("\n", 1)[0] + "\n" + json.dumps({"query": query})
-                            turn.append(("assistant", call, True))
-                            turn.append(("tool", self.recall_result(rng, query), True))
-                        else:
-                            tool = rng.choice(TOOLS)
-                            turn.append(("assistant", self.tool_call(rng, tool), False))
-                            chars = int(100 + 1400 * rng.random() ** 1.5)
-                            turn.append(("tool", self.tool_output(rng, chars), False))
-                turn.append(
-                    ("assistant", self.prose(rng, int(40 + 560 * rng.random() ** 1.5)), False)
-                )
-                for role, text, echo in turn:
-                    now += rng.uniform(1, 30)
-                    needle = self.placed.get(number)
-                    if needle is not None:
-                        role, text, echo = "user", needle, False
-                    yield Document(
-                        message_id=f"msg_{int(now * 1000):013X}{number:013X}",
-                        conversation_id=conversation,
-                        role=role,
-                        created_at=now,
-                        text=text,
-                        echo=echo,
-                    )
-                    number += 1
-                now += rng.uniform(10, 240)
-
-
-# --- queries -------------------------------------------------------------------------------
-
-FILTER_BASE = (
-    "deploy key",
-    "数据库端口",
-    "error timeout",
-    "配置文件",
-    '"connection refused"',
-    "redis 密码",
-    "check",
-    "我们",
-    "5433",
-    "test failed",
-)
-"""The queries the filtered variants filter."""
-
-DATE_RANGES = (
-    (0.1, 0.3),
-    (0.5, 0.6),
-    (0.0, 0.05),
-    (0.9, None),
-    (None, 0.2),
-    (0.3, 0.31),
-    (0.6, 0.9),
-    (0.2, 0.8),
-    (0.95, None),
-    (None, 0.5),
-)
-"""since/until as fractions of the scan corpus (so every range also exists at 100k)."""
-
-
-def _sample_phrases(
-    documents: list[Document], rng: random.Random, count: int, cjk: bool
-) -> list[str]:
-    """Phrases that really occur: runs of English tokens, or substrings of CJK tokens."""
-    phrases: list[str] = []
-    while len(phrases) < count:
-        document = documents[rng.randrange(len(documents))]
-        if document.role != "assistant" or "\n" in document.text:
-            continue
-        tokens = tokenize(document.text)
-        if cjk:
-            long = [t for t in tokens if is_cjk(t) and len(t) >= 8]
-            if not long:
-                continue
-            token = rng.choice(long)
-            size = rng.randint(4, 6)
-            start = rng.randrange(len(token) - size + 1)
-            phrase = token[start : start + size]
-        else:
-            if len(tokens) < 6 or any(is_cjk(t) for t in tokens):
-                continue
-            size = rng.choice((2, 3))
-            start = rng.randrange(len(tokens) - size + 1)
-            phrase = " ".join(tokens[start : start + size])
-        if f'"{phrase}"' not in phrases:
-            phrases.append(f'"{phrase}"')
-    return phrases
-
-
-def query_sets(corpus: Corpus, documents: list[Document]) -> dict[str, list[SearchRequest]]:
-    """At least ten queries per type; ``documents`` is the scan corpus (phrases, dates)."""
-    rng = random.Random(corpus.seed + 2)
-    rare_en = [corpus.en[len(EN_COMMON) + rank] for rank in (400, 900, 1500, 2000, 2500, 2999)]
-    rare_zh = [corpus.zh[len(ZH_COMMON) + rank] for rank in (1000, 2000, 3000, 3999)]
-    plain = {
-        "1 term, common EN": [
-            "check", "error", "file", "test", "deploy", "server", "config", "database",
-            "timeout", "thanks",
-        ],
-        "1 term, rare EN": [*rare_en, "biscuit", "vacuum", "arm64", "upload"],
-        "1 term, number": [
-            "5433", "5432", "8080", "6379", "404", "2024", "111", "42", "500", "1234",
-        ],
-        "2-4 EN terms": [
-            "deploy key", "staging deploy key", "vault path secret", "flaky test arm64",
-            "database port", "connection refused retry", "error timeout server", "the file is",
-            "biscuit vacuum cleaner", "config user session cache",
-        ],
-        "CJK 2 chars": [
-            "我们", "问题", "数据", "配置", "部署", "日志", "端口", "密码", "预算", "会议",
-        ],
-        "CJK 3-4 chars": [
-            "数据库", "服务器", "为什么", "配置文件", "单元测试", "负载均衡", "环境变量",
-            "浏览器", "提示词", "时间戳",
-        ],
-        "CJK rare/needle": [
-            "数据库端口", "保险库", "王经理", "季度预算", "凌晨两点", "备份脚本", *rare_zh,
-        ],
-        "phrase EN": [
-            '"deploy key"', '"vault path"', '"connection refused"', '"arm64 CI runner"',
-            '"the vacuum cleaner"', *_sample_phrases(documents, rng, 5, cjk=False),
-        ],
-        "phrase CJK": [
-            '"数据库端口"', '"季度预算"', '"Redis 密码"', '"凌晨两点"', '"数据库 端口"',
-            *_sample_phrases(documents, rng, 5, cjk=True),
-        ],
-    }  # fmt: skip
-    sets = {kind: [SearchRequest(q) for q in queries] for kind, queries in plain.items()}
-    ranks = (0, 1, 2, 5, 10, 20, 50, 100, 150, 199)
-    conversations = [corpus.conversations[r % len(corpus.conversations)] for r in ranks]
-    sets["filter: conversation"] = [
-        SearchRequest(q, conversation_id=c) for q, c in zip(FILTER_BASE, conversations, strict=True)
-    ]
-    roles = itertools.cycle(("user", "assistant", "tool"))
-    sets["filter: role"] = [SearchRequest(q, role=next(roles)) for q in FILTER_BASE]
-
-    def at(fraction: float | None) -> datetime | None:
-        if fraction is None:
-            return None
-        position = min(int(fraction * len(documents)), len(documents) - 1)
-        return datetime.fromtimestamp(documents[position].created_at, UTC)
-
-    sets["filter: since/until"] = [
-        SearchRequest(q, since=at(a), until=at(b))
-        for q, (a, b) in zip(FILTER_BASE, DATE_RANGES, strict=True)
-    ]
-    sets["current conversation"] = [
-        SearchRequest(q, current_conversation_id=c)
-        for q, c in zip(FILTER_BASE, conversations, strict=True)
-    ]
-    return sets
-
-
-def describe(request: SearchRequest) -> str:
-    extra = [
-        f"{name}={value if not isinstance(value, datetime) else value.date()}"
-        for name in ("conversation_id", "role", "since", "until", "current_conversation_id")
-        if (value := getattr(request, name)) is not None
-    ]
-    return " ".join([request.query, *extra])
-
-
-# --- measuring -----------------------------------------------------------------------------
-
-try:
-    _LIBC: ctypes.CDLL | None = ctypes.CDLL("libc.so.6")
-    _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
-except (OSError, AttributeError):  # not glibc: no trimming
-    _LIBC = None
-
-
-def rss(trim: bool = False) -> int:
-    """Resident bytes of this process, after a collection (and a ``malloc_trim``)."""
-    gc.collect()
-    if trim and _LIBC is not None:
-        _LIBC.malloc_trim(0)
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def percentile(samples: list[float], p: float) -> float:
@@ -511,389 +69,260 @@ def percentile(samples: list[float], p: float) -> float:
     return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
 
 
-def short(count: int) -> str:
-    """1M, 100k, 1,234."""
-    if count % 1_000_000 == 0:
-        return f"{count // 1_000_000}M"
-    if count % 1_000 == 0:
-        return f"{count // 1_000}k"
-    return f"{count:,}"
-
-
 def mb(size: float) -> str:
     return f"{size / 1e6:,.0f} MB"
 
 
-@dataclass
-class QueryTimes:
-    """Milliseconds per query (every repetition) and the results of the first run."""
-
-    samples: dict[str, dict[int, list[float]]] = field(default_factory=dict)
-    results: dict[tuple[str, int], list[tuple[str, float]]] = field(default_factory=dict)
-
-    def flat(self, kind: str, subset: int | None = None) -> list[float]:
-        runs = self.samples[kind]
-        return [ms for n, times in runs.items() if subset is None or n < subset for ms in times]
-
-    def median(self, kind: str, n: int) -> float:
-        return statistics.median(self.samples[kind][n])
+def disk_bytes(directory: Path) -> int:
+    return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
 
 
-def time_index(index: AgentIndex, sets: dict[str, list[SearchRequest]], repeat: int) -> QueryTimes:
-    index.search(SearchRequest("warm up"))
-    times = QueryTimes()
+# --- tantivy as it comes ---------------------------------------------------------------------
+
+
+class Tantivy:
+    """tantivy's own English analyzer (``en_stem``) on one text field, persisted."""
+
+    def __init__(self, directory: Path) -> None:
+        builder = tantivy.SchemaBuilder()
+        builder.add_text_field("text", tokenizer_name="en_stem")
+        builder.add_unsigned_field("conv", indexed=True, fast=True)
+        builder.add_unsigned_field("role", indexed=True, fast=True)
+        builder.add_float_field("created", fast=True)
+        self.schema = builder.build()
+        directory.mkdir(parents=True, exist_ok=True)
+        self.index = tantivy.Index(self.schema, path=str(directory))
+
+    def build(self, documents: list[Document]) -> None:
+        writer = self.index.writer(heap_size=BUILD_HEAP, num_threads=1)
+        for document in documents:
+            indexed = tantivy.Document()
+            indexed.add_text("text", document.text)
+            indexed.add_unsigned("conv", _hash(document.conversation_id))
+            indexed.add_unsigned("role", ROLE_CODE[document.role])
+            indexed.add_float("created", document.created_at)
+            writer.add_document(indexed)
+        writer.commit()
+        writer.wait_merging_threads()
+
+    def open(self) -> None:
+        self.index.reload()
+        self.searcher = self.index.searcher()
+
+    def search(self, request: SearchRequest) -> list[Any]:
+        query, _ = self.index.parse_query_lenient(request.query, ["text"])
+        scope = [query]
+        if request.conversation_id is not None:
+            conversation = _hash(request.conversation_id)
+            scope.append(tantivy.Query.term_query(self.schema, "conv", conversation))
+        if request.role is not None:
+            scope.append(tantivy.Query.term_query(self.schema, "role", ROLE_CODE[request.role]))
+        if request.since is not None or request.until is not None:
+            since = request.since.timestamp() if request.since else -1e300
+            until = request.until.timestamp() if request.until else 1e300
+            scope.append(
+                tantivy.Query.range_query(
+                    self.schema, "created", tantivy.FieldType.Float, since, until
+                )
+            )
+        if len(scope) > 1:
+            query = tantivy.Query.boolean_query([(tantivy.Occur.Must, q) for q in scope])
+        return list(self.searcher.search(query, request.limit, count=False).hits)
+
+
+def _hash(conversation_id: str) -> int:
+    return xxh3_64_intdigest(conversation_id.encode())
+
+
+# --- measuring -------------------------------------------------------------------------------
+
+
+Engine = Callable[[SearchRequest], Any]
+
+
+def time_queries(
+    engines: dict[str, Engine], sets: dict[str, list[SearchRequest]], repeat: int
+) -> dict[str, dict[str, list[float]]]:
+    """Milliseconds per query, per engine and query type; the engines alternate query by
+    query, so the machine's load weighs on both alike."""
+    times: dict[str, dict[str, list[float]]] = {name: {} for name in engines}
+    for engine in engines.values():
+        engine(SearchRequest("warm up"))
     for kind, requests in sets.items():
-        times.samples[kind] = {}
-        for n, request in enumerate(requests):
-            runs = []
-            for r in range(repeat):
-                start = time.perf_counter()
-                ranked = index.search(request)
-                runs.append((time.perf_counter() - start) * 1000)
-                if r == 0:
-                    times.results[kind, n] = [(index.message_id(d), s) for d, s in ranked]
-            times.samples[kind][n] = runs
+        for name in engines:
+            times[name][kind] = []
+        for request in requests:
+            for _ in range(repeat):
+                for name, engine in engines.items():
+                    started = time.perf_counter()
+                    engine(request)
+                    times[name][kind].append((time.perf_counter() - started) * 1000)
     return times
 
 
-def time_scan(
-    documents: list[Document], sets: dict[str, list[SearchRequest]], per_type: int, repeat: int
-) -> QueryTimes:
-    """The reference scan on the first ``per_type`` queries of each type (once if slow)."""
-    times = QueryTimes()
-    for kind, requests in sets.items():
-        times.samples[kind] = {}
-        for n, request in enumerate(requests[:per_type]):
-            runs: list[float] = []
-            while len(runs) < repeat and sum(runs) < 2000:
-                start = time.perf_counter()
-                found = reference_search(documents, request)
-                runs.append((time.perf_counter() - start) * 1000)
-                times.results[kind, n] = found
-            times.samples[kind][n] = runs
-    return times
-
-
-def same(actual: list[tuple[str, float]], expected: list[tuple[str, float]]) -> bool:
-    return [i for i, _ in actual] == [i for i, _ in expected] and all(
-        abs(a - e) <= 1e-9 for (_, a), (_, e) in zip(actual, expected, strict=True)
-    )
-
-
-def time_appends(index: AgentIndex, documents: list[Document]) -> dict[str, float]:
-    samples = []
-    for document in documents:
-        start = time.perf_counter()
-        index.add(document)
-        samples.append((time.perf_counter() - start) * 1e6)
-    return {
-        "mean": statistics.fmean(samples),
-        "p50": percentile(samples, 0.5),
-        "p99": percentile(samples, 0.99),
-        "max": max(samples),
-        "tokenize": _tokenize_us(documents),
-    }
-
-
-def _tokenize_us(documents: list[Document]) -> float:
-    """Mean µs to tokenize one of these documents: the floor under any append."""
-    start = time.perf_counter()
-    for document in documents:
-        tokenize(document.text)
-    return (time.perf_counter() - start) * 1e6 / len(documents)
-
-
-def build(documents: list[Document]) -> tuple[AgentIndex, float]:
-    index = AgentIndex()
-    start = time.perf_counter()
-    index.build(documents)
-    return index, time.perf_counter() - start
-
-
-def print_query_table(title: str, times: QueryTimes) -> None:
-    print(title)
-    print(f"  {'query type':<22} {'n':>3} {'p50 ms':>8} {'p95 ms':>8} {'mean ms':>8} {'max ms':>8}")
-    everything: list[float] = []
-    for kind in times.samples:
-        flat = times.flat(kind)
-        everything += flat
+def print_queries(size: int, times: dict[str, dict[str, list[float]]]) -> None:
+    ours, theirs = times["agentd"], times["tantivy"]
+    print(f"\nquery latency at {size:,} messages (limit 10; ms; {load()}):")
+    columns = f"{'agentd p50':>10} {'p95':>7} {'tantivy p50':>11} {'p95':>7} {'×':>6}"
+    print(f"  {'query type':<22} {columns}")
+    every_ours: list[float] = []
+    every_theirs: list[float] = []
+    for kind in ours:
+        every_ours += ours[kind]
+        every_theirs += theirs[kind]
+        a, b = percentile(ours[kind], 0.5), percentile(theirs[kind], 0.5)
         print(
-            f"  {kind:<22} {len(times.samples[kind]):>3} {percentile(flat, 0.5):>8.2f}"
-            f" {percentile(flat, 0.95):>8.2f} {statistics.fmean(flat):>8.2f} {max(flat):>8.2f}"
+            f"  {kind:<22} {a:>10.2f} {percentile(ours[kind], 0.95):>7.2f}"
+            f" {b:>11.2f} {percentile(theirs[kind], 0.95):>7.2f} {a / b:>6.2f}"
         )
+    a, b = percentile(every_ours, 0.5), percentile(every_theirs, 0.5)
     print(
-        f"  {'all':<22} {sum(len(s) for s in times.samples.values()):>3}"
-        f" {percentile(everything, 0.5):>8.2f} {percentile(everything, 0.95):>8.2f}"
-        f" {statistics.fmean(everything):>8.2f} {max(everything):>8.2f}"
+        f"  {'all':<22} {a:>10.2f} {percentile(every_ours, 0.95):>7.2f}"
+        f" {b:>11.2f} {percentile(every_theirs, 0.95):>7.2f} {a / b:>6.2f}"
     )
 
 
 def slowest(
-    times: QueryTimes, sets: dict[str, list[SearchRequest]], count: int
-) -> list[tuple[float, str, SearchRequest]]:
-    rows = [
-        (times.median(kind, n), kind, sets[kind][n])
-        for kind in times.samples
-        for n in times.samples[kind]
-    ]
-    return sorted(rows, key=lambda row: row[0], reverse=True)[:count]
+    times: dict[str, list[float]], sets: dict[str, list[SearchRequest]], repeat: int
+) -> None:
+    rows = []
+    for kind, samples in times.items():
+        for n, request in enumerate(sets[kind]):
+            rows.append((statistics.median(samples[n * repeat : (n + 1) * repeat]), kind, request))
+    print("  agentd's slowest queries (median ms):")
+    for ms, kind, request in sorted(rows, key=lambda row: row[0], reverse=True)[:6]:
+        print(f"    {ms:8.2f}  [{kind}] {describe(request)}")
 
 
-def profile(index: AgentIndex, request: SearchRequest) -> None:
-    profiler = cProfile.Profile()
-    profiler.runcall(index.search, request)
-    stats = pstats.Stats(profiler, stream=sys.stdout)
-    stats.sort_stats("tottime").print_stats(8)
+def time_appends(directory: Path, documents: list[Document]) -> dict[str, float]:
+    """Turns of :data:`TURN` messages added to the built index, each then committed."""
+    index = AgentIndex(directory)
+    adds: list[float] = []
+    commits: list[float] = []
+    for start in range(0, len(documents), TURN):
+        began = time.perf_counter()
+        for document in documents[start : start + TURN]:
+            index.add(document)
+        added = time.perf_counter()
+        index.commit()
+        adds.append((added - began) * 1e6 / TURN)
+        commits.append((time.perf_counter() - added) * 1000)
+    index.close()
+    return {
+        "add_us": statistics.fmean(adds),
+        "commit_p50_ms": percentile(commits, 0.5),
+        "commit_p95_ms": percentile(commits, 0.95),
+    }
 
 
-def timed(label: str, action: Callable[[], Any]) -> Any:
-    start = time.perf_counter()
-    result = action()
-    print(f"{label}: {time.perf_counter() - start:.1f} s", flush=True)
-    return result
+def measure(
+    size: int,
+    documents: list[Document],
+    sets: dict[str, list[SearchRequest]],
+    directory: Path,
+    repeat: int,
+) -> dict[str, Any]:
+    chosen = documents[:size]
+    raw = sum(len(d.text.encode()) for d in chosen)
+    print(f"\n=== {size:,} messages, raw text {mb(raw)} ({load()})", flush=True)
+    figures: dict[str, Any] = {"raw": raw}
+    ours_dir, theirs_dir = directory / f"agentd-{size}", directory / f"tantivy-{size}"
+    for path in (ours_dir, theirs_dir):
+        shutil.rmtree(path, ignore_errors=True)
+    theirs = Tantivy(theirs_dir)
+    for name, build in (
+        ("agentd", lambda: _build_ours(ours_dir, chosen)),
+        ("tantivy", lambda: theirs.build(chosen)),
+    ):
+        started = time.perf_counter()
+        build()
+        seconds = time.perf_counter() - started
+        on_disk = disk_bytes(ours_dir if name == "agentd" else theirs_dir)
+        figures[name] = {"build_s": seconds, "bytes": on_disk}
+        print(
+            f"  {name} build: {seconds:.1f} s ({size / seconds:,.0f} msg/s); on disk"
+            f" {mb(on_disk)} = {on_disk / raw:.2f}× the raw text ({load()})",
+            flush=True,
+        )
+    ours = AgentIndex(ours_dir)
+    ours.know(sorted({d.conversation_id for d in chosen}))
+    theirs.open()
+    times = time_queries({"agentd": ours.search, "tantivy": theirs.search}, sets, repeat)
+    ours.close()
+    print_queries(size, times)
+    slowest(times["agentd"], sets, repeat)
+    figures["times"] = times
+    return figures
 
 
-# --- main ----------------------------------------------------------------------------------
+def _build_ours(directory: Path, documents: list[Document]) -> None:
+    index = AgentIndex(directory)
+    index.build(documents)
+    index.close()
+
+
+def summary(sizes: list[int], results: dict[int, dict[str, Any]]) -> None:
+    print("\n| figure | agentd | tantivy (en_stem) |\n|---|---|---|")
+    for size in sizes:
+        figures = results[size]
+        times = figures["times"]
+        flat = {name: [ms for samples in times[name].values() for ms in samples] for name in times}
+        cells = [
+            f"{percentile(flat[name], 0.5):.2f} / {percentile(flat[name], 0.95):.2f} ms"
+            for name in ("agentd", "tantivy")
+        ]
+        print(f"| query p50 / p95, every query, {size:,} | {cells[0]} | {cells[1]} |")
+        slowest_kind = max(times["agentd"], key=lambda k: percentile(times["agentd"][k], 0.5))
+        print(
+            f"| slowest query type p50, {size:,} | {slowest_kind}:"
+            f" {percentile(times['agentd'][slowest_kind], 0.5):.2f} ms |"
+            f" {percentile(times['tantivy'][slowest_kind], 0.5):.2f} ms |"
+        )
+        builds = [
+            f"{size / figures[name]['build_s']:,.0f} msg/s,"
+            f" {figures[name]['bytes'] / figures['raw']:.2f}×"
+            for name in ("agentd", "tantivy")
+        ]
+        print(f"| build, size on disk (× raw text), {size:,} | {builds[0]} | {builds[1]} |")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--sizes", default="200000,1000000")
     parser.add_argument("--conversations", type=int, default=200)
-    parser.add_argument("--scan-messages", type=int, default=100_000)
-    parser.add_argument(
-        "--scan-queries",
-        type=int,
-        default=3,
-        help="queries per type run through the reference scan (~6 s each at 100k); 0: all",
-    )
-    parser.add_argument("--skip-scan", action="store_true", help="no reference scan")
-    parser.add_argument("--repeat", type=int, default=3, help="runs of each query")
-    parser.add_argument("--appends", type=int, default=20_000)
-    parser.add_argument("--profile", type=int, default=3, help="cProfile the N slowest queries")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each query")
+    parser.add_argument("--appends", type=int, default=2_000)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument(
-        "--skip-startup", action="store_true", help="no start-up from a persisted index"
-    )
-    parser.add_argument(
-        "--startup-only", action="store_true", help="only the start-up from a persisted index"
-    )
-    parser.add_argument(
-        "--startup-home", help="the start-up's home: kept, and reused when it holds an index"
-    )
-    parser.add_argument("--keep-home", action="store_true", help="keep the start-up's home")
+    parser.add_argument("--dir", default="/tmp/recall-bench", help="where the indexes go")
+    parser.add_argument("--skip-startup", action="store_true")
+    parser.add_argument("--startup-only", action="store_true")
     args = parser.parse_args()
     began = time.perf_counter()
-    total = args.messages
-    scan_size = min(args.scan_messages, total)
-
-    # The corpus, with the documents to append after each build.
-    corpus = Corpus(args.seed, args.conversations, needles(scan_size, total))
-    before = rss()
-    start = time.perf_counter()
-    documents = list(itertools.islice(corpus.documents(), total + args.appends))
-    generated = time.perf_counter() - start
-    corpus_rss = rss() - before
-    raw = sum(len(d.text.encode()) for d in documents[:total])
-    roles = {r: sum(1 for d in documents[:total] if d.role == r) for r in ("user", "assistant")}
-    echoes = sum(1 for d in documents[:total] if d.echo)
+    sizes = sorted(int(size) for size in args.sizes.split(","))
+    largest = sizes[-1]
+    directory = Path(args.dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    corpus = Corpus(args.seed, args.conversations, needles(min(QUERY_CORPUS, largest), largest))
+    documents = list(itertools.islice(corpus.documents(), largest + args.appends))
+    sets = query_sets(corpus, documents[:QUERY_CORPUS])
     print(
-        f"corpus: {total:,} messages in {args.conversations} conversations (seed {args.seed}),"
-        f" generated in {generated:.1f} s; raw text {mb(raw)} (UTF-8),"
-        f" {raw / total:.0f} bytes/message; user {roles['user'] / total:.0%},"
-        f" assistant {roles['assistant'] / total:.0%},"
-        f" tool {1 - (roles['user'] + roles['assistant']) / total:.0%};"
-        f" echoes {echoes / (total - roles['user']):.1%} of assistant/tool messages;"
-        f" the Document list (incl. {args.appends:,} to append) takes {mb(corpus_rss)} RSS",
-        flush=True,
+        f"corpus: {largest:,} messages in {args.conversations} conversations (seed"
+        f" {args.seed}); {sum(len(r) for r in sets.values())} queries in {len(sets)} types"
     )
-    sets = query_sets(corpus, documents[:scan_size])
     if not args.startup_only:
-        measure_in_memory(args, documents, sets, raw)
+        results = {size: measure(size, documents, sets, directory, args.repeat) for size in sizes}
+        appended = time_appends(directory / f"agentd-{largest}", documents[largest:])
+        print(
+            f"\nappends to the {largest:,} index, turns of {TURN} each committed: add"
+            f" {appended['add_us']:.0f} µs a message, commit p50 {appended['commit_p50_ms']:.1f}"
+            f" / p95 {appended['commit_p95_ms']:.1f} ms ({load()})"
+        )
+        summary(sizes, results)
     if not args.skip_startup:
-        measure_startup(args, documents[:total], sets, raw)
+        from tests.bench import recall_startup  # the daemon's modules: only if wanted
+
+        recall_startup.measure(directory / "startup", documents[:largest], sets)
     print(f"\ntotal run time: {time.perf_counter() - began:.0f} s")
-
-
-def measure_in_memory(
-    args: argparse.Namespace,
-    documents: list[Document],
-    sets: dict[str, list[SearchRequest]],
-    raw: int,
-) -> None:
-    """Build, memory, queries and appends of the in-memory index, and the reference scan."""
-    total = args.messages
-    scan_size = min(args.scan_messages, total)
-    count = sum(len(requests) for requests in sets.values())
-
-    # The full index.
-    before = rss(trim=True)
-    index, seconds = build(documents[:total])
-    grown = rss() - before
-    trimmed = rss(trim=True) - before
-    nbytes = index.nbytes
-    print(
-        f"\nbuild {total:,}: {seconds:.1f} s ({total / seconds:,.0f} docs/s)\n"
-        f"  index.nbytes {mb(nbytes)} = {nbytes / raw:.2f}x raw text (target < 2x)\n"
-        f"  RSS growth over the build {mb(grown)} = {grown / raw:.2f}x raw text;"
-        f" after malloc_trim(0) {mb(trimmed)} = {trimmed / raw:.2f}x\n"
-        "  (nbytes: the index's arrays and texts. RSS: the whole process, measured after the"
-        " corpus was generated, so it is the index, its Python object overhead, and - before"
-        " the trim - freed build temporaries that glibc kept rather than returning them)",
-        flush=True,
-    )
-    start = time.perf_counter()
-    full = time_index(index, sets, args.repeat)
-    print(f"{count} queries x {args.repeat} at {total:,}: {time.perf_counter() - start:.1f} s")
-    print_query_table(f"query latency at {total:,} messages (limit 10; target p50 < 20 ms):", full)
-    print("  slowest queries (median ms):")
-    for ms, kind, request in slowest(full, sets, 8):
-        print(f"    {ms:8.1f}  [{kind}] {describe(request)}")
-    for _, _, request in slowest(full, sets, args.profile):
-        print(f"\ncProfile of {describe(request)!r} at {total:,}:")
-        profile(index, request)
-    appends_full = time_appends(index, documents[total : total + args.appends])
-    del index
-    gc.collect()
-
-    # The scan-sized index, and the reference scan on the same queries.
-    scan_documents = documents[:scan_size]
-    small, small_seconds = build(scan_documents)
-    small_raw = sum(len(d.text.encode()) for d in scan_documents)
-    print(
-        f"\nbuild {scan_size:,}: {small_seconds:.1f} s ({scan_size / small_seconds:,.0f} docs/s);"
-        f" index.nbytes {mb(small.nbytes)} = {small.nbytes / small_raw:.2f}x raw text",
-        flush=True,
-    )
-    fast = time_index(small, sets, args.repeat)
-    print_query_table(f"query latency at {scan_size:,} messages:", fast)
-    per_type = args.scan_queries or max(len(r) for r in sets.values())
-    scan: QueryTimes | None = None
-    ratios: list[float] = []
-    speedups: dict[str, tuple[float, float]] = {}
-    if not args.skip_scan:
-        scanned = sum(min(per_type, len(r)) for r in sets.values())
-        scan = timed(
-            f"reference scan of {scanned} queries at {scan_size:,}",
-            lambda: time_scan(scan_documents, sets, per_type, args.repeat),
-        )
-        print(
-            f"index vs reference scan at {scan_size:,} messages (the first {per_type} queries"
-            " of each type; p50 ms; target >= 50x):"
-        )
-        print(f"  {'query type':<22} {'index':>8} {'scan':>9} {'speed-up':>9}")
-        for kind in sets:
-            for n in scan.samples[kind]:
-                ratios.append(scan.median(kind, n) / fast.median(kind, n))
-            index_p50 = percentile(fast.flat(kind, per_type), 0.5)
-            scan_p50 = percentile(scan.flat(kind), 0.5)
-            speedups[kind] = (scan_p50, scan_p50 / index_p50)
-            print(f"  {kind:<22} {index_p50:>8.2f} {scan_p50:>9.0f} {scan_p50 / index_p50:>8.0f}x")
-        identical = [same(fast.results[key], found) for key, found in scan.results.items()]
-        print(
-            f"  per-query speed-up: median {statistics.median(ratios):,.0f}x,"
-            f" worst {min(ratios):,.0f}x"
-        )
-        print(
-            f"  results identical: {'yes' if all(identical) else 'no'} ({len(identical)} queries)"
-        )
-        for key, ok in zip(scan.results, identical, strict=True):
-            if not ok:
-                print(f"    differs: [{key[0]}] {describe(sets[key[0]][key[1]])}")
-    appends_small = time_appends(small, documents[scan_size : scan_size + args.appends])
-    print(
-        f"\nappends, one at a time ({args.appends:,} documents each, µs per append; a max of"
-        " tens of ms is a freeze: the open segment is frozen every 8,192 appends, and eight"
-        " frozen ones are merged every 65,536, which only --appends 65536 or more will show):"
-    )
-    for size, figures in ((scan_size, appends_small), (total, appends_full)):
-        print(
-            f"  after {size:>9,}: mean {figures['mean']:.0f}  p50 {figures['p50']:.0f}"
-            f"  p99 {figures['p99']:.0f}  max {figures['max']:,.0f}"
-            f"  (tokenizing alone: {figures['tokenize']:.0f})"
-        )
-
-    # The summary, for the README.
-    everything = [ms for kind in full.samples for ms in full.flat(kind)]
-    worst_kind = max(full.samples, key=lambda k: percentile(full.flat(k), 0.5))
-    print("\n| Measure | Target | Result |\n|---|---|---|")
-    print(f"| Build, {total:,} messages | | {seconds:.0f} s ({total / seconds:,.0f} msg/s) |")
-    print(
-        f"| Index memory (`nbytes`) | < 2× raw text | {mb(nbytes)}, {nbytes / raw:.2f}× {mb(raw)} |"
-    )
-    print(
-        f"| RSS growth over the build | < 2× raw text | {mb(grown)}, {grown / raw:.2f}×"
-        f" ({mb(trimmed)}, {trimmed / raw:.2f}× after `malloc_trim`) |"
-    )
-    print(
-        f"| Query p50 / p95, all {count} queries, {total:,} | p50 < 20 ms |"
-        f" {percentile(everything, 0.5):.1f} / {percentile(everything, 0.95):.1f} ms |"
-    )
-    print(
-        f"| Slowest query type p50, {total:,} | < 20 ms |"
-        f" {percentile(full.flat(worst_kind), 0.5):.1f} ms ({worst_kind}) |"
-    )
-    if scan is not None:
-        print(
-            f"| Speed-up vs reference scan, {scan_size:,} | ≥ 50× |"
-            f" median {statistics.median(ratios):,.0f}×, worst {min(ratios):,.0f}× |"
-        )
-        print(
-            f"| Results identical to the scan | all | {'yes' if all(identical) else 'NO'}"
-            f" ({len(identical)} queries) |"
-        )
-    for size, figures in ((scan_size, appends_small), (total, appends_full)):
-        print(
-            f"| Append after {size:,} | O(1) | mean {figures['mean']:.0f} µs,"
-            f" p99 {figures['p99']:.0f} µs |"
-        )
-    big, little = short(total), short(scan_size)
-    print(
-        f"\n| Query type | p50 @{big} | p95 @{big} | p50 @{little} | scan p50 @{little}"
-        f" | speed-up @{little} |\n|---|---|---|---|---|---|"
-    )
-    for kind in full.samples:
-        scan_p50, speedup = speedups.get(kind, (math.nan, math.nan))
-        scan_cells = "– | –" if scan is None else f"{scan_p50:,.0f} ms | {speedup:,.0f}×"
-        print(
-            f"| {kind} | {percentile(full.flat(kind), 0.5):.1f} ms"
-            f" | {percentile(full.flat(kind), 0.95):.1f} ms"
-            f" | {percentile(fast.flat(kind), 0.5):.2f} ms | {scan_cells} |"
-        )
-
-
-def measure_startup(
-    args: argparse.Namespace,
-    documents: list[Document],
-    sets: dict[str, list[SearchRequest]],
-    raw: int,
-) -> None:
-    """A restart from the persisted index (:mod:`recall_startup`), in processes of its own."""
-    home = Path(args.startup_home or tempfile.mkdtemp(prefix="recall-bench-"))
-    try:
-        if not (home / recall_startup.EXPECTED).exists():
-            home.mkdir(parents=True, exist_ok=True)
-            logs = timed("writing the logs", lambda: recall_startup.write_home(home, documents))
-            recall_startup.save_requests(home, sets)
-            first = timed("first start", lambda: recall_startup.run_child("persist", home))
-        else:  # a home a previous run kept: its logs and index are reused
-            logs = sum(p.stat().st_size for p in home.rglob("messages.jsonl"))
-            first = json.loads((home / "bench-persist.json").read_text())
-        opens = {
-            "page cache warm": recall_startup.run_child("open", home),
-            "page cache dropped": recall_startup.run_child("open", home, "--cold"),
-        }
-        recall_startup.report(len(documents), raw, logs, first, opens)
-        daemons = {
-            "page cache warm": recall_startup.run_child("daemon", home),
-            "page cache dropped": recall_startup.run_child("daemon", home, "--cold"),
-        }
-        recall_startup.report_daemon(raw, daemons)
-    finally:
-        if args.startup_home is None and not args.keep_home:
-            shutil.rmtree(home, ignore_errors=True)
-        else:
-            print(f"  (the home is kept in {home}: --startup-home {home} reuses it)")
 
 
 if __name__ == "__main__":

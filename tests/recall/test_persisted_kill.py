@@ -1,9 +1,10 @@
-"""Kill -9 of the daemon while it writes a recall segment, then restart: what was persisted
+"""Kill -9 of the daemon while it commits recall's index, then restart: what was committed
 is searched at once, the rest is read again from the logs, nothing is lost or doubled.
 
-The kill lands inside the write without any hook in agentd: the daemon and its recall
-process (which writes the segments) are killed together the moment the segment's
-temporary file appears, and a segment of 8,000 messages takes long
+The kill lands inside the commit without any hook in agentd: the daemon and its recall
+process (which commits) are killed together the moment a new segment file of tantivy's
+appears in the index's directory while ``meta.json`` (which a commit replaces last, to
+publish the segment) is still the one before, and a segment of 8,000 messages takes long
 enough to write that the watch catches it (each attempt adds messages, so there is always
 a segment left to write)."""
 
@@ -18,7 +19,7 @@ from typing import Any
 from agentd.client.connection import Connection
 from shared.ids import new_id
 from shared.models.messages import Message
-from shared.recall.manifest import read_manifest
+from shared.recall.index import AgentIndex
 from shared.store.jsonl import MessageLog
 from shared.store.layout import Layout
 from tests.support.processes import AgentdProcess, run_agentctl
@@ -85,9 +86,16 @@ def _recall_pid() -> int:
 
 
 def _persisted(layout: Layout, agent_id: str) -> int:
-    """Documents the agent's persisted segments hold."""
-    manifest = read_manifest(layout.recall_files(agent_id).manifest)
-    return sum(entry.documents for entry in manifest.segments) if manifest else 0
+    """Documents the agent's committed index holds."""
+    directory = layout.recall_files(agent_id).directory
+    return len(AgentIndex(directory)) if (directory / "meta.json").exists() else 0
+
+
+def _meta(directory: Path) -> bytes:
+    try:
+        return (directory / "meta.json").read_bytes()
+    except FileNotFoundError:
+        return b""
 
 
 def _run_until_persisted(
@@ -111,30 +119,25 @@ def _kill_both(daemon: AgentdProcess, recall: int) -> None:
     daemon.kill()
 
 
+SEGMENT_FILES = (".idx", ".pos", ".term", ".store", ".fast", ".fieldnorm")
+
+
 def _kill_inside_a_write(daemon: AgentdProcess, directory: Path) -> bool:
-    """Start the daemon and kill -9 it once a segment's temporary file exists; False if
-    a write was over before the watch saw it. Ready is not enough to give up: the index
-    is ready as its last segment is queued for writing, so the watch goes on until the
-    directory shows that write done."""
+    """Start the daemon and kill -9 it once a new segment file exists; False if the
+    commit publishing it was over (``meta.json`` replaced) before the kill."""
     before = set(os.listdir(directory))
+    meta = _meta(directory)
     daemon.start(timeout_s=TIMEOUT_S)
     recall = _recall_pid()
     deadline = time.monotonic() + TIMEOUT_S
-    next_status = time.monotonic()
     while time.monotonic() < deadline:
-        names = os.listdir(directory)
-        if any(name.endswith(".tmp") for name in names):
+        if any(name.endswith(SEGMENT_FILES) for name in set(os.listdir(directory)) - before):
             _kill_both(daemon, recall)
-            return True
-        if time.monotonic() >= next_status:  # between looks, the watch only lists the directory
-            if set(names) != before and _recall_state() == "ready":
-                _kill_both(daemon, recall)
-                return False
-            next_status = time.monotonic() + 0.5
+            return _meta(directory) == meta
     raise AssertionError("the daemon wrote no segment")
 
 
-def test_a_kill_during_a_segment_write_loses_and_doubles_nothing(agentd_home: Path) -> None:
+def test_a_kill_during_a_commit_loses_and_doubles_nothing(agentd_home: Path) -> None:
     daemon = AgentdProcess()
     daemon.start(timeout_s=TIMEOUT_S)
     assert run_agentctl("chat", "-p", "hello", env=daemon.env).returncode == 0
@@ -156,7 +159,7 @@ def test_a_kill_during_a_segment_write_loses_and_doubles_nothing(agentd_home: Pa
         if _kill_inside_a_write(daemon, layout.recall_files(agent_dir.name).directory):
             landed = True
             break
-    assert landed, f"no kill of {ATTEMPTS} landed inside a segment write"
+    assert landed, f"no kill of {ATTEMPTS} landed inside a commit"
 
     daemon.start(timeout_s=TIMEOUT_S)
     try:

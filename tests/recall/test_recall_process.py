@@ -131,15 +131,3 @@ def test_a_call_that_cannot_be_sent_fails_alone_and_recall_serves_on(
     with pytest.raises(RecallUnavailable):
         asyncio.run_coroutine_threadsafe(unsendable(), daemon.loop).result(30)
     assert _texts(daemon, "deploy key").count("the deploy key is in vault") == 1
-
-
-def test_the_recall_process_starts_no_blas_thread_pool_whatever_the_environment_says(
-    daemon: DaemonRunner, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Recall never does linear algebra: OpenBLAS's threads would only cost it start-up."""
-    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
-    _, pid = _started_with(daemon, "the deploy key is in vault")
-    assert "the deploy key is in vault" in _texts(daemon, "deploy key")
-    environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    assert b"OPENBLAS_NUM_THREADS=1" in environment
-    assert os.environ["OPENBLAS_NUM_THREADS"] == "4", "the daemon's own is left alone"

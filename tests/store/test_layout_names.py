@@ -25,9 +25,9 @@ LAYOUT = ROOT / "shared/store/layout.py"
 
 
 def file_names() -> set[str]:
-    """The name of every file the layout knows (directories' generic names aside), and the
-    suffix of the files it numbers (a recall segment's), which no other module may spell
-    even in a pattern or a format string."""
+    """The name of every file the layout knows (directories' generic names aside), which
+    no other module may spell even in a pattern or a format string (tantivy names the
+    files of a recall index itself)."""
     home = Layout(Path("/home"))
     paths = [
         home.config_file,
@@ -47,8 +47,7 @@ def file_names() -> set[str]:
             for name, value in vars(type(files)).items()
             if isinstance(value, property)
         ]
-    names = {path.name for path in paths if isinstance(path, Path) and "." in path.name}
-    return names | {RecallFiles(Path("/i")).segment(0).suffix}
+    return {path.name for path in paths if isinstance(path, Path) and "." in path.name}
 
 
 def docstrings(tree: ast.AST) -> set[int]:
@@ -65,14 +64,7 @@ def docstrings(tree: ast.AST) -> set[int]:
 
 def test_the_layout_names_the_files_every_part_of_agentd_uses() -> None:
     assert {"messages.jsonl", "log.jsonl", "compaction-event.json", "agent.json"} <= file_names()
-    assert {"manifest.json", ".seg"} <= file_names()
-
-
-def test_the_layout_tells_its_segment_files_from_others() -> None:
-    files = RecallFiles(Path("/i"))
-    assert files.is_segment(files.segment(12))
-    assert not files.is_segment(files.manifest)
-    assert not files.is_segment(files.directory / f".{files.segment(12).name}.tmp")
+    assert "format.json" in file_names()
 
 
 def test_no_module_but_the_layout_spells_a_file_name() -> None:

@@ -1,0 +1,114 @@
+"""What a message is in the tantivy index: its fields, and the numbers that name it.
+
+Per message the index holds its text twice (:mod:`shared.recall.text`: ``words`` for
+ranking, ``tokens`` for phrases and CJK terms) and a few numbers in fast fields, which a
+search reads for its hits without touching the text:
+
+- ``conv``: the conversation, as the 64-bit hash of its id (:func:`conversation_hash`);
+  indexed, for a search limited to one conversation;
+- ``seq``: the message's number among the conversation's indexed messages (0, 1, 2 …);
+- ``key``: the conversation's hash in the high 32 bits and ``seq`` in the low 32: the
+  message before is ``key - 1`` and the one after ``key + 1``, which is how ranking finds
+  a message's neighbours (:mod:`shared.recall.lending`) without storing links; indexed
+  only (a range of keys is a seek in the term dictionary; a fast field's would be a scan
+  of the column), and computed from ``conv`` and ``seq`` when a hit's is wanted;
+- ``role`` (0 user, 1 assistant, 2 tool; indexed), ``created`` (POSIX microseconds: an
+  integer column is read several times faster than a float one), and
+  ``offset``, where the message's line starts in its conversation's ``messages.jsonl``:
+  a hit is read from the log there, so the index stores no text at all;
+- ``id``: the message id, indexed as is (``messages --around`` finds a message by it).
+
+An *echo* (a recall search's call or result) has its text in ``echo_words`` and
+``echo_tokens`` instead: echoes still match, but they never count in the statistics
+(document frequencies, average length) the other messages are ranked by, and a search of
+the main fields never has to step over them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tantivy
+from xxhash import xxh3_64_intdigest
+
+from shared.recall.documents import Document
+from shared.recall.text import TOKENS, WORDS, analyzers, prepare
+
+ROLES = ("user", "assistant", "tool")
+ROLE_CODE = {role: code for code, role in enumerate(ROLES)}
+ECHO = "echo_"
+"""The prefix of an echo's text fields."""
+SEQ_BITS = 32
+SEQ_MASK = (1 << SEQ_BITS) - 1
+
+
+def build_schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_unsigned_field("key", indexed=True)
+    builder.add_unsigned_field("conv", indexed=True, fast=True)
+    builder.add_unsigned_field("seq", fast=True)
+    builder.add_unsigned_field("role", indexed=True, fast=True)
+    builder.add_unsigned_field("created", fast=True)
+    builder.add_unsigned_field("offset", fast=True)
+    builder.add_text_field("id", tokenizer_name="raw", index_option="basic")
+    for prefix in ("", ECHO):
+        builder.add_text_field(prefix + "words", tokenizer_name=WORDS, index_option="freq")
+        builder.add_text_field(prefix + "tokens", tokenizer_name=TOKENS, index_option="position")
+    return builder.build()
+
+
+def open_index(directory: Path | None) -> tantivy.Index:
+    """The index in ``directory`` (made there if there is none), or one in memory."""
+    schema = build_schema()
+    if directory is None:
+        index = tantivy.Index(schema)
+    else:
+        directory.mkdir(parents=True, exist_ok=True)
+        index = tantivy.Index(schema, path=str(directory))
+    for name, analyzer in analyzers().items():
+        index.register_tokenizer(name, analyzer)
+    return index
+
+
+def microseconds(seconds: float) -> int:
+    """A date as the ``created`` field holds it (none before 1970: a date that would not
+    parse is 0 already)."""
+    return max(0, round(seconds * 1_000_000))
+
+
+def conversation_hash(conversation_id: str) -> int:
+    """A conversation's number in the index: stable across processes, unlike ``hash``."""
+    return xxh3_64_intdigest(conversation_id.encode())
+
+
+def message_key(conversation: int, seq: int) -> int:
+    """The ``key`` of the conversation's ``seq``-th indexed message (see the module)."""
+    return ((conversation & SEQ_MASK) << SEQ_BITS) | seq
+
+
+def place(address: tantivy.DocAddress) -> tuple[int, int]:
+    """A message's identity within one searcher (``DocAddress`` is not hashable)."""
+    return address.segment_ord, address.doc
+
+
+def keys_of(searcher: tantivy.Searcher, addresses: list[tantivy.DocAddress]) -> list[int]:
+    """The keys of these messages (from the fast fields)."""
+    conversations = searcher.fast_field_values("conv", addresses)
+    seqs = searcher.fast_field_values("seq", addresses)
+    return [message_key(c, seq) for c, seq in zip(conversations, seqs, strict=True)]
+
+
+def to_document(document: Document, conversation: int, seq: int) -> tantivy.Document:
+    text = prepare(document.text)
+    prefix = ECHO if document.echo else ""
+    indexed = tantivy.Document()
+    indexed.add_unsigned("key", message_key(conversation, seq))
+    indexed.add_unsigned("conv", conversation)
+    indexed.add_unsigned("seq", seq)
+    indexed.add_unsigned("role", ROLE_CODE[document.role])
+    indexed.add_unsigned("created", microseconds(document.created_at))
+    indexed.add_unsigned("offset", max(document.offset, 0))
+    indexed.add_text("id", document.message_id)
+    indexed.add_text(prefix + "words", text.words)
+    indexed.add_text(prefix + "tokens", text.tokens)
+    return indexed
