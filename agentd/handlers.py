@@ -17,6 +17,7 @@ from agentd.deletion import Deletions
 from agentd.effective_config import effective_config
 from agentd.memory_edit import edit_by_hand, read_for_edit
 from agentd.memory_history import MemoryHistory
+from agentd.memory_notes import MemoryNotes
 from agentd.memory_proposals import MemoryProposals
 from agentd.recall_client import RecallClient
 from agentd.reflections import Reflections
@@ -37,8 +38,10 @@ from agentd.requests import (
     MemoryBlame,
     MemoryCommit,
     MemoryDiff,
+    MemoryForget,
     MemoryLog,
     MemoryRead,
+    MemoryRemember,
     MemoryRevert,
     MemoryShow,
     MemoryWhy,
@@ -88,6 +91,7 @@ class Handlers:
         self.connections = 0
         self.deletions = Deletions(agents, turns, recall, reflections.location, agents.clock)
         self.history = MemoryHistory(agents, recall)
+        self.notes = MemoryNotes(agents)
         self.proposals = MemoryProposals(agents, settings.memory_limits)
         self.approvals = Approvals(agents, turns, self._after_turn)
         self.web = WebServer(settings, self)
@@ -356,6 +360,14 @@ class Handlers:
     async def memory_revert(self, params: MemoryRevert, _emit: Emit) -> dict[str, Any]:
         """Undo one memory commit as the user; every conversation's next turn is told."""
         return await self.history.revert(params)
+
+    async def memory_remember(self, params: MemoryRemember, _emit: Emit) -> dict[str, Any]:
+        """A note appended to a memory file as one commit (:mod:`agentd.memory_notes`)."""
+        return await self.notes.remember(params)
+
+    async def memory_forget(self, params: MemoryForget, _emit: Emit) -> dict[str, Any]:
+        """The memory lines containing a pattern; with ``confirm``, removed in one commit."""
+        return await self.notes.forget(params)
 
     async def memory_proposals(self, params: AgentTarget, _emit: Emit) -> dict[str, Any]:
         """The reflections held for the user (destructive ones), each with its diff."""

@@ -22,9 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import itertools
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -46,6 +48,8 @@ log = structlog.get_logger(__name__)
 
 MEMORY_SUFFIX = ".md"
 """Only markdown files are memory: the system prompt lists nothing else."""
+_WRITES = itertools.count()
+"""Numbers each write's scratch files in ``.git``: one commit may write several files."""
 
 
 @dataclass(frozen=True)
@@ -115,21 +119,51 @@ async def edit_by_hand(
     new commit (None: the text was what memory held). Refused if the file changed since
     ``base``; on any failure the checkout is as it was."""
     message = with_trailers(message or f"edit {path} by hand", user_trailers())
-    written: Written | None = None
+    return await write_and_commit(
+        repo,
+        message,
+        lambda: [write_by_hand(repo, path, text, base)],
+        author=(USER_NAME, USER_EMAIL),
+        where=repo.path / path,
+        needed=len(text.encode()),
+    )
+
+
+async def write_and_commit(
+    repo: MemoryRepo,
+    message: str,
+    write: Callable[[], list[Written]],
+    *,
+    author: tuple[str, str],
+    where: Path,
+    needed: int,
+) -> str | None:
+    """Run ``write`` (blocking: it gets a thread) under the memory lock and commit what it
+    wrote as ``author`` (name, email), a user's commit; the new commit, or None if nothing
+    changed. ``write`` writes with :func:`write_by_hand`, raises before it writes anything
+    it refuses, and leaves nothing behind if it fails halfway; if the commit fails, every
+    file it wrote is put back. A full disk is :class:`DiskFull` (``where``: what was
+    written, ``needed``: its bytes)."""
+    written: list[Written] = []
+
+    def undo() -> None:
+        for each in reversed(written):
+            each.undo()
+
     try:
         async with repo.edit(
-            message, author_name=USER_NAME, author_email=USER_EMAIL, by="user"
+            message, author_name=author[0], author_email=author[1], by="user"
         ) as change:
-            written = await asyncio.to_thread(write_by_hand, repo, path, text, base)
-            change.undo = written.undo
+            written = await asyncio.to_thread(write)
+            change.undo = undo
     except MemoryRepoError as exc:
         if not any(os.strerror(code) in exc.message for code in (errno.ENOSPC, errno.EDQUOT)):
             raise
         free = shutil.disk_usage(repo.path).free
-        raise DiskFull(repo.path / path, needed=len(text.encode()), free=free) from exc
+        raise DiskFull(where, needed=needed, free=free) from exc
     finally:
-        if written is not None:
-            written.forget()
+        for each in written:
+            each.forget()
     return change.after if change.after != change.before else None
 
 
@@ -166,13 +200,14 @@ def _replace(repo: MemoryRepo, path: str, target: Path, data: bytes) -> Written:
     """Put ``data`` at ``target`` in one rename, keeping the file it replaces; on failure
     nothing of it is left (:class:`DiskFull` for a full disk)."""
     git_dir = repo.path / ".git"
-    temporary = git_dir / f"agentd-edit-{os.getpid()}.tmp"
+    name = f"agentd-edit-{os.getpid()}-{next(_WRITES)}"
+    temporary = git_dir / f"{name}.tmp"
     written = Written(repo, path, None, _missing_parents(repo.path, target))
     try:
         for directory in written.made:
             directory.mkdir(mode=0o700)
         if target.exists():
-            written.saved = git_dir / f"agentd-edit-{os.getpid()}.saved"
+            written.saved = git_dir / f"{name}.saved"
             written.saved.unlink(missing_ok=True)
             os.link(target, written.saved)
         descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)

@@ -16,10 +16,14 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    model_validator,
 )
 
 from shared.errors import MalformedRequest
 from shared.ids import validate_id
+from shared.memory.compile import HUMAN_PATH
+from shared.memory.notes import MAX_NOTE_CHARS
+from shared.memory.provenance import Via
 from shared.models.agents import MAX_CONTEXT_WINDOW
 from shared.protocol import MAX_ARCHIVE_BYTES, MAX_REQUEST_BYTES, MergeMode, ReflectionTrigger
 
@@ -214,6 +218,46 @@ class MemoryRevert(AgentTarget):
     commit: MemoryRev
 
 
+class MemoryRemember(AgentTarget):
+    """A note for memory (``agentctl remember``, the web view, MCP's ``remember``)."""
+
+    text: str = Field(min_length=1, max_length=MAX_NOTE_CHARS)
+    path: str = Field(default=HUMAN_PATH, min_length=1, max_length=1000)
+    """The file it goes to: what the agent knows about the user, by default."""
+    via: Via = "agentctl"
+    client: str | None = Field(default=None, min_length=1, max_length=200)
+    """With ``via: mcp``: the MCP host's name and version, as it introduced itself."""
+
+    @model_validator(mode="after")
+    def _client_for_mcp(self) -> MemoryRemember:
+        if self.client is not None and self.via != "mcp":
+            raise ValueError("client is given with via 'mcp' only (an MCP host's name)")
+        return self
+
+
+class MemoryForget(AgentTarget):
+    """Memory lines containing ``pattern``: shown, or with ``confirm`` taken out."""
+
+    pattern: str = Field(min_length=1, max_length=1000)
+    path: str | None = Field(default=None, min_length=1, max_length=1000)
+    """Only this file's lines; None: every memory file's."""
+    confirm: bool = False
+    """False: only list the lines. True: remove them in one commit, if they are still the
+    lines memory held at ``base``."""
+    base: str | None = Field(default=None, pattern=r"^[0-9a-f]{40,64}$")
+    """The memory commit the lines were shown at (the listing's ``head``)."""
+    via: Literal["agentctl", "web"] = "agentctl"
+
+    @model_validator(mode="after")
+    def _base_to_confirm(self) -> MemoryForget:
+        if self.confirm and self.base is None:
+            raise ValueError(
+                "confirm needs base: the head the lines were listed at, so what is removed "
+                "is what was shown"
+            )
+        return self
+
+
 class MemoryAnswer(AgentTarget):
     proposal: Annotated[str, _id("proposal id")]
     """A held proposal's id (its reflection's id, as ``memory proposals`` lists it)."""
@@ -289,6 +333,8 @@ PARAMS: dict[str, type[Params]] = {
     "memory.why": MemoryWhy,
     "memory.diff": MemoryDiff,
     "memory.revert": MemoryRevert,
+    "memory.remember": MemoryRemember,
+    "memory.forget": MemoryForget,
     "memory.proposals": AgentTarget,
     "memory.accept": MemoryAnswer,
     "memory.reject": MemoryAnswer,

@@ -25,6 +25,7 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   │   ├── NestedRepository     a ``.git`` (or a gitlink) below memory's root
     │   │   └── MemoryTooLarge       a file or the whole memory over its size limit
     │   ├── UnknownRevision          a memory revision that names no commit of the repo
+    │   ├── NothingToForget          a forget whose pattern matches no memory line
     │   ├── UnknownProposal          no held reflection proposal has that id
     │   ├── ProposalAnswered         the proposal was accepted or rejected already
     │   ├── UnknownTool              a tool name no agent has (``--approve``)
@@ -186,6 +187,12 @@ class UnknownRevision(RequestError):
     """A revision (sha, ``HEAD~2``) that is not a commit of the agent's memory repo."""
 
     code = "unknown_revision"
+
+
+class NothingToForget(RequestError):
+    """A forget whose pattern matches no line of memory's files (frontmatter aside)."""
+
+    code = "nothing_to_forget"
 
 
 class UnknownProposal(RequestError):

@@ -7,8 +7,10 @@ daemon's typed error is printed as ``code: message``), 2 usage, 130 interrupted.
 
 Its parts: :mod:`.parser` (the command line), :mod:`.connection` (the socket),
 :mod:`.commands` (the request each command sends), :mod:`.chat` (one streamed turn),
-:mod:`.repl` (``agentctl chat``'s interactive loop), :mod:`.render` (how answers look)
-and :mod:`.times` (how times look and are read).
+:mod:`.repl` (``agentctl chat``'s interactive loop), :mod:`.notes` (``remember`` and
+``forget``), :mod:`.render` (how answers look) and :mod:`.times` (how times look and are
+read). ``agentctl mcp`` (:mod:`.mcp`) is the exception to "stdlib only": it serves MCP
+with the SDK, imported when that command runs, and makes its own connections.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from agentd.client.parser import parse_args
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        if not getattr(args, "connects", True):  # ``mcp``: connects per call, itself
+            return args.handler(None, args)
         conn = Connection()
         try:
             status = args.handler(conn, args)

@@ -29,6 +29,8 @@ from agentd.client.commands import (
     cmd_web,
 )
 from agentd.client.delete import cmd_agent_delete
+from agentd.client.mcp import cmd_mcp
+from agentd.client.notes import cmd_forget, cmd_remember
 from agentd.client.repl import cmd_chat
 from shared import protocol
 
@@ -330,6 +332,48 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument(
         "--json", action="store_true", help=f"with blame, why, diff or proposals: {JSON_HELP}"
     )
+
+    remember = command(
+        "remember",
+        cmd_remember,
+        "Add a note to an agent's memory: one `- ` line, committed (provenance: you, via "
+        "agentctl).",
+    )
+    remember.add_argument("text", help="the note (made one line)")
+    agent_flag(remember)
+    remember.add_argument(
+        "--file",
+        metavar="PATH",
+        help="the memory file it goes to (default: system/human.md, what the agent knows "
+        "about you, shown in every prompt); a new .md file is created",
+    )
+    remember.add_argument("--json", action="store_true", help=JSON_HELP)
+    forget = command(
+        "forget",
+        cmd_forget,
+        "Show the memory lines containing PATTERN and, once you say yes, remove them in one "
+        "commit (`agentctl memory revert` undoes it).",
+    )
+    forget.add_argument("pattern", help="text the lines contain (case-insensitive, not a regex)")
+    agent_flag(forget)
+    forget.add_argument("--file", metavar="PATH", help="only this memory file's lines")
+    forget.add_argument(
+        "--yes", "-y", action="store_true", help="do not ask (needed off a terminal)"
+    )
+    forget.add_argument("--json", action="store_true", help=JSON_HELP)
+
+    mcp = command(
+        "mcp",
+        cmd_mcp,
+        "Serve the Model Context Protocol on stdin/stdout, for MCP hosts (Claude Desktop, "
+        "Cursor, …) to configure as a command; it talks to the running daemon.",
+    )
+    mcp.add_argument(
+        "--agent",
+        "-a",
+        help="the agent tools use when a call names none (default: the default agent)",
+    )
+    mcp.set_defaults(connects=False)
 
     export = command(
         "export", cmd_export, "Write an agent (record, memory history, transcripts) as a .tar.gz."

@@ -269,6 +269,8 @@ def commit_label(commit: dict[str, Any]) -> str:
         source = f"job {protocol.short_id(provenance['job_id'])}"
     elif provenance.get("message_id"):
         source = f"msg {protocol.short_id(provenance['message_id'])}"
+    elif provenance.get("via"):
+        source = f"via {provenance['via']}"
     else:
         source = "-"
     return (
@@ -300,6 +302,8 @@ def print_why(matches: list[dict[str, Any]], more: int) -> None:
                 print(f"  reflected on messages {span}; no user message there matches it")
         elif provenance["kind"] == "turn" and match["evidence"]:
             print("  the user's message in the turn that wrote it:")
+        elif provenance.get("via"):
+            print(f"  {_remembered(provenance)}")
         for said in match["evidence"]:
             print(
                 f"    {shown(said['created_at'])}  {protocol.short_id(said['message_id'])}  "
@@ -307,6 +311,16 @@ def print_why(matches: list[dict[str, Any]], more: int) -> None:
             )
     if more:
         print(f"(and {more} more matching lines: narrow the text)", file=sys.stderr)
+
+
+def _remembered(provenance: dict[str, Any]) -> str:
+    """Who remembered a line, and through which door (``agentctl remember``, the web view,
+    an MCP host's ``remember`` tool)."""
+    if provenance["via"] == "mcp":
+        host = provenance.get("client") or "a host that gave no name"
+        return f"remembered over MCP by {host} (agentctl mcp's remember tool)"
+    door = "in the web view" if provenance["via"] == "web" else "with agentctl remember"
+    return f"remembered by the user {door}"
 
 
 def print_memory_diff(diff: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from agentd.web import approvals, chat, pages
+from agentd.web import approvals, chat, memory_notes, pages
 from agentd.web.context import CONTEXT, STATIC, WebContext, render
 from agentd.web.guard import Handler, guard, security_headers
 from shared.errors import (
@@ -47,6 +47,7 @@ def build_app(server: WebServer) -> web.Application:
     app.add_routes(pages.routes())
     app.add_routes([web.post("/agents/{agent}/conversations/{conversation}/chat", chat.chat)])
     app.add_routes(approvals.routes())
+    app.add_routes(memory_notes.routes())
     app.router.add_static("/static", STATIC)
     return app
 

@@ -14,7 +14,12 @@ the message's last paragraph), and :class:`Provenance` reads them back:
   explicit merge mode): ``Job-ID``;
 - a **user** edit (``agentctl memory edit``/``commit``/``revert``): ``Edited-By: user``, and
   for a revert ``Reverts: <sha>``. The trailer, not the author, says "user": the author
-  ``user <user@agentd.local>`` only identifies commits made before trailers existed.
+  ``user <user@agentd.local>`` only identifies commits made before trailers existed;
+- a **note** remembered or lines forgotten (``agentctl remember``/``forget``, the web view):
+  ``Edited-By: user`` and ``Via: agentctl`` (or ``web``); a note an MCP host's ``remember``
+  tool sent (``agentctl mcp``): ``Edited-By: mcp``, ``Via: mcp`` and ``MCP-Client: <the
+  name and version the host gave>``. Its kind is ``mcp``: another application's model
+  chose those words, not the user at agentd's own doors.
 
 Commits without trailers (made before them, or by hand with git) still parse: their kind
 is inferred from the parents, author and subject (:meth:`Provenance.infer`). A trailer
@@ -44,7 +49,9 @@ from shared.ids import ID_PATTERN
 from shared.memory import git
 from shared.memory.repo import INITIAL_COMMIT_MESSAGE, MemoryRepo, validate_memory_path
 
-ProvenanceKind = Literal["turn", "reflection", "user", "merge", "initial"]
+ProvenanceKind = Literal["turn", "reflection", "user", "mcp", "merge", "initial"]
+Via = Literal["agentctl", "web", "mcp"]
+"""The door a note came in through (``agentctl remember``, the web view, ``agentctl mcp``)."""
 
 AGENT_ID = "Agent-ID"
 PARENT_AGENT_ID = "Parent-Agent-ID"
@@ -54,10 +61,15 @@ REFLECTED_MESSAGES = "Reflected-Messages"
 JOB_ID = "Job-ID"
 EDITED_BY = "Edited-By"
 REVERTS = "Reverts"
+VIA = "Via"
+MCP_CLIENT = "MCP-Client"
 
 USER_NAME = "user"
 USER_EMAIL = "user@agentd.local"
 """The author of every memory commit the user makes through agentd."""
+MCP_NAME = "mcp"
+MCP_EMAIL = "mcp@agentd.local"
+"""The author of a note an MCP host sent, and its ``Edited-By`` value."""
 
 _REFLECTION_EMAIL = re.compile(r"~reflection@")
 """The sub-agent's author email (``<agent>~reflection@agentd.local``), for old commits."""
@@ -66,6 +78,10 @@ _SHA = re.compile(r"[0-9a-f]{40}(?:[0-9a-f]{24})?")
 _RECORD = "\x1e"
 _FORMAT = "%H%x00%h%x00%aI%x00%an%x00%ae%x00%P%x00%s%x00%(trailers:only,unfold)" + "%x1e"
 _MAX_REV_CHARS = 200
+_CLIENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._+/@()-]{0,99}")
+"""An MCP host's name and version as a trailer keeps it: a host names itself, so the
+value is checked like an id, and anything else is left out."""
+_VIAS: dict[str, Via] = {"agentctl": "agentctl", "web": "web", "mcp": "mcp"}
 
 
 class Provenance(BaseModel):
@@ -86,6 +102,10 @@ class Provenance(BaseModel):
     """For a reflection: the first and last message ids of the slice it reviewed."""
     reverts: str | None = None
     """For a revert: the sha of the commit it undid."""
+    via: Via | None = None
+    """For a note remembered or lines forgotten: the door it came in through."""
+    client: str | None = None
+    """For a note sent over MCP: the host's name and version, as it introduced itself."""
 
     @classmethod
     def infer(
@@ -107,6 +127,8 @@ class Provenance(BaseModel):
             "reflected_first": first,
             "reflected_last": last,
             "reverts": _sha(trailers.get(REVERTS)),
+            "via": _via(trailers.get(VIA)),
+            "client": mcp_client(trailers.get(MCP_CLIENT)),
         }
         kind = _kind(trailers, parents, author_name, author_email, subject, fields)
         return cls(kind=kind, **fields)
@@ -165,6 +187,23 @@ def turn_trailers(
 def user_trailers(reverts: str | None = None) -> dict[str, str | None]:
     """The trailers of a commit the user makes through agentd."""
     return {EDITED_BY: USER_NAME, REVERTS: reverts}
+
+
+def note_trailers(via: Via, client: str | None = None) -> dict[str, str | None]:
+    """The trailers of a note remembered or lines forgotten through ``via``; ``client`` is
+    an MCP host's name and version (kept only for ``mcp``, and only as :func:`mcp_client`
+    allows)."""
+    if via == "mcp":
+        return {EDITED_BY: MCP_NAME, VIA: via, MCP_CLIENT: mcp_client(client)}
+    return {EDITED_BY: USER_NAME, VIA: via}
+
+
+def mcp_client(value: str | None) -> str | None:
+    """``value`` if it is a name and version a trailer may hold, else None."""
+    if value is None:
+        return None
+    value = " ".join(value.split())
+    return value if _CLIENT.fullmatch(value) else None
 
 
 def resolve_commit(repo: MemoryRepo, rev: str) -> str:
@@ -277,6 +316,8 @@ def _kind(
         return "reflection"
     if trailers.get(EDITED_BY) == USER_NAME:
         return "user"
+    if trailers.get(EDITED_BY) == MCP_NAME:
+        return "mcp"
     if fields["conversation_id"] or fields["message_id"]:
         return "turn"
     # no trailers: a commit made before they existed
@@ -303,6 +344,10 @@ def _agent_id(value: str | None) -> str | None:
 
 def _sha(value: str | None) -> str | None:
     return value if value is not None and _SHA.fullmatch(value) else None
+
+
+def _via(value: str | None) -> Via | None:
+    return _VIAS.get(value) if value is not None else None
 
 
 def _reflected_range(value: str | None) -> tuple[str | None, str | None]:

@@ -39,10 +39,12 @@ from shared.memory.provenance import (
     CONVERSATION_ID,
     EDITED_BY,
     JOB_ID,
+    MCP_CLIENT,
     MESSAGE_ID,
     PARENT_AGENT_ID,
     REFLECTED_MESSAGES,
     REVERTS,
+    VIA,
     with_trailers,
 )
 
@@ -62,6 +64,8 @@ ORIGIN_KEYS = frozenset(
         JOB_ID,
         EDITED_BY,
         REVERTS,
+        VIA,
+        MCP_CLIENT,
         "Author",
         "Committer",
         "From",

@@ -1,5 +1,6 @@
-// agentd web view: search-as-you-type over recall, a chat box that streams a turn, and
-// Approve / Deny on the tool calls that wait for the user's yes.
+// agentd web view: search-as-you-type over recall, a chat box that streams a turn,
+// Approve / Deny on the tool calls that wait for the user's yes, and Remember / Forget on
+// a memory file.
 // Plain JavaScript, no dependencies, nothing fetched from elsewhere. Everything shown
 // from the server is set as text (textContent), never parsed as HTML.
 "use strict";
@@ -226,8 +227,70 @@ function conversationView() {
   setupChat(document.getElementById("chat"));
 }
 
+// Remember and Forget on a memory file's page: JSON POSTs (with the CSRF token); a change
+// reloads the page, whose gutter then shows the new commit. Forget lists the lines first
+// and removes exactly those, naming the commit they were listed at.
+function setupNotes(section) {
+  const status = document.getElementById("notes-status");
+  const preview = document.getElementById("forget-preview");
+  const lines = document.getElementById("forget-lines");
+  const confirm = document.getElementById("forget-confirm");
+  const path = section.dataset.path;
+  let listed = null;
+
+  async function send(action, body) {
+    const response = await fetch(`${section.dataset.url}/${action}`, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": csrfToken() },
+      body: JSON.stringify({ path, ...body }),
+    });
+    const text = await response.text();
+    let answer = null;
+    try {
+      answer = JSON.parse(text);
+    } catch (_) { /* plain text: a guard's refusal */ }
+    if (!response.ok) {
+      const error = answer && answer.error;
+      status.textContent = error ? `${error.code}: ${error.message}` : `refused (${response.status}): ${text}`;
+      return null;
+    }
+    return answer;
+  }
+
+  document.getElementById("remember").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const text = event.target.querySelector('input[name="text"]').value;
+    const done = await send("remember", { text });
+    if (!done) return;
+    if (done.commit === null) status.textContent = `${path} holds this line already: ${done.line}`;
+    else window.location.reload();
+  });
+
+  document.getElementById("forget").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const pattern = event.target.querySelector('input[name="pattern"]').value;
+    const found = await send("forget", { pattern });
+    if (!found) return;
+    listed = { pattern, base: found.head };
+    lines.replaceChildren(...found.lines.map((line) => element("li", "", `${line.line_no}: ${line.text}`)));
+    preview.hidden = found.lines.length === 0;
+    status.textContent = found.lines.length ? "" : `no line of ${path} contains that`;
+  });
+
+  confirm.addEventListener("click", async () => {
+    if (!listed) return;
+    confirm.disabled = true;
+    const done = await send("forget", { ...listed, confirm: true });
+    confirm.disabled = false;
+    if (done) window.location.reload();
+  });
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   const search = document.getElementById("search");
   if (search) setupSearch(search);
   if (document.getElementById("chat")) conversationView();
+  const notes = document.getElementById("notes");
+  if (notes) setupNotes(notes);
 });

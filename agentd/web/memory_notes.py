@@ -1,0 +1,44 @@
+"""Remember and Forget on a memory file's page: the socket's ``memory.remember`` and
+``memory.forget``, for that file, from the browser.
+
+The same rules as the page's chat: a POST, so the guard wants the session cookie and the
+CSRF token (:mod:`.guard`); the body is checked by the socket's request models, and the
+commit says it came through the web view (``Via: web``). Forget is two requests, as in
+``agentctl forget``: the first lists the lines (nothing changes), the second removes
+them, naming the commit the listing was made at, so what goes is what the page showed.
+The URL names the agent and the door is always ``web``, whatever the body says. The
+answer is the socket's, as JSON; the page then reloads to show the new gutter.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from agentd.requests import MemoryForget, MemoryRemember, parse_params
+from agentd.web.chat import json_body
+from agentd.web.context import WebContext, no_events
+
+
+async def remember(request: web.Request) -> web.StreamResponse:
+    body = await json_body(request, '{"path": "...", "text": "..."}')
+    fields = {**body, "agent": request.match_info["agent"], "via": "web"}
+    params = parse_params(MemoryRemember, fields)
+    assert isinstance(params, MemoryRemember)
+    handlers = WebContext.of(request).handlers
+    return web.json_response(await handlers.memory_remember(params, no_events))
+
+
+async def forget(request: web.Request) -> web.StreamResponse:
+    body = await json_body(request, '{"path": "...", "pattern": "...", "confirm": false}')
+    fields = {**body, "agent": request.match_info["agent"], "via": "web"}
+    params = parse_params(MemoryForget, fields)
+    assert isinstance(params, MemoryForget)
+    handlers = WebContext.of(request).handlers
+    return web.json_response(await handlers.memory_forget(params, no_events))
+
+
+def routes() -> list[web.RouteDef]:
+    return [
+        web.post("/agents/{agent}/memory/remember", remember),
+        web.post("/agents/{agent}/memory/forget", forget),
+    ]
