@@ -21,8 +21,9 @@ chunk with the finish reason, a usage chunk when ``stream_options.include_usage`
 one, and ``data: [DONE]``. Each piece of text waits ``chunk_delay_s`` first (the server's
 own, or the queued answer's): a model producing tokens at a fixed pace. ``hang_after``
 stops sending after that many pieces and holds the connection open (a provider that hangs
-mid-stream; 0: one that never sends a token) until the client goes away or the server
-closes; ``drop_after`` closes the connection after that many pieces instead, as a server
+mid-stream; 0: one that never sends a token; ``server.holding`` is set then) until the
+client goes away, the server closes, or :meth:`FakeOpenAIServer.release` lets the stream
+go on; ``drop_after`` closes the connection after that many pieces instead, as a server
 that dies mid-answer does (the chunked body is left unfinished). ``server.disconnects``
 counts the streams a client left before their end.
 """
@@ -190,6 +191,9 @@ class FakeOpenAIServer:
         """The wait before each piece of streamed text, unless an answer sets its own."""
         self.disconnects = 0
         """Streams whose client went away before they ended."""
+        self.holding = threading.Event()
+        """Set while a stream is held (``hang_after``)."""
+        self._released = threading.Event()
         self._closing = threading.Event()
         self._lock = threading.Lock()
         self._queue: deque[ScriptedResponse] = deque()
@@ -245,6 +249,12 @@ class FakeOpenAIServer:
             self.authorizations.clear()
             self.disconnects = 0
         self.chunk_delay_s = 0.0
+        self.holding.clear()
+        self._released.clear()
+
+    def release(self) -> None:
+        """Let the held stream go on (and any stream held later)."""
+        self._released.set()
 
     def close(self) -> None:
         """Stop serving (hanging streams end) and release the port."""
@@ -320,11 +330,12 @@ class FakeOpenAIServer:
                     pieces = 0
                     for event in events:
                         if stop_at is not None and pieces >= stop_at:
+                            stop_at = None
                             if scripted.drop_after is not None:
                                 self.connection.shutdown(socket.SHUT_RDWR)
-                            else:
-                                self._hang()
-                            return
+                                return
+                            if not self._hold():
+                                return
                         if event.pop("_piece", False):
                             pieces += 1
                             if delay:
@@ -341,21 +352,29 @@ class FakeOpenAIServer:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
 
-            def _hang(self) -> None:
-                """Send nothing more; return once the client has gone (or the server
-                closes, or the limit passes)."""
+            def _hold(self) -> bool:
+                """Send nothing until released (True), or until the client has gone, the
+                server closes or the limit passes (False)."""
+                server.holding.set()
                 self.connection.settimeout(0.05)
                 deadline = time.monotonic() + _HANG_LIMIT_S
-                while not server._closing.is_set() and time.monotonic() < deadline:
-                    try:
-                        if self.connection.recv(1, socket.MSG_PEEK) == b"":
+                try:
+                    while not server._closing.is_set() and time.monotonic() < deadline:
+                        if server._released.is_set():
+                            return True
+                        try:
+                            if self.connection.recv(1, socket.MSG_PEEK) == b"":
+                                break
+                        except TimeoutError:
+                            continue
+                        except OSError:
                             break
-                    except TimeoutError:
-                        continue
-                    except OSError:
-                        break
+                finally:
+                    server.holding.clear()
+                    self.connection.settimeout(None)
                 with server._lock:
                     server.disconnects += 1
+                return False
 
             def _send(self, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
                 payload = json.dumps(body).encode()
