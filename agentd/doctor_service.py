@@ -1,5 +1,6 @@
 """``agentd doctor``'s checks of the running service: the daemon, the Redis it uses, its
-model's credentials and whether its API answers.
+model's credentials and whether its API answers, and the OpenAI-compatible endpoint it
+serves (:mod:`.doctor_api`).
 
 The settings that count are the daemon's (they come from the environment it was started
 in), so while it runs doctor asks it for them (``config.show``, and ``status`` for Redis
@@ -18,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from agentd.doctor_api import endpoint_of_the_daemon, endpoint_of_this_shell
 from agentd.effective_config import EffectiveConfig
 from agentd.findings import Finding
 from agentd.progress import progress
@@ -118,6 +120,7 @@ def service_findings(settings: Settings, local_redis: Callable[[], Finding]) -> 
         yield Finding(False, "daemon", "not running (start it with agentd up)")
         yield local_redis()
         yield from model_findings(ModelSetup.of_this_shell(settings))
+        yield endpoint_of_this_shell(settings)
         return
     except NoAnswer as exc:
         fix = "restart it: `agentctl shutdown`, then `agentd up`"
@@ -129,6 +132,7 @@ def service_findings(settings: Settings, local_redis: Callable[[], Finding]) -> 
     )
     yield redis_of_the_daemon(config, redis)
     yield from model_findings(ModelSetup.of_the_daemon(config))
+    yield endpoint_of_the_daemon(config)
 
 
 def redis_of_the_daemon(config: EffectiveConfig, redis: dict[str, Any]) -> Finding:

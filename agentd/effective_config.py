@@ -38,9 +38,22 @@ class EffectiveConfig(BaseModel):
     api_key_set: bool
     """Whether ``AGENTD_API_KEY`` (or ``api_key`` in agentd.toml) is set."""
     block_remote_models: bool
+    api_endpoint: str | None = None
+    """The OpenAI-compatible endpoint's base URL; None while the web view is off."""
+    api_keys: int = 0
+    """Bearer keys of the endpoint in use (not revoked); never the keys."""
+    api_keys_damaged: str | None = None
+    """Why the key file could not be read, if it could not (every key is refused)."""
 
 
-def effective_config(settings: Settings, keys: ProviderKeys | None) -> EffectiveConfig:
+def effective_config(
+    settings: Settings,
+    keys: ProviderKeys | None,
+    *,
+    api_endpoint: str | None = None,
+    api_keys: int = 0,
+    api_keys_damaged: str | None = None,
+) -> EffectiveConfig:
     location = locate(settings)
     return EffectiveConfig(
         version=__version__,
@@ -56,6 +69,9 @@ def effective_config(settings: Settings, keys: ProviderKeys | None) -> Effective
         provider_keys=None if keys is None else sorted(keys.values),
         api_key_set=settings.api_key is not None,
         block_remote_models=settings.block_remote_models,
+        api_endpoint=api_endpoint,
+        api_keys=api_keys,
+        api_keys_damaged=api_keys_damaged,
     )
 
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from agentd import __version__, archive
 from agentd.agents import Agents
+from agentd.api_key_ops import ApiKeyOps
+from agentd.api_keys import ApiKeys
 from agentd.approvals import Approvals
 from agentd.deletion import Deletions
 from agentd.effective_config import effective_config
@@ -73,7 +75,7 @@ from shared.settings import Settings
 from shared.store.conversations import Conversation
 
 
-class Handlers:
+class Handlers(ApiKeyOps):
     def __init__(
         self,
         settings: Settings,
@@ -94,6 +96,9 @@ class Handlers:
         self.notes = MemoryNotes(agents)
         self.proposals = MemoryProposals(agents, settings.memory_limits)
         self.approvals = Approvals(agents, turns, self._after_turn)
+        self.api_keys = ApiKeys(settings.layout.api_keys, agents.clock)
+        """The OpenAI-compatible endpoint's bearer keys (:mod:`agentd.api_key_ops`)."""
+        self._api_keys_lock = asyncio.Lock()
         self.web = WebServer(settings, self)
         """The web view (``AGENTD_WEB``); the daemon starts and stops it with the socket."""
 
@@ -112,7 +117,14 @@ class Handlers:
 
     async def config_show(self, _params: Params, _emit: Emit) -> dict[str, Any]:
         """The settings this daemon runs with, for ``agentd doctor``; no secret in it."""
-        return effective_config(self.settings, self.turns.providers.keys).model_dump()
+        damaged = self.api_keys.damaged
+        return effective_config(
+            self.settings,
+            self.turns.providers.keys,
+            api_endpoint=self.web.api_base,
+            api_keys=len(self.api_keys.active),
+            api_keys_damaged=damaged.message if damaged is not None else None,
+        ).model_dump()
 
     async def status(self, _params: Params, _emit: Emit) -> dict[str, Any]:
         default_model = self.settings.model
@@ -160,21 +172,43 @@ class Handlers:
         return self._agent_view(self.agents.update(record, params))
 
     async def chat(self, params: Chat, emit: Emit) -> dict[str, Any]:
-        if len(params.text) > self.settings.max_message_chars:
+        self.check_length(params.text)
+        record = await self.agents.resolve(params.agent)
+        conversation = self.agents.conversation(record, params.conversation)
+        result = await self.chat_turn(record, conversation, params.text, emit)
+        return result.model_dump(mode="json")
+
+    def check_length(self, text: str) -> None:
+        if len(text) > self.settings.max_message_chars:
             raise PayloadTooLarge(
-                f"the message has {len(params.text):,} characters; the limit is "
+                f"the message has {len(text):,} characters; the limit is "
                 f"{self.settings.max_message_chars:,} (AGENTD_MAX_MESSAGE_CHARS). Put long "
                 "text in a file in the agent's workspace and refer to it instead"
             )
-        record = await self.agents.resolve(params.agent)
-        conversation = self.agents.conversation(record, params.conversation)
+
+    async def chat_turn(
+        self,
+        record: AgentRecord,
+        conversation: Conversation,
+        text: str,
+        emit: Emit,
+        *,
+        reflection_wait_s: float | None = None,
+    ) -> TurnResult:
+        """One chat turn and what follows it; a reflection it triggers is waited on for
+        ``reflection_wait_s`` (default ``AGENTD_REFLECTION_WAIT_S``) to tell its outcome."""
         repo = self.agents.memory(record.id)
-        result = await self.turns.chat(record, repo, conversation, params.text, emit)
-        await self._after_turn(record, conversation, result, emit)
-        return result.model_dump(mode="json")
+        result = await self.turns.chat(record, repo, conversation, text, emit)
+        await self._after_turn(record, conversation, result, emit, reflection_wait_s)
+        return result
 
     async def _after_turn(
-        self, record: AgentRecord, conversation: Conversation, result: TurnResult, emit: Emit
+        self,
+        record: AgentRecord,
+        conversation: Conversation,
+        result: TurnResult,
+        emit: Emit,
+        wait_s: float | None = None,
     ) -> None:
         """After a chat turn, or an approval's carrying on of one: the reflection check
         (it counts only a turn that ended), and the outcomes and pauses worth telling."""
@@ -182,7 +216,7 @@ class Handlers:
         outcome = None
         if request is not None:
             outcome = await self.reflections.wait(
-                request.request_id, self.settings.reflection_wait_s
+                request.request_id, self.settings.reflection_wait_s if wait_s is None else wait_s
             )
         paused = await self.reflections.untold_pause(record)
         for notice in [outcome, *self.reflections.take_notices(record.id)]:

@@ -305,6 +305,19 @@ class AgentImport(Params):
     name: AgentName | None = None
 
 
+# --- the OpenAI-compatible endpoint's keys (agentctl api-key) ----------------------------
+
+
+class ApiKeyCreate(Params):
+    name: Annotated[str, _id("API key name")]
+    """What the key is for (``open-webui``), to tell keys apart and revoke one by name."""
+
+
+class ApiKeyRevoke(Params):
+    key: Annotated[str, _id("API key")]
+    """The key's name or id."""
+
+
 PARAMS: dict[str, type[Params]] = {
     "hello": NoParams,
     "status": NoParams,
@@ -347,6 +360,9 @@ PARAMS: dict[str, type[Params]] = {
     "approval.approve": ApprovalApprove,
     "approval.deny": ApprovalDeny,
     "web.login": NoParams,
+    "apikey.create": ApiKeyCreate,
+    "apikey.list": NoParams,
+    "apikey.revoke": ApiKeyRevoke,
     "shutdown": NoParams,
 }
 

@@ -283,6 +283,7 @@ class Turns:
             rules=ToolRules(requires_approval=frozenset(agent.requires_approval)),
             emit=emit,
             turn_id=turn_id,
+            stream=True,
         )
 
     @staticmethod

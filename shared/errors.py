@@ -47,6 +47,7 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   ├── ProviderConfigError      unknown model, bad api base, missing dependency
     │   ├── ProviderUnreachable      nothing answers at the api base (refused, no such host)
     │   ├── ProviderHTTPError        any other HTTP failure, after our retries
+    │   │   └── ProviderTimeout      nothing from the provider for the configured timeout
     │   └── ProviderMisbehaved       a response we cannot use (no choices, bad shape)
     ├── ShuttingDown                 the daemon is stopping and takes no new turns
     ├── Busy                         every connection the daemon allows is open; retry
@@ -359,6 +360,17 @@ class ProviderHTTPError(ProviderError):
         super().__init__(message)
         self.status_code = status_code
         self.model = model
+
+
+class ProviderTimeout(ProviderHTTPError):
+    """The provider sent nothing for ``AGENTD_PROVIDER_TIMEOUT_S``: no answer, no first
+    token, or no next piece of a stream. Not retried: a hung provider is reported when the
+    timeout says so, not after as long again for each attempt."""
+
+    code = "provider_timeout"
+
+    def __init__(self, message: str, *, model: str) -> None:
+        super().__init__(message, status_code=None, model=model)
 
 
 class ProviderMisbehaved(ProviderError):

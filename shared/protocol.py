@@ -51,6 +51,13 @@ def names_message(ref: str, message_id: str) -> bool:
 
 
 EVENT_ASSISTANT = "assistant"
+"""A reply of the model, whole (``data``: text), once it is in the log."""
+EVENT_ASSISTANT_DELTA = "assistant_delta"
+"""A piece of the reply being written (``data``: text), as the model streams it; the
+``assistant`` event with the whole text follows when the reply is complete."""
+EVENT_MODEL_CALL = "model_call"
+"""A model call starts (``data``: model, step): until its first piece of text, a tool
+call or the next event, the client waits on the model."""
 EVENT_TOOL_CALL = "tool_call"
 EVENT_TOOL_RESULT = "tool_result"
 EVENT_MEMORY_UPDATE = "memory_update"

@@ -12,7 +12,8 @@ import sys
 from typing import Any
 
 from agentd.client.connection import Connection, unwrap
-from agentd.client.render import print_event, print_waiting
+from agentd.client.live import TurnView
+from agentd.client.render import print_waiting
 
 EXIT_WAITING = 3
 """The exit status when the turn stopped on a tool call that waits for the user's yes."""
@@ -20,13 +21,20 @@ EXIT_WAITING = 3
 
 def stream(conn: Connection, op: str, params: dict[str, Any], *, as_json: bool) -> dict[str, Any]:
     """Send one request, print its events as they come (not with ``--json``), return its
-    result; a typed error is raised (:class:`~.connection.ClientError`)."""
-    for message in conn.call(op, params):
-        if "event" in message:
-            if not as_json:
-                print_event(message["event"], message.get("data", {}))
-            continue
-        return unwrap(message)
+    result; a typed error is raised (:class:`~.connection.ClientError`). The reply's text
+    is printed as it is written, and a terminal is shown how long the model is waited on
+    (:mod:`.live`)."""
+    view = None if as_json else TurnView(show_waiting=sys.stderr.isatty())
+    try:
+        for message in conn.call(op, params):
+            if "event" in message:
+                if view is not None:
+                    view.event(message["event"], message.get("data", {}))
+                continue
+            return unwrap(message)
+    finally:
+        if view is not None:
+            view.close()
     raise AssertionError("call() always ends with a final line")
 
 

@@ -12,6 +12,7 @@ from typing import Any, get_args
 
 from agentd import __version__
 from agentd.client import times
+from agentd.client.api_keys import cmd_api_key
 from agentd.client.approvals import cmd_approvals, cmd_approve, cmd_deny
 from agentd.client.archive import cmd_export, cmd_import
 from agentd.client.commands import (
@@ -77,6 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.usage_of.error(f"memory {args.action} needs {needed}")
     if args.command == "agents" and args.action == "update" and args.approve is not None:
         args.approve = _tools(args.approve, args.usage_of)
+    if args.command == "api-key" and args.action != "list" and not args.key:
+        args.usage_of.error(f"api-key {args.action} needs NAME")
     return args
 
 
@@ -415,6 +418,20 @@ def build_parser() -> argparse.ArgumentParser:
     web.add_argument(
         "--no-browser", action="store_true", help="only print the link, even on a terminal"
     )
+
+    api_key = command(
+        "api-key",
+        cmd_api_key,
+        "Make, list or revoke the bearer keys of the OpenAI-compatible endpoint.",
+    )
+    api_key.add_argument(
+        "action",
+        choices=("create", "list", "revoke"),
+        help="create NAME: a new key, printed once; list: every key (never the key itself); "
+        "revoke KEY: by name or id, at once",
+    )
+    api_key.add_argument("key", nargs="?", metavar="NAME", help="with create or revoke")
+    api_key.add_argument("--json", action="store_true", help=JSON_HELP)
 
     command("shutdown", cmd_shutdown, "Stop the daemon.")
     return parser

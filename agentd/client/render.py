@@ -44,7 +44,8 @@ def print_chat_banner(agent_name: str, where: dict[str, Any]) -> None:
 
 
 def print_event(event: str, data: dict[str, Any]) -> None:
-    """One event line of a running turn, as it happens."""
+    """One event line of a running turn, as it happens (the reply's own text is printed
+    as it streams, by :mod:`.live`)."""
     if event == protocol.EVENT_TOOL_CALL:
         waits = data.get("awaiting_approval")
         suffix = f"  (awaiting approval {protocol.short_id(waits)})" if waits else ""
@@ -54,8 +55,6 @@ def print_event(event: str, data: dict[str, Any]) -> None:
         lines = (data.get("content") or "").strip().splitlines() or [""]
         more = f"  (+{len(lines) - 1} more lines)" if len(lines) > 1 else ""
         print(f"  {mark} {one_line(lines[0])}{more}", flush=True)
-    elif event == protocol.EVENT_ASSISTANT:
-        print(data["text"], flush=True)
     elif event == protocol.EVENT_COMPACTION:
         print(
             f"  ⇣ compacted ({data['trigger']}): {data['messages_before']} → "

@@ -1,5 +1,7 @@
 """The web view's aiohttp application: the guard, the error pages, the routes and the
-vendored static files (no CDN, no build step: it works offline)."""
+vendored static files (no CDN, no build step: it works offline), and the
+OpenAI-compatible endpoint under ``/v1/`` (:mod:`.openai_api`), whose errors are OpenAI's
+shape rather than pages."""
 
 from __future__ import annotations
 
@@ -7,9 +9,10 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from agentd.web import approvals, chat, memory_notes, pages
+from agentd.web import approvals, chat, memory_notes, openai_api, pages
 from agentd.web.context import CONTEXT, STATIC, WebContext, render
-from agentd.web.guard import Handler, guard, security_headers
+from agentd.web.guard import Handler, guard, is_api, security_headers
+from agentd.web.openai_errors import openai_errors
 from shared.errors import (
     AgentdError,
     InUse,
@@ -35,12 +38,16 @@ def build_app(server: WebServer) -> web.Application:
         assert server.port is not None
         return server.port
 
+    def accepts_host(host: str | None) -> bool:
+        return address.accepts_host(host, port())
+
     app = web.Application(
         middlewares=[
-            guard(server.sessions, lambda host: address.accepts_host(host, port()), port),
+            openai_errors,
+            guard(server.sessions, accepts_host, port, server.handlers.api_keys),
             _typed_errors,
         ],
-        client_max_size=chat.MAX_BODY_BYTES,
+        client_max_size=max(chat.MAX_BODY_BYTES, openai_api.MAX_BODY_BYTES),
     )
     app[CONTEXT] = WebContext.build(server)
     app.on_response_prepare.append(security_headers)
@@ -48,6 +55,7 @@ def build_app(server: WebServer) -> web.Application:
     app.add_routes([web.post("/agents/{agent}/conversations/{conversation}/chat", chat.chat)])
     app.add_routes(approvals.routes())
     app.add_routes(memory_notes.routes())
+    app.add_routes(openai_api.routes())
     app.router.add_static("/static", STATIC)
     return app
 
@@ -72,6 +80,8 @@ async def _typed_errors(request: web.Request, handler: Handler) -> web.StreamRes
     try:
         return await handler(request)
     except AgentdError as exc:
+        if is_api(request):  # answered in OpenAI's shape (openai_errors)
+            raise
         status = status_of(exc)
         if request.method != "GET" or request.path.endswith("/search"):
             return web.json_response({"error": exc.to_dict()}, status=status)

@@ -8,6 +8,12 @@
    the ``X-CSRF-Token`` header; else 403. The cookie is ``SameSite=Strict`` as well, so
    another site's form never carries it; the token covers browsers that ignore that.
 
+The OpenAI-compatible endpoint (``/v1/``) is for programs, not the browser: after the Host
+check it takes a bearer key (``Authorization: Bearer KEY``, :mod:`agentd.api_keys`)
+instead of the session and the CSRF token; no key, a wrong one or a revoked one is 401
+(in OpenAI's shape, :mod:`.openai_errors`). A page of another site cannot send the
+header without a CORS preflight, which nothing here answers.
+
 Every response also gets headers that keep the pages to themselves: a Content-Security-
 Policy allowing only this origin's scripts and styles (no inline script at all), no
 framing, no referrer (a URL never leaks to a link's target), no caching of pages.
@@ -19,11 +25,21 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from agentd.api_keys import ApiKey, ApiKeyRefused, ApiKeys
 from agentd.web.sessions import Session, Sessions
 
 CSRF_HEADER = "X-CSRF-Token"
 SESSION_KEY = web.RequestKey("agentd_session", Session)
 """Where the request's :class:`Session` is kept (``request[SESSION_KEY]``)."""
+API_KEY = web.RequestKey("agentd_api_key", ApiKey)
+"""The bearer key an endpoint request came with (``request[API_KEY]``)."""
+API_PREFIX = "/v1"
+_KEY_REFUSED = {
+    "missing": "no API key: send `Authorization: Bearer KEY` (`agentctl api-key create NAME` "
+    "makes one)",
+    "wrong": "wrong API key (`agentctl api-key list` shows the keys in use)",
+    "revoked": "this API key was revoked; `agentctl api-key create NAME` makes a new one",
+}
 LOGIN_PATH = "/login"
 STATIC_PREFIX = "/static/"
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
@@ -43,7 +59,10 @@ def cookie_name(port: int) -> str:
 
 
 def guard(
-    sessions: Sessions, accepts_host: Callable[[str | None], bool], port: Callable[[], int]
+    sessions: Sessions,
+    accepts_host: Callable[[str | None], bool],
+    port: Callable[[], int],
+    api_keys: ApiKeys,
 ) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -52,6 +71,12 @@ def guard(
                 text="this server does not answer to that host name; open the URL "
                 "`agentctl web` prints"
             )
+        if is_api(request):
+            state, key = api_keys.check(request.headers.get("Authorization"))
+            if key is None:
+                raise ApiKeyRefused(_KEY_REFUSED[state])
+            request[API_KEY] = key
+            return await handler(request)
         if request.path == LOGIN_PATH or request.path.startswith(STATIC_PREFIX):
             return await handler(request)
         session = sessions.find(request.cookies.get(cookie_name(port())))
@@ -79,6 +104,11 @@ async def security_headers(request: web.Request, response: web.StreamResponse) -
     response.headers["Referrer-Policy"] = "no-referrer"
     if not request.path.startswith(STATIC_PREFIX):
         response.headers["Cache-Control"] = "no-store"
+
+
+def is_api(request: web.Request) -> bool:
+    """Whether ``request`` is for the OpenAI-compatible endpoint."""
+    return request.path == API_PREFIX or request.path.startswith(API_PREFIX + "/")
 
 
 def session_of(request: web.Request) -> Session | None:

@@ -12,7 +12,10 @@ the port cannot take the descriptors the socket and the turns need. Each accepte
 is handed to aiohttp's protocol, watched: a connection that has not sent a whole request
 head within ``web_header_timeout_s`` of being accepted is closed (aiohttp itself waits for
 a first request as long as it is not sent), and between requests aiohttp's keep-alive
-timeout, set to the same, closes one that sends only part of its next.
+timeout, set to the same, closes one that sends only part of its next. The accept loop
+also knows when a connection is gone (:meth:`WebServer.gone`): aiohttp does not cancel a
+handler whose client hung up, and the OpenAI-compatible endpoint cancels the turn of a
+client that did, as Ctrl-C does (the browser's chat runs on, as before).
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from agentd.api_clients import ApiConversations
 from agentd.listener import Listener, Slots, connection_cap
 from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress, WebAddressError
 from agentd.web.sessions import LOGIN_TOKEN_TTL_S, Sessions
@@ -61,11 +66,15 @@ class WebServer:
         self.settings = settings
         self.handlers = handlers
         self.sessions = Sessions()
+        self.api_conversations = ApiConversations(handlers.agents)
+        """Which conversation each client of the OpenAI-compatible endpoint talks in."""
         self.port: int | None = None
         """The port listened on, once started (the asked one, or the kernel's pick for 0)."""
         self.stopping = False
         self._runner: web.AppRunner | None = None
         self._listeners: list[Listener] = []
+        self._gone: dict[asyncio.BaseTransport, asyncio.Future[None]] = {}
+        """Per open connection, a future done once it is closed."""
         self._failure: str | None = None
         self.address: WebAddress | None = None
         if settings.web:
@@ -79,6 +88,15 @@ class WebServer:
         if self.address is None or self.port is None:
             return None
         return f"http://{self.address.netloc(self.port)}"
+
+    @property
+    def api_base(self) -> str | None:
+        """The OpenAI-compatible endpoint's base URL (what clients call ``base_url``)."""
+        return f"{self.url}/v1" if self.url is not None and self._runner is not None else None
+
+    def gone(self, transport: asyncio.BaseTransport | None) -> asyncio.Future[None] | None:
+        """A future done once the connection of ``transport`` is closed (None if unknown)."""
+        return self._gone.get(transport) if transport is not None else None
 
     async def start(self) -> None:
         if self._failure is not None:
@@ -145,16 +163,27 @@ class WebServer:
         protocols = runner.server
         loop = asyncio.get_running_loop()
         closed: asyncio.Future[None] = loop.create_future()
+        made: list[asyncio.BaseTransport] = []
+
+        def register(transport: asyncio.BaseTransport) -> None:
+            """As the connection is made, before any request on it can run."""
+            made.append(transport)
+            self._gone[transport] = closed
+
+        def watched() -> _Watched:
+            return _Watched(protocols(), closed, self.settings.web_header_timeout_s, register)
+
         try:
-            await loop.connect_accepted_socket(
-                lambda: _Watched(protocols(), closed, self.settings.web_header_timeout_s),
-                sock=conn,
-            )
-        except OSError as exc:  # the client went away as it was accepted
-            log.debug("web_connection_lost_at_accept", error=str(exc))
-            conn.close()
-            return
-        await closed
+            try:
+                await loop.connect_accepted_socket(watched, sock=conn)
+            except OSError as exc:  # the client went away as it was accepted
+                log.debug("web_connection_lost_at_accept", error=str(exc))
+                conn.close()
+                return
+            await closed
+        finally:
+            for transport in made:
+                self._gone.pop(transport, None)
 
     def login(self) -> dict[str, Any]:
         """A one-time login URL for ``agentctl web``."""
@@ -208,9 +237,14 @@ class _Watched(asyncio.Protocol):
     ``closed`` once the connection is gone (the listener counts it until then)."""
 
     def __init__(
-        self, inner: asyncio.Protocol, closed: asyncio.Future[None], header_timeout_s: float
+        self,
+        inner: asyncio.Protocol,
+        closed: asyncio.Future[None],
+        header_timeout_s: float,
+        made: Callable[[asyncio.BaseTransport], None],
     ) -> None:
         self._inner = inner
+        self._made = made
         self._closed = closed
         self._header_timeout_s = header_timeout_s
         self._deadline: asyncio.TimerHandle | None = None
@@ -219,6 +253,7 @@ class _Watched(asyncio.Protocol):
         across two reads."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._made(transport)
         loop = asyncio.get_running_loop()
         self._deadline = loop.call_later(self._header_timeout_s, self._too_slow, transport)
         self._inner.connection_made(transport)

@@ -7,6 +7,10 @@ exists: the assistant reply before its tools run, each tool result as it returns
 crash at any point loses nothing that was complete. An append the disk refuses ends the
 turn with ``disk_full`` and leaves neither the log nor the context window holding it.
 
+A turn that streams (``Turn.stream``: chat turns) sends the reply's text on as the model
+writes it (:mod:`.reply_stream`); the log still gets each reply whole, and a reply cut
+short by a cancel or a failure keeps what had arrived, marked with how the turn stopped.
+
 A step that calls a tool needing the user's yes stops the turn with
 ``requires_approval`` and leaves the step waiting on disk (:mod:`.approval_step`);
 :func:`resume_turn` carries it out once answered and goes on with the same turn.
@@ -25,6 +29,7 @@ from typing import Any
 import structlog
 
 from shared.agent.approval_step import denial, new_step, settle
+from shared.agent.reply_stream import Emit, ReplyStream
 from shared.agent.request import shape_messages, tool_result_cap, truncate_tool_output
 from shared.agent.rules import ToolRules
 from shared.agent.tools.base import Tool, ToolContext
@@ -41,8 +46,6 @@ from shared.store.approvals import save_step, view
 from shared.store.conversations import Conversation
 
 log = structlog.get_logger(__name__)
-
-Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
 async def _discard(_event: str, _data: dict[str, Any]) -> None:
@@ -67,6 +70,9 @@ class Turn:
     turn_id: str = field(default_factory=lambda: new_id("turn"))
     purpose: RequestPurpose = "conversation"
     """What the turn's requests are for (``integration`` for an explicit merge's review)."""
+    stream: bool = False
+    """Ask the model to stream and send its text on as ``assistant_delta`` events (chat
+    turns; a reflection job has nobody to show it to)."""
 
 
 async def run_turn(turn: Turn, inputs: list[Message]) -> TurnResult:
@@ -90,6 +96,7 @@ class _TurnRunner:
         self.conversation = turn.conversation
         self.tools = {tool.name: tool for tool in turn.tools}
         self.called: set[str] = set()
+        self.reply = ReplyStream(turn.emit, streams=turn.stream)
         self._system: str | None = None
         """The system prompt of the latest request."""
         self.result = TurnResult(
@@ -118,9 +125,11 @@ class _TurnRunner:
         except AgentdError as exc:
             log.warning("turn_failed", error_code=exc.code, error=exc.message)
             self.result.error = exc.to_dict()
+            self._persist_cut_short("error")
             stop = self._persist_stop("error", exc.message, exc.code)
         except asyncio.CancelledError:
             try:
+                self._persist_cut_short("cancelled")
                 self._persist_stop("cancelled", "the turn was cancelled", "cancelled")
             except (AgentdError, OSError) as exc:
                 log.warning("cancelled_stop_not_recorded", error=str(exc))
@@ -147,7 +156,7 @@ class _TurnRunner:
     async def _steps(self, first: int = 0) -> StopReason:
         max_steps = self.turn.max_steps
         for step in range(first, max_steps):
-            response = await self._call_model()
+            response = await self._call_model(step)
             self.result.steps += 1
             self.result.usage = self.result.usage + response.usage
             is_last_step = step == max_steps - 1
@@ -238,7 +247,7 @@ class _TurnRunner:
             return "max_steps"
         return None
 
-    async def _call_model(self) -> ModelResponse:
+    async def _call_model(self, step: int) -> ModelResponse:
         """One model call, compacting first when the request would pass the threshold, and
         once more (then retrying once) if the provider refuses it as too large anyway."""
         provider = self.turn.provider
@@ -248,14 +257,14 @@ class _TurnRunner:
         if budget.over_threshold and await self._compact("context_pressure", budget):
             request = await self._request()
         try:
-            return await provider.complete(request)
+            return await self.reply.call(provider, request, step)
         except ContextOverflowError as exc:
             log.warning("context_overflow", error=exc.message)
             refusal = exc
         budget = measure(request, provider.context_window, provider.token_ratio)
         if await self._compact("context_overflow", budget):
             try:
-                return await provider.complete(await self._request())
+                return await self.reply.call(provider, await self._request(), step)
             except ContextOverflowError as exc:
                 refusal = exc
         raise ContextOverflowError(
@@ -376,6 +385,16 @@ class _TurnRunner:
 
     async def _persist_note(self, text: str) -> None:
         await self._persist([self._message(role="user", kind="note", content=text)])
+
+    def _persist_cut_short(self, stop: StopReason) -> None:
+        """Keep the text of a reply that was being streamed when the turn ended (what the
+        user was shown), as the reply, marked with ``stop``."""
+        text = self.reply.cut_short()
+        if text:
+            message = self._message(
+                role="assistant", content=text, model=self.turn.provider.model, stop_reason=stop
+            )
+            self._persist_now([message])
 
     def _persist_stop(self, stop: StopReason, text: str, code: str) -> StopReason:
         """Record why the turn stopped. If that append fails too (the disk that failed the

@@ -34,6 +34,7 @@ from shared.errors import (
     ProviderError,
     ProviderHTTPError,
     ProviderMisbehaved,
+    ProviderTimeout,
     ProviderUnreachable,
 )
 from shared.providers.keys import is_key_name
@@ -87,17 +88,20 @@ Failure = Literal[
 
 
 @contextmanager
-def map_litellm_errors(model: str, api_base: str | None = None) -> Iterator[None]:
+def map_litellm_errors(
+    model: str, api_base: str | None = None, timeout_s: float | None = None
+) -> Iterator[None]:
     """Turn any litellm/openai exception raised inside into a ``ProviderError`` (``from`` it).
 
     Wrap only the litellm call: everything raised there is the provider's problem.
+    ``timeout_s`` is the call's timeout, which a timeout's message names.
     """
     try:
         yield
     except AgentdError:
         raise
     except Exception as exc:
-        raise _translate_error(exc, model, api_base) from exc
+        raise _translate_error(exc, model, api_base, timeout_s) from exc
 
 
 def failure_of(exc: Exception) -> Failure:
@@ -132,11 +136,21 @@ def failure_of(exc: Exception) -> Failure:
     return "other"
 
 
-def _translate_error(exc: Exception, model: str, api_base: str | None) -> ProviderError:
+def _translate_error(
+    exc: Exception, model: str, api_base: str | None, timeout_s: float | None
+) -> ProviderError:
     """The agentd error for one litellm/openai exception; the message names the model."""
     text = detail(exc)
     status = http_status(exc)
     failure = failure_of(exc)
+    if failure == "timeout":
+        waited = f"{timeout_s:g} s" if timeout_s is not None else "the timeout"
+        return ProviderTimeout(
+            f"{model}: the provider sent nothing for {waited} (AGENTD_PROVIDER_TIMEOUT_S) at "
+            f"{endpoint(exc, api_base)}; check that the model server is working, or raise "
+            "AGENTD_PROVIDER_TIMEOUT_S for a model that is slow to start answering",
+            model=model,
+        )
     if failure == "overflow":
         return ContextOverflowError(
             f"{model}: the request is larger than the model's context window ({text})"
@@ -175,7 +189,7 @@ def _translate_error(exc: Exception, model: str, api_base: str | None) -> Provid
             status_code=status,
             model=model,
         )
-    answered = failure not in ("timeout", "connection_lost")
+    answered = failure != "connection_lost"
     return ProviderHTTPError(
         f"{model}: the model call failed ({_failure_kind(failure, status, exc)}): {text}",
         status_code=status if answered else None,
@@ -300,8 +314,6 @@ def http_status(exc: Exception) -> int | None:
 
 
 def _failure_kind(failure: Failure, status: int | None, exc: Exception) -> str:
-    if failure == "timeout":
-        return "timed out; raise AGENTD_PROVIDER_TIMEOUT_S or check the server"
     if failure == "connection_lost":
         return "the connection broke off; check the api_base and the network"
     if failure == "rate_limited":

@@ -9,6 +9,9 @@ their own module, because each is a job of its own:
   offline switches set first.
 - :mod:`.litellm_wire`: the request as OpenAI chat messages, and the response back; a
   response we cannot use becomes ``ProviderMisbehaved`` instead of a half-filled answer.
+- :mod:`.litellm_stream`: when the turn listens for text as it is written
+  (:mod:`.streaming`), the call streams (``stream=True``, usage asked for in the last
+  chunk) and the chunks are put back together into the same response.
 - :mod:`.litellm_retry`: retries live there, not in litellm or the openai SDK
   (``max_retries=0`` gives exactly one HTTP hit per attempt).
 - :mod:`.litellm_errors`: every litellm/openai exception crosses into agentd through
@@ -32,8 +35,10 @@ from shared.providers.keys import ProviderKeys
 from shared.providers.litellm_errors import map_litellm_errors
 from shared.providers.litellm_import import import_litellm
 from shared.providers.litellm_retry import call_with_retries
+from shared.providers.litellm_stream import StreamAssembly
 from shared.providers.litellm_wire import parse_response, to_openai_messages
 from shared.providers.loopback import is_loopback
+from shared.providers.streaming import TextListener, text_listener
 
 log = structlog.get_logger(__name__)
 
@@ -79,7 +84,10 @@ class LiteLLMProvider(Provider):
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         self._refuse_remote_in_tests()
-        with map_litellm_errors(self.model, self.api_base):
+        listener = text_listener()
+        if listener is not None:
+            return await self._stream(request, listener)
+        with map_litellm_errors(self.model, self.api_base, self._timeout_s):
             kwargs = self._call_kwargs(request)
             raw = await call_with_retries(
                 lambda: self._litellm.acompletion(**kwargs),
@@ -88,6 +96,37 @@ class LiteLLMProvider(Provider):
                 sleep=self._sleep,
             )
         return self._parse_response(raw)
+
+    async def _stream(self, request: ModelRequest, listener: TextListener) -> ModelResponse:
+        """The call streamed: each piece of text to ``listener`` as it arrives. Retried as
+        an unstreamed call is, until a piece has been handed on."""
+        handed_on = False
+
+        async def attempt() -> ModelResponse:
+            nonlocal handed_on
+            stream = await self._litellm.acompletion(
+                **kwargs, stream=True, stream_options={"include_usage": True}
+            )
+            assembly = StreamAssembly(self.model, self._generated_ids)
+            try:
+                async for chunk in stream:
+                    text = assembly.add(chunk)
+                    if text:
+                        handed_on = True
+                        await listener(text)
+            finally:  # also when cancelled: the connection goes back, the server sees it close
+                await stream.aclose()
+            return assembly.response()
+
+        with map_litellm_errors(self.model, self.api_base, self._timeout_s):
+            kwargs = self._call_kwargs(request)
+            return await call_with_retries(
+                attempt,
+                model=self.model,
+                attempts=self._attempts,
+                sleep=self._sleep,
+                may_retry=lambda: not handed_on,
+            )
 
     def _refuse_remote_in_tests(self) -> None:
         if self._block_remote and not is_loopback(self.api_base):

@@ -10,10 +10,15 @@ plain loop rather than tenacity: the wait depends on the exception (Retry-After)
 tenacity would need the same hand-written wait and logging hooks and would save nothing
 but the loop.
 
-Only what may pass by itself is retried with backoff: 429, 5xx, timeouts and a
-connection that broke off. A server that cannot be reached at all (refused, no such
-host) gets one more try, for a server that is just restarting; a missing or rejected
-key, a bad request or an overflow gets none.
+Only what may pass by itself is retried with backoff: 429, 5xx and a connection that
+broke off. A server that cannot be reached at all (refused, no such host) gets one more
+try, for a server that is just restarting; a missing or rejected key, a bad request or an
+overflow gets none. Nor does a timeout: the provider has had the whole
+``AGENTD_PROVIDER_TIMEOUT_S`` to say something, and a hung provider is reported then
+(``provider_timeout``) rather than waited on for as long again, and again.
+
+A streamed answer is retried only while none of its text has been handed on: text the
+client was shown cannot be taken back, so a stream that breaks off after it ends the call.
 """
 
 from __future__ import annotations
@@ -36,9 +41,7 @@ MAX_RETRY_AFTER_S = 60.0
 BACKOFF_JITTER_S = 0.5
 UNREACHABLE_ATTEMPTS = 2
 """A refused connection or an unknown host: one retry, then the user is told the URL."""
-_BACKED_OFF: frozenset[Failure] = frozenset(
-    {"rate_limited", "server_error", "timeout", "connection_lost"}
-)
+_BACKED_OFF: frozenset[Failure] = frozenset({"rate_limited", "server_error", "connection_lost"})
 
 T = TypeVar("T")
 
@@ -49,10 +52,12 @@ async def call_with_retries(
     model: str,
     attempts: int,
     sleep: Callable[[float], Awaitable[None]],
+    may_retry: Callable[[], bool] = lambda: True,
 ) -> T:
     """Await ``call()`` while it fails with a retryable error, up to ``attempts`` times
-    (fewer for an unreachable server); the last error, or the first that is not
-    retryable, is raised as it is."""
+    (fewer for an unreachable server) and while ``may_retry()`` (false once a stream has
+    handed on text); the last error, or the first that is not retryable, is raised as it
+    is."""
     attempt = 1
     while True:
         try:
@@ -60,7 +65,7 @@ async def call_with_retries(
         except Exception as exc:
             failure = failure_of(exc)
             allowed = _attempts_for(failure, attempts)
-            if attempt >= allowed:
+            if attempt >= allowed or not may_retry():
                 raise
             delay_s = _retry_delay(exc, attempt)
             reason = _reason(failure, exc)
@@ -95,7 +100,6 @@ def _reason(failure: Failure, exc: Exception) -> str:
     if failure in ("rate_limited", "server_error") and status is not None:
         return f"HTTP {status}"
     return {
-        "timeout": "timed out",
         "connection_lost": "connection lost",
         "unreachable": "unreachable",
     }.get(failure, failure.replace("_", " "))

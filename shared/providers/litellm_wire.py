@@ -64,8 +64,8 @@ def parse_response(raw: Any, model: str, call_numbers: Iterator[int]) -> ModelRe
     return ModelResponse(
         text=content or "",
         tool_calls=tool_calls,
-        usage=_normalise_usage(getattr(raw, "usage", None)),
-        finish_reason=_finish_reason(getattr(choice, "finish_reason", None), tool_calls),
+        usage=normalise_usage(getattr(raw, "usage", None)),
+        finish_reason=finish_reason(getattr(choice, "finish_reason", None), tool_calls),
         model=model,
     )
 
@@ -82,7 +82,7 @@ def _parse_tool_call(call: Any, model: str, call_numbers: Iterator[int]) -> Tool
     )
 
 
-def _normalise_usage(raw: Any) -> Usage:
+def normalise_usage(raw: Any) -> Usage:
     """litellm usage → our four non-overlapping parts (``prompt_tokens`` includes the cache)."""
     if raw is None:
         return Usage()
@@ -104,7 +104,7 @@ def _count(value: Any) -> int:
     return int(value) if isinstance(value, int | float) else 0
 
 
-def _finish_reason(reported: str | None, tool_calls: list[ToolCall]) -> FinishReason:
+def finish_reason(reported: str | None, tool_calls: list[ToolCall]) -> FinishReason:
     if reported == "length":
         return "length"
     return "tool_calls" if tool_calls else "stop"

@@ -16,6 +16,9 @@ Rules, on the newest user message:
   <result>``;
 - anything else → ``（mock）我听到了：<text>``.
 
+When the turn listens for text as it is written (:mod:`.streaming`), the answer is handed
+on in :data:`STREAM_PIECES` pieces first, as a real model streams it.
+
 Asked for a summary (a request whose ``purpose`` is ``summary``), it keeps the first
 :data:`SUMMARY_CHARS` characters of each transcript line's text, as the seed's mock does:
 deterministic, and lossy enough that recall is needed to get details back. In an
@@ -34,10 +37,13 @@ from shared.ids import new_id
 from shared.memory.compile import human_facts
 from shared.models.messages import Message, ToolCall, Usage
 from shared.providers.base import ModelRequest, ModelResponse, Provider
+from shared.providers.streaming import pieces, text_listener
 from shared.providers.tokens import request_tokens, text_tokens
 
 MOCK_MODEL = "mock"
 SUMMARY_CHARS = 12
+STREAM_PIECES = 3
+"""How many pieces a streamed mock answer comes in."""
 DEFAULT_MOCK_CONTEXT_WINDOW = 128_000
 
 _TRANSCRIPT_LINE = re.compile(r"^\[(?P<role>[a-z_]+)\] (?P<text>.*)$")
@@ -88,7 +94,9 @@ class MockProvider(Provider):
     async def complete(self, request: ModelRequest) -> ModelResponse:
         prompt_tokens = admit(request, self.context_window, "mock")
         call = _integration_call(request) or _recall_call(request) or _bash_call(request)
-        return respond(prompt_tokens, [call] if call is not None else self._answer(request))
+        response = respond(prompt_tokens, [call] if call is not None else self._answer(request))
+        await stream_text(response.text)
+        return response
 
     def _answer(self, request: ModelRequest) -> str:
         if request.purpose == "summary":
@@ -114,6 +122,14 @@ class MockProvider(Provider):
                 return "I don't know anything about you yet."
             return "This is what I remember about you:\n" + _bullets(facts)
         return f"（mock）我听到了：{user_text}"
+
+
+async def stream_text(text: str) -> None:
+    """Hand ``text`` on in a few pieces if the call streams (:mod:`.streaming`)."""
+    listener = text_listener()
+    if listener is not None:
+        for piece in pieces(text, STREAM_PIECES):
+            await listener(piece)
 
 
 def _recall_call(request: ModelRequest) -> ToolCall | None:

@@ -164,6 +164,11 @@ class AgentFiles:
     def recall(self) -> RecallFiles:
         return RecallFiles(self.directory / "recall")
 
+    @property
+    def api_clients(self) -> Path:
+        """Which conversation each client of the OpenAI-compatible endpoint talks in."""
+        return self.directory / "api-clients.json"
+
 
 @dataclass(frozen=True)
 class ArchiveFiles:
@@ -196,6 +201,11 @@ class Layout:
     def config_file(self) -> Path:
         """``agentd.toml``: settings, provider keys among them."""
         return self.home / "agentd.toml"
+
+    @property
+    def api_keys(self) -> Path:
+        """The OpenAI-compatible endpoint's bearer keys, hashed (``agentctl api-key``)."""
+        return self.home / "api-keys.json"
 
     @property
     def run_dir(self) -> Path:

@@ -28,6 +28,7 @@ from shared.errors import (
     ProviderConfigError,
     ProviderHTTPError,
     ProviderMisbehaved,
+    ProviderTimeout,
     ProviderUnreachable,
 )
 from shared.models.messages import Message, ToolCall
@@ -373,18 +374,22 @@ def _translated(exc: Exception, api_base: str) -> AgentdError:
     return caught.value
 
 
-def test_slow_server_times_out_into_provider_http_error_without_status(
+def test_slow_server_times_out_into_provider_timeout_at_once_without_retrying(
     openai_server: FakeOpenAIServer, sleeps: Sleeps
 ) -> None:
-    provider = make_provider(openai_server, sleeps, attempts=2, timeout_s=0.2)
+    provider = make_provider(openai_server, sleeps, attempts=4, timeout_s=0.2)
     for _ in range(2):
         openai_server.enqueue(body=chat_completion("late"), delay_s=0.6)
 
-    with pytest.raises(ProviderHTTPError, match="timed out") as caught:
+    with pytest.raises(ProviderTimeout) as caught:
         run(provider.complete(ask()))
 
+    assert caught.value.code == "provider_timeout"
+    assert "sent nothing for 0.2 s (AGENTD_PROVIDER_TIMEOUT_S)" in caught.value.message
+    assert isinstance(caught.value, ProviderHTTPError)
     assert caught.value.status_code is None
-    assert len(openai_server.requests) == 2
+    assert len(openai_server.requests) == 1
+    assert sleeps == []
 
 
 def test_unauthorized_401_becomes_provider_auth_error_naming_the_key(

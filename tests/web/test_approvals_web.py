@@ -79,7 +79,7 @@ def test_an_answer_needs_the_session_and_its_csrf_token_and_changes_nothing_with
     assert answered.status == 200
     events = [block.split("\n") for block in answered.body.strip().split("\n\n")]
     names = [lines[0].removeprefix("event: ") for lines in events]
-    assert names == ["tool_call", "tool_result", "assistant", "result"]
+    assert names == ["tool_call", "tool_result", "model_call", "assistant", "result"]
     result = json.loads(events[-1][1].removeprefix("data: "))
     assert (result["answered"]["state"], result["turn"]["stop_reason"]) == ("approved", "end_turn")
     assert site.daemon.result("approval.list")["approvals"] == []

@@ -1,6 +1,6 @@
-// agentd web view: search-as-you-type over recall, a chat box that streams a turn,
-// Approve / Deny on the tool calls that wait for the user's yes, and Remember / Forget on
-// a memory file.
+// agentd web view: search-as-you-type over recall, a chat box that streams a turn (the
+// reply's text as it is written), Approve / Deny on the tool calls that wait for the
+// user's yes, and Remember / Forget on a memory file.
 // Plain JavaScript, no dependencies, nothing fetched from elsewhere. Everything shown
 // from the server is set as text (textContent), never parsed as HTML.
 "use strict";
@@ -141,8 +141,32 @@ function conversationView() {
     approvals.hidden = approvals.querySelector("form.approval") === null;
   }
 
+  // The reply being written, shown piece by piece until it is whole.
+  let writing = null;
+
+  function write(text) {
+    if (writing === null) writing = add("assistant", "writing", "");
+    writing.querySelector(".text").textContent += text;
+    status.textContent = "writing…";
+  }
+
+  function written(text) {
+    if (writing === null) add("assistant", "streamed", text);
+    else {
+      writing.querySelector(".text").textContent = text;
+      writing.classList.replace("writing", "streamed");
+      writing = null;
+    }
+  }
+
   function show(name, data) {
-    if (name === "assistant") add("assistant", "streamed", data.text);
+    if (name === "assistant_delta") return write(data.text);
+    if (name === "assistant") return written(data.text);
+    if (writing !== null) {  // the reply was cut short: it stays as far as it came
+      writing.classList.replace("writing", "cut-short");
+      writing = null;
+    }
+    if (name === "model_call") status.textContent = `waiting for ${data.model}…`;
     else if (name === "tool_call") {
       const waits = data.awaiting_approval ? `  (awaiting approval ${shortId(data.awaiting_approval)})` : "";
       add("assistant", "call mono", `⚙ ${data.name}(${data.arguments})${waits}`);
