@@ -52,6 +52,8 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     ├── ShuttingDown                 the daemon is stopping and takes no new turns
     ├── Busy                         every connection the daemon allows is open; retry
     ├── RecallUnavailable            recall's process stopped mid-request; it restarts: retry
+    ├── InternalError                a bug of agentd (an op crashed): the agentd log says what
+    │   └── InvalidReply             an op's handler answered in a shape not its reply model's
     └── ReflectionError
         └── TooManyCommits           a branch with more commits than one reflection may land
 
@@ -407,6 +409,17 @@ class RecallUnavailable(AgentdError):
         super().__init__(
             f"recall could not answer ({why}); it is restarting: try again in a moment"
         )
+
+
+class InternalError(AgentdError):
+    """A bug, not the caller's doing: an op crashed; the agentd log has the traceback."""
+
+    code = "internal_error"
+
+
+class InvalidReply(InternalError):
+    """An op's handler answered in a shape its reply model (:mod:`agentd.replies`) does
+    not allow; the reply is not sent, the daemon serves on."""
 
 
 class ReflectionError(AgentdError):
