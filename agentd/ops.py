@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from agentd import replies as r
 from agentd.effective_config import EffectiveConfig
@@ -140,11 +141,11 @@ def reply_of(op: str, result: object) -> dict[str, Any]:
         log.error("reply_invalid", op=op, expected=model.__name__, got=type(result).__name__)
         raise InvalidReply(f"internal error: the {op} reply is not a {model.__name__}")
     try:
-        checked = model.model_validate(result.model_dump(by_alias=True))
-    except ValidationError as exc:
+        checked = model.model_validate(result.model_dump(by_alias=True, warnings=False))
+        dumped: dict[str, Any] = checked.model_dump(mode="json", by_alias=True)
+    except (ValidationError, PydanticSerializationError) as exc:
         log.error("reply_invalid", op=op, expected=model.__name__, error=str(exc))
         raise InvalidReply(
             f"internal error: the {op} reply does not fit {model.__name__}; see the agentd log"
         ) from exc
-    dumped: dict[str, Any] = checked.model_dump(mode="json", by_alias=True)
     return dumped
