@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 import pytest
 from pydantic import BaseModel
@@ -37,6 +37,15 @@ def test_every_op_has_one_row_that_a_grep_for_its_name_finds() -> None:
         assert issubclass(row.params, Params), op
         assert issubclass(row.reply, BaseModel), op
         assert getattr(Handlers, handler) is row.handler, op
+
+
+def test_each_rows_handler_takes_its_params_model_and_returns_its_reply_model() -> None:
+    """What mypy cannot see through the table's ``Op[Any, Any]``: the row and its
+    handler's annotations agree."""
+    for op, row in OPS.items():
+        hints = get_type_hints(row.handler)
+        assert issubclass(row.params, hints["_params"] if "_params" in hints else hints["params"])
+        assert hints["return"] is row.reply, f"{op}: {hints['return']} is not {row.reply}"
 
 
 def test_the_server_dispatches_through_the_table_and_not_by_method_name() -> None:
