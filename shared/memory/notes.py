@@ -50,11 +50,15 @@ def holds_note(text: str, note: str) -> bool:
 
 
 def with_note(text: str, note: str) -> str:
-    """``text`` with the line ``note`` appended at the end of its body: right after its last
-    line that holds anything, so a note joins the list above it rather than sitting apart
-    behind the blank lines a file (or a reflection) ended with."""
-    kept = _TRAILING_BLANK_LINES.sub("", text)
-    return f"{kept}\n{note}\n" if kept.strip() else f"{note}\n"
+    """``text`` with the line ``note`` appended at the end of its body. A body that holds
+    lines already gets it right after the last of them, so a note joins the list above it
+    rather than sitting apart behind the blank lines a file (or a reflection) ended with;
+    an empty body keeps its layout (the blank line under a front matter)."""
+    if any(line.text.strip() for line in body_lines(text)):
+        text = _TRAILING_BLANK_LINES.sub("", text)
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return f"{text}{note}\n"
 
 
 def matching_lines(text: str, pattern: str) -> list[Line]:

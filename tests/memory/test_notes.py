@@ -50,6 +50,7 @@ def test_a_note_joins_the_list_rather_than_sitting_behind_trailing_blank_lines()
     assert with_note("- a\n- b\n\n\n", "- c") == "- a\n- b\n- c\n"
     assert with_note("- a\n  \n", "- c") == "- a\n- c\n"
     assert with_note("- a  \n\n", "- c") == "- a  \n- c\n"  # the last line's bytes kept
+    assert with_note("---\nname: human\n---\n\n", "- c") == "---\nname: human\n---\n\n- c\n"
     assert holds_note(with_note(HUMAN, "- tea"), "- tea")
     assert not holds_note(HUMAN, "- tea")
 
