@@ -15,6 +15,7 @@ for byte, line ends included.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from shared.memory.signing import one_line
@@ -32,6 +33,10 @@ class Line:
     text: str
 
 
+_TRAILING_BLANK_LINES = re.compile(r"(?:\r?\n[ \t]*)+\Z")
+"""The line ends at the end of a text, with the blank lines among them."""
+
+
 def note_line(text: str) -> str:
     """``text`` as the bullet it is kept as (no line end); empty if nothing printable is
     left of it."""
@@ -45,10 +50,11 @@ def holds_note(text: str, note: str) -> bool:
 
 
 def with_note(text: str, note: str) -> str:
-    """``text`` with the line ``note`` appended at the end of its body."""
-    if text and not text.endswith("\n"):
-        text += "\n"
-    return f"{text}{note}\n"
+    """``text`` with the line ``note`` appended at the end of its body: right after its last
+    line that holds anything, so a note joins the list above it rather than sitting apart
+    behind the blank lines a file (or a reflection) ended with."""
+    kept = _TRAILING_BLANK_LINES.sub("", text)
+    return f"{kept}\n{note}\n" if kept.strip() else f"{note}\n"
 
 
 def matching_lines(text: str, pattern: str) -> list[Line]:
