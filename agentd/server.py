@@ -128,7 +128,11 @@ class Daemon:
         self._shutting_down = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: dict[asyncio.Task[None], Connection] = {}
-        self.quiet_collection = QuietCollection(in_flight=lambda: len(self._tasks))
+        web = self.web.activity
+        self.quiet_collection = QuietCollection(
+            in_flight=lambda: len(self._tasks) + web.in_flight,
+            started_elsewhere=lambda: web.started,
+        )
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT or the ``shutdown`` op; return the exit code."""

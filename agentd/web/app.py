@@ -44,6 +44,7 @@ def build_app(server: WebServer, daemon: DaemonForWeb) -> web.Application:
 
     app = web.Application(
         middlewares=[
+            server.activity.middleware(),
             openai_errors,
             guard(server.sessions, accepts_host, port, daemon.api_keys),
             _typed_errors,

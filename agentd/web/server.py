@@ -30,6 +30,7 @@ import structlog
 
 from agentd.listener import Listener, Slots, connection_cap
 from agentd.replies import WebLogin
+from agentd.web.activity import Activity
 from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress, WebAddressError
 from agentd.web.sessions import LOGIN_TOKEN_TTL_S, Sessions
 from shared.errors import AgentdError
@@ -68,6 +69,8 @@ class WebServer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.sessions = Sessions()
+        self.activity = Activity()
+        """Its requests, counted for the daemon's quiet collections."""
         self.port: int | None = None
         """The port listened on, once started (the asked one, or the kernel's pick for 0)."""
         self.stopping = False
