@@ -19,10 +19,12 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from shared.home import agentd_home
 from shared.memory.content import DEFAULT_FILE_MAX_BYTES, DEFAULT_MEMORY_MAX_BYTES, MemoryLimits
 from shared.models.agents import MAX_CONTEXT_WINDOW
-from shared.protocol import MAX_REQUEST_BYTES, MergeMode, ReflectionTrigger, agentd_home
+from shared.protocol import MAX_REQUEST_BYTES
 from shared.reflection.settings import DEFAULT_MERGE, DEFAULT_STEP_COUNT, DEFAULT_TRIGGER
+from shared.setting_choices import MergeMode, ReflectionTrigger
 from shared.store.layout import Layout
 
 DEFAULT_MODEL = "mock"

@@ -33,7 +33,7 @@ from agentd.client.delete import cmd_agent_delete
 from agentd.client.mcp import cmd_mcp
 from agentd.client.notes import cmd_forget, cmd_remember
 from agentd.client.repl import cmd_chat
-from shared import protocol
+from shared import setting_choices
 
 JSON_HELP = "print the daemon's answer as JSON (times in ISO 8601 with an offset)"
 
@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     update.add_argument("--name", help="a new name")
     update.add_argument(
         "--model",
-        help=f"litellm model string; {protocol.DEFAULT_MODEL!r}: back to AGENTD_MODEL",
+        help=f"litellm model string; {setting_choices.DEFAULT_MODEL!r}: back to AGENTD_MODEL",
     )
     update.add_argument(
         "--context-window", type=count(1), metavar="TOKENS", help="the model's window in tokens"
@@ -250,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     agent_flag(sleeptime)
     sleeptime.add_argument(
         "--trigger",
-        choices=get_args(protocol.ReflectionTrigger),
+        choices=get_args(setting_choices.ReflectionTrigger),
         help="off; step-count: every --steps assistant steps; compaction-event: after a compaction",
     )
     sleeptime.add_argument(
@@ -258,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sleeptime.add_argument(
         "--merge",
-        choices=get_args(protocol.MergeMode),
+        choices=get_args(setting_choices.MergeMode),
         help="auto: merge a reflection at once; explicit: wait for the agent's review",
     )
 

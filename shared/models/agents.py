@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from shared.clock import utc_now
 from shared.models.migrations import StateKind, current_version, migration
-from shared.protocol import MergeMode, ReflectionTrigger
+from shared.setting_choices import MergeMode, ReflectionTrigger
 
 
 @migration("agent")

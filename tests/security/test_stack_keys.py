@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from shared.protocol import socket_path
+from shared.home import socket_path
 from shared.providers.keys import is_key_name
 from tests.faults.stack import cmdline, descendants
 from tests.support.memory_lock import wait_for
