@@ -25,7 +25,7 @@ events like theirs.
 
 No process of the stack holds a provider key in the environment it was started with
 (``/proc/<pid>/environ``, which anything running as the same user reads): ``agentd up``
-itself runs again without them first (:mod:`shared.providers.keys`), keeps them in
+itself runs again without them first (:mod:`shared.providers.credentials`), keeps them in
 memory, and hands the daemon and each worker theirs on a descriptor they read and close
 at start; Valkey gets none.
 
@@ -59,10 +59,10 @@ from typing import IO, Any
 from agentd import instance
 from agentd.effective_config import redact_url
 from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress, WebAddressError
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import locate
 from shared.coordination.embedded import EmbeddedRedis, RedisUnavailable, remember_password
-from shared.providers.keys import HANDOFF_VARIABLE, ProviderKeys, hand_over, is_key_name
+from shared.providers.credentials import HANDOFF_VARIABLE, ProviderKeys, hand_over, is_key_name
 from shared.settings import Settings
 from shared.store.layout import Layout
 
@@ -155,7 +155,7 @@ def worker_command(name: str, log_level: str = "INFO", concurrency: int = 1) -> 
         "--concurrency",
         str(concurrency),
         "-Q",
-        keys.REFLECTION_QUEUE,
+        redis_keys.REFLECTION_QUEUE,
         "-n",
         f"{name}@%h",
         "--without-gossip",
@@ -175,7 +175,7 @@ class Stack:
         self.keys = ProviderKeys()
         """Handed to the daemon and each worker on a descriptor, never in an environment:
         Valkey gets none, and no child's ``/proc/<pid>/environ`` shows one. Taken (from
-        ``os.environ``, :func:`~shared.providers.keys.take_provider_keys`) once the
+        ``os.environ``, :func:`~shared.providers.credentials.take_provider_keys`) once the
         stack is sure to run."""
         self.redis: EmbeddedRedis | None = None
         self.valkey: Child | None = None

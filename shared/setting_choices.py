@@ -8,7 +8,7 @@ from typing import Literal
 
 ReflectionTrigger = Literal["off", "step-count", "compaction-event"]
 """When an agent reflects: the one spelling the settings, the daemon's requests and
-``agentctl sleeptime`` share."""
+``agentctl reflection-settings`` share."""
 MergeMode = Literal["auto", "explicit"]
 """How a reflection lands: ``auto`` merges; ``explicit`` waits for the agent's review."""
 DEFAULT_MODEL = "default"

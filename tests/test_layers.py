@@ -168,8 +168,8 @@ def test_no_module_imports_a_layer_above_it_or_a_package_beside_it() -> None:
     [
         (
             "shared.models.agents",
-            "from shared.reflection.settings import ReflectionOverrides\n",
-            "shared.models.agents:1 imports shared.reflection.settings: layer models "
+            "from shared.reflection.policy import ReflectionOverrides\n",
+            "shared.models.agents:1 imports shared.reflection.policy: layer models "
             "(shared.models) may not import a higher layer, reflection (shared.reflection)",
         ),
         (

@@ -46,7 +46,7 @@ def trimmed(value: str | None) -> str | None:
 
 class ReflectionOverrides(BaseModel):
     """The reflection settings an agent overrides; a field left ``None`` inherits the
-    daemon's default (:mod:`shared.reflection.settings` resolves them). Unknown keys (a
+    daemon's default (:mod:`shared.reflection.policy` resolves them). Unknown keys (a
     setting an older version stored) are ignored."""
 
     model_config = ConfigDict(frozen=True)

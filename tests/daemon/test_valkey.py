@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import locate
 from shared.coordination.embedded import AOF_DIRNAME, EmbeddedRedis, RedisUnavailable
 from shared.settings import Settings
@@ -43,7 +43,9 @@ def _queue_a_job() -> str:
     producer = Celery(broker=locate(Settings()).celery_url)
     try:
         job = producer.send_task(
-            keys.REFLECT_TASK, kwargs={"request": {"agent_id": "a1"}}, queue=keys.REFLECTION_QUEUE
+            redis_keys.REFLECT_TASK,
+            kwargs={"request": {"agent_id": "a1"}},
+            queue=redis_keys.REFLECTION_QUEUE,
         )
     finally:
         producer.close()
@@ -54,7 +56,7 @@ def test_a_queued_job_and_a_lease_survive_kill_9_and_the_stale_socket(
     valkey: RedisForTests,
 ) -> None:
     job_id = _queue_a_job()
-    valkey.client.set(keys.lease("a1"), "job-1", ex=3600)
+    valkey.client.set(redis_keys.lease("a1"), "job-1", ex=3600)
     time.sleep(EVERYSEC_S)
 
     valkey.kill_hard()
@@ -62,9 +64,9 @@ def test_a_queued_job_and_a_lease_survive_kill_9_and_the_stale_socket(
     valkey.start()
 
     client = valkey.client
-    assert client.get(keys.lease("a1")) == b"job-1"
-    assert 0 < client.ttl(keys.lease("a1")) <= 3600
-    (message,) = client.lrange(keys.REFLECTION_QUEUE, 0, -1)
+    assert client.get(redis_keys.lease("a1")) == b"job-1"
+    assert 0 < client.ttl(redis_keys.lease("a1")) <= 3600
+    (message,) = client.lrange(redis_keys.REFLECTION_QUEUE, 0, -1)
     assert json.loads(message)["headers"]["id"] == job_id
 
 

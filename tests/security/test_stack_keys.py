@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from shared.home import socket_path
-from shared.providers.keys import is_key_name
+from shared.providers.credentials import is_key_name
 from tests.faults.stack import cmdline, descendants
 from tests.support.memory_lock import wait_for
 from tests.support.openai_server import FakeOpenAIServer
