@@ -91,7 +91,8 @@ def _with_web(settings: Settings, address: str) -> Settings | None:
 
 def _up(settings: Settings) -> int:
     """The whole stack; what ``agentd up`` itself logs goes out with its children's lines."""
-    from agentd.supervisor import Stack, console_output
+    from agentd.stack_output import console_output
+    from agentd.supervisor import Stack
     from shared.logging import configure
     from shared.providers.credentials import take_provider_keys
 
