@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from agentd import __version__
 from agentd.agents import Agents
 from agentd.connection import TOO_LONG, Connection, Send
+from agentd.garbage_collection import QuietCollection
 from agentd.handlers import Handlers
 from agentd.listener import (
     Listener,
@@ -47,7 +48,6 @@ from agentd.listener import (
     raise_open_file_limit,
 )
 from agentd.ops import OPS, TURN_OPS, reply_of
-from agentd.quiet_collection import QuietCollection
 from agentd.recall_client import RecallClient
 from agentd.reflections import Reflections
 from agentd.requests import Envelope, describe, parse_params

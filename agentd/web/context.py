@@ -16,7 +16,7 @@ from agentd.api_clients import ApiConversations
 from agentd.web.guard import session_of
 from agentd.web_interface import DaemonForWeb
 from shared.clock import user_zone
-from shared.protocol import short_id
+from shared.message_refs import short_id
 
 if TYPE_CHECKING:
     from agentd.web.server import WebServer
