@@ -27,6 +27,8 @@ answered over its socket), unless ``--skip-startup``.
 
 The machine is shared while it runs (other engineers' tests, two cores): compare figures
 within one run rather than with another run's, and note the load (printed at each step).
+Beside each query type's p50 is the p50 of each query's best run of its ``--repeat``,
+which a loaded machine disturbs least.
 """
 
 from __future__ import annotations
@@ -160,26 +162,37 @@ def time_queries(
     return times
 
 
-def print_queries(size: int, times: dict[str, dict[str, list[float]]]) -> None:
+def best_of(samples: list[float], repeat: int) -> list[float]:
+    """Each query's fastest run of its ``repeat``: what it costs when the machine lets
+    it run (a loaded machine stretches a query that outlasts a time slice several fold,
+    and so the slower engine's queries more)."""
+    return [min(samples[n : n + repeat]) for n in range(0, len(samples), repeat)]
+
+
+def print_queries(size: int, times: dict[str, dict[str, list[float]]], repeat: int) -> None:
     ours, theirs = times["agentd"], times["tantivy"]
     print(f"\nquery latency at {size:,} messages (limit 10; ms; {load()}):")
-    columns = f"{'agentd p50':>10} {'p95':>7} {'tantivy p50':>11} {'p95':>7} {'×':>6}"
-    print(f"  {'query type':<22} {columns}")
-    every_ours: list[float] = []
-    every_theirs: list[float] = []
-    for kind in ours:
-        every_ours += ours[kind]
-        every_theirs += theirs[kind]
-        a, b = percentile(ours[kind], 0.5), percentile(theirs[kind], 0.5)
-        print(
-            f"  {kind:<22} {a:>10.2f} {percentile(ours[kind], 0.95):>7.2f}"
-            f" {b:>11.2f} {percentile(theirs[kind], 0.95):>7.2f} {a / b:>6.2f}"
-        )
-    a, b = percentile(every_ours, 0.5), percentile(every_theirs, 0.5)
-    print(
-        f"  {'all':<22} {a:>10.2f} {percentile(every_ours, 0.95):>7.2f}"
-        f" {b:>11.2f} {percentile(every_theirs, 0.95):>7.2f} {a / b:>6.2f}"
+    columns = (
+        f"{'agentd p50':>10} {'p95':>7} {'tantivy p50':>11} {'p95':>7} {'×':>6}"
+        f" {'best-of p50: agentd':>20} {'tantivy':>8} {'×':>6}"
     )
+    print(f"  {'query type':<22} {columns}")
+    every: dict[str, list[float]] = {"agentd": [], "tantivy": []}
+    for kind in [*ours, "all"]:
+        if kind == "all":
+            a_all, b_all = every["agentd"], every["tantivy"]
+        else:
+            a_all, b_all = ours[kind], theirs[kind]
+            every["agentd"] += a_all
+            every["tantivy"] += b_all
+        a, b = percentile(a_all, 0.5), percentile(b_all, 0.5)
+        a_best = percentile(best_of(a_all, repeat), 0.5)
+        b_best = percentile(best_of(b_all, repeat), 0.5)
+        print(
+            f"  {kind:<22} {a:>10.2f} {percentile(a_all, 0.95):>7.2f}"
+            f" {b:>11.2f} {percentile(b_all, 0.95):>7.2f} {a / b:>6.2f}"
+            f" {a_best:>20.2f} {b_best:>8.2f} {a_best / b_best:>6.2f}"
+        )
 
 
 def slowest(
@@ -249,7 +262,7 @@ def measure(
     theirs.open()
     times = time_queries({"agentd": ours.search, "tantivy": theirs.search}, sets, repeat)
     ours.close()
-    print_queries(size, times)
+    print_queries(size, times, repeat)
     slowest(times["agentd"], sets, repeat)
     figures["times"] = times
     return figures
