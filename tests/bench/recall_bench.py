@@ -27,8 +27,8 @@ answered over its socket), unless ``--skip-startup``.
 
 The machine is shared while it runs (other engineers' tests, two cores): compare figures
 within one run rather than with another run's, and note the load (printed at each step).
-Beside each query type's p50 is the p50 of each query's best run of its ``--repeat``,
-which a loaded machine disturbs least.
+Beside each query type's p50 are the p50 of each query's best run of its ``--repeat``
+and the p50 of the searching thread's CPU time, which a loaded machine disturbs least.
 """
 
 from __future__ import annotations
@@ -145,20 +145,24 @@ Engine = Callable[[SearchRequest], Any]
 def time_queries(
     engines: dict[str, Engine], sets: dict[str, list[SearchRequest]], repeat: int
 ) -> dict[str, dict[str, list[float]]]:
-    """Milliseconds per query, per engine and query type; the engines alternate query by
-    query, so the machine's load weighs on both alike."""
-    times: dict[str, dict[str, list[float]]] = {name: {} for name in engines}
+    """Milliseconds per query, per engine and query type, and under ``<engine> cpu`` the
+    searching thread's CPU time (tantivy searches in the calling thread); the engines
+    alternate query by query, so the machine's load weighs on both alike."""
+    times: dict[str, dict[str, list[float]]] = {
+        name + cpu: {} for name in engines for cpu in ("", " cpu")
+    }
     for engine in engines.values():
         engine(SearchRequest("warm up"))
     for kind, requests in sets.items():
-        for name in engines:
+        for name in times:
             times[name][kind] = []
         for request in requests:
             for _ in range(repeat):
                 for name, engine in engines.items():
-                    started = time.perf_counter()
+                    started, cpu = time.perf_counter(), time.thread_time()
                     engine(request)
                     times[name][kind].append((time.perf_counter() - started) * 1000)
+                    times[name + " cpu"][kind].append((time.thread_time() - cpu) * 1000)
     return times
 
 
@@ -170,28 +174,31 @@ def best_of(samples: list[float], repeat: int) -> list[float]:
 
 
 def print_queries(size: int, times: dict[str, dict[str, list[float]]], repeat: int) -> None:
-    ours, theirs = times["agentd"], times["tantivy"]
     print(f"\nquery latency at {size:,} messages (limit 10; ms; {load()}):")
     columns = (
         f"{'agentd p50':>10} {'p95':>7} {'tantivy p50':>11} {'p95':>7} {'×':>6}"
         f" {'best-of p50: agentd':>20} {'tantivy':>8} {'×':>6}"
+        f" {'CPU p50: agentd':>16} {'tantivy':>8} {'×':>6}"
     )
     print(f"  {'query type':<22} {columns}")
-    every: dict[str, list[float]] = {"agentd": [], "tantivy": []}
-    for kind in [*ours, "all"]:
-        if kind == "all":
-            a_all, b_all = every["agentd"], every["tantivy"]
-        else:
-            a_all, b_all = ours[kind], theirs[kind]
-            every["agentd"] += a_all
-            every["tantivy"] += b_all
+    every: dict[str, list[float]] = {name: [] for name in times}
+    for kind in [*times["agentd"], "all"]:
+        if kind != "all":
+            for name in times:
+                every[name] += times[name][kind]
+        a_all, b_all, a_cpu, b_cpu = (
+            every[name] if kind == "all" else times[name][kind]
+            for name in ("agentd", "tantivy", "agentd cpu", "tantivy cpu")
+        )
         a, b = percentile(a_all, 0.5), percentile(b_all, 0.5)
         a_best = percentile(best_of(a_all, repeat), 0.5)
         b_best = percentile(best_of(b_all, repeat), 0.5)
+        a_c, b_c = percentile(a_cpu, 0.5), percentile(b_cpu, 0.5)
         print(
             f"  {kind:<22} {a:>10.2f} {percentile(a_all, 0.95):>7.2f}"
             f" {b:>11.2f} {percentile(b_all, 0.95):>7.2f} {a / b:>6.2f}"
             f" {a_best:>20.2f} {b_best:>8.2f} {a_best / b_best:>6.2f}"
+            f" {a_c:>16.2f} {b_c:>8.2f} {a_c / b_c:>6.2f}"
         )
 
 
