@@ -14,6 +14,7 @@ from typing import Any
 
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import ceiling
 
 
 def _doctor() -> subprocess.CompletedProcess[str]:
@@ -22,7 +23,7 @@ def _doctor() -> subprocess.CompletedProcess[str]:
         env=dict(os.environ),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(60),
     )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import run_agentctl
+from tests.support.waiting import ceiling
 from tests.support.workers import RedisForTests
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +73,7 @@ def test_systemd_finds_nothing_wrong_in_the_units(tmp_path: Path) -> None:
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(60),
     )
     complaints = [
         line
@@ -114,5 +115,5 @@ def test_honcho_runs_the_procfile_with_each_worker_named_after_its_process(
         assert sorted(w["name"].split("@")[0] for w in workers) == ["reflector.1", "reflector.2"]
     finally:
         os.killpg(honcho.pid, signal.SIGTERM)
-        honcho.wait(60)
+        honcho.wait(ceiling(60))
         redis.stop()

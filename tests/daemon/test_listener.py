@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.support.waiting import ceiling
+
 OUT_OF_DESCRIPTORS = textwrap.dedent(
     """
     import asyncio, json, os, resource, socket, sys
@@ -56,7 +58,7 @@ def test_a_process_out_of_descriptors_still_tells_each_waiting_client_busy(
         [sys.executable, "-c", OUT_OF_DESCRIPTORS, str(tmp_path / "s.sock")],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(60),
     )
 
     assert done.returncode == 0, done.stderr

@@ -21,6 +21,7 @@ from tests.support.openai_server import (
     usage,
 )
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +91,7 @@ def test_kill_9_mid_turn_loses_no_complete_message(
     assert len(server.requests) == 2, "the turn never reached its second model call"
 
     agentd.kill()
-    chat.wait(10)
+    chat.wait(ceiling(10))
 
     messages = _log(agentd_home)
     assert [(m.role, m.kind) for m in messages] == [

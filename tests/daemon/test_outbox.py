@@ -32,6 +32,7 @@ from shared.store.agents import AgentStore
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.transcripts import say
+from tests.support.waiting import ceiling
 from tests.support.workers import RedisForTests
 
 
@@ -155,7 +156,7 @@ def test_a_broker_stalled_as_by_a_busy_disk_still_takes_the_request(
     try:
         sent = asyncio.run(reflections.dispatch(agent.id))
     finally:
-        resume.join(30)
+        resume.join(ceiling(30))
 
     assert sent == request
     assert _queued_jobs(redis_server) == [request.request_id]

@@ -25,8 +25,8 @@ from shared.protocol import request, socket_path
 from shared.providers.scripted import ScriptedProvider, text_reply
 from tests.daemon.test_chat import SlowProvider, _last_logged
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.processes import run_agentctl
+from tests.support.waiting import ceiling, wait_for
 
 
 def _raw(timeout_s: float = 30.0) -> socket.socket:
@@ -255,7 +255,7 @@ def test_a_daemon_with_few_file_descriptors_refuses_connections_instead_of_hangi
         wait_for(_served_once_more, "a connection served after the burst hung up")
     finally:
         daemon.terminate()
-        daemon.wait(20)
+        daemon.wait(ceiling(20))
     logged = [json.loads(line) for line in (agentd_home / "logs" / "agentd.log").open()]
     ran_out = [
         r["event"][:80] for r in logged if r["level"] == "error" or "descriptors" in r["event"]

@@ -18,10 +18,10 @@ import pytest
 
 from shared.models.messages import Message
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.openai_server import FakeOpenAIServer, chat_completion
 from tests.support.processes import AgentdProcess, run_agentctl
 from tests.support.terminal import Terminal
+from tests.support.waiting import ceiling, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -99,7 +99,7 @@ def test_agentctl_prints_the_reply_while_the_model_writes_it_and_a_pipe_gets_onl
         assert server.holding.is_set(), "the model has not finished writing"
         assert proc.poll() is None
         server.release()
-        rest, errors = proc.communicate(timeout=60)
+        rest, errors = proc.communicate(timeout=ceiling(60))
     finally:
         proc.kill()
         proc.wait()

@@ -15,6 +15,7 @@ import pytest
 from agentd import supervisor
 from agentd.supervisor import Child, Stack
 from shared.settings import Settings
+from tests.support.waiting import ceiling
 
 
 def _watching(stack: Stack) -> threading.Thread:
@@ -45,7 +46,7 @@ def test_a_child_killed_after_running_a_while_is_always_restarted(
         assert watcher.is_alive() and not stack._stopping.is_set()
     finally:
         stack._stopping.set()
-        watcher.join(5)
+        watcher.join(ceiling(5))
         if child.process is not None:
             child.process.kill()
             child.process.wait()

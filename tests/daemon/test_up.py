@@ -23,6 +23,7 @@ import redis
 
 from shared.coordination.embedded import ping
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +57,7 @@ class Up:
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(60)
+        return self.proc.wait(ceiling(60))
 
     def events(self) -> list[dict]:
         """Every line of the output so far (each one JSON); a torn last line is left out."""
@@ -158,7 +159,7 @@ def _another_up(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=ceiling(30),
     )
 
 
@@ -190,7 +191,7 @@ def test_a_kill_9_of_up_takes_every_child_with_it_and_a_new_up_starts(
     assert len(stack) >= 4  # Valkey, the daemon, a worker and its pool process
 
     up.proc.kill()
-    up.proc.wait(10)
+    up.proc.wait(ceiling(10))
 
     _wait_for(lambda: not _living(stack), "the children of the killed agentd up to die")
     again = Up(agentd_home, output="up-again.out").start()
@@ -203,7 +204,7 @@ def test_agentctl_shutdown_stops_every_process_of_the_stack(up: Up) -> None:
 
     assert run_agentctl("shutdown").returncode == 0
 
-    assert up.proc.wait(60) == 0
+    assert up.proc.wait(ceiling(60)) == 0
     assert not _living(stack)
 
 
@@ -258,7 +259,7 @@ def test_on_a_terminal_up_prints_readable_lines_prefixed_by_their_process(
     try:
         _read_until(controller, seen, lambda text: all(e in text for e in started), 60)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
+        assert proc.wait(ceiling(60)) == 0
         stopped = re.compile(r"valkey +\| stopped")
         _read_until(controller, seen, lambda text: bool(stopped.search(text)), 10)
     finally:

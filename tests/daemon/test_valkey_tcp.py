@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from tests.support.processes import run_agentctl
+from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -71,5 +72,5 @@ def test_listening_on_tcp_makes_a_password_once_and_every_client_needs_it(
         assert status["redis"]["reachable"] and len(status["redis"]["workers"]) == 1
     finally:
         up.terminate()
-        up.wait(60)
+        up.wait(ceiling(60))
     assert tomllib.loads((agentd_home / "agentd.toml").read_text())["redis_password"] == password

@@ -44,6 +44,7 @@ from tests.support.openai_server import (
     tool_call,
     usage,
 )
+from tests.support.waiting import ceiling
 
 MODEL = "openai/test-model"
 ROOT = Path(__file__).resolve().parents[2]
@@ -568,7 +569,7 @@ def test_importing_the_module_does_not_import_litellm() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, timeout=60
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, timeout=ceiling(60)
     )
 
     assert result.returncode == 0, result.stderr.decode()

@@ -17,8 +17,8 @@ from shared.store.jsonl import MessageLog
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
 from tests.support.held_recall import RELEASE_ENV
-from tests.support.memory_lock import wait_for
 from tests.support.processes import run_agentctl
+from tests.support.waiting import wait_for
 
 
 def not_yet(count: int) -> str:

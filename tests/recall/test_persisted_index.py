@@ -20,6 +20,7 @@ from shared.recall.ranking import SearchRequest
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
+from tests.support.waiting import ceiling
 
 AGENT = "a"
 QUERIES = ("apple", "banana cherry", "word7", '"apple banana"', "数据库", "端口 word3")
@@ -61,7 +62,7 @@ def _append(service: RecallService, conversation: Conversation, messages: list[M
 
 
 def _opened(service: RecallService) -> None:
-    service.start([AGENT]).join(30)
+    service.start([AGENT]).join(ceiling(30))
     service.wait_for_writes()
 
 
@@ -217,7 +218,7 @@ def test_a_small_agent_with_no_index_on_disk_is_searchable_whole_at_once(
 
     def background_work_waits() -> None:  # the build's background part, held back
         if threading.current_thread().name == "recall-build":
-            background.wait(30)
+            background.wait(ceiling(30))
 
     service = _service(layout)
     monkeypatch.setattr(recall, "lower_this_thread", background_work_waits)

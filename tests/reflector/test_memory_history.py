@@ -14,8 +14,8 @@ from shared.protocol import short_id
 from shared.providers.mock_reflector import MockReflector
 from tests.reflector.conftest import World, watermark
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.processes import run_agentctl
+from tests.support.waiting import wait_for
 
 PNPM = "今天我们决定以后一律用 pnpm"
 ADA = "ada"

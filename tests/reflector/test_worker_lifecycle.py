@@ -20,6 +20,7 @@ from shared.coordination.broker import locate
 from shared.settings import Settings
 from shared.store.layout import Layout
 from tests.security.walls import CANARY_KEY
+from tests.support.waiting import ceiling
 from tests.support.workers import RedisForTests, WorkerProcess
 
 
@@ -40,7 +41,7 @@ def test_importing_the_worker_code_reads_no_settings(agentd_home: Path) -> None:
         env={**os.environ, "AGENTD_WORKERS": "-1"},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(60),
     )
     assert imported.returncode == 0, imported.stderr
 

@@ -26,9 +26,10 @@ from shared.store.layout import Layout
 from shared.store.locks import file_lock
 from tests.security.hostile import FORGET, attacker
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import descriptors_on, wait_for
+from tests.support.memory_lock import descriptors_on
 from tests.support.processes import run_agentctl
 from tests.support.reflection import work_sent_job
+from tests.support.waiting import ceiling, wait_for
 from tests.support.workers import RedisForTests
 from tests.web.site import WebClient
 
@@ -188,7 +189,7 @@ def test_two_clients_accepting_at_once_merge_it_once(held: Held) -> None:
             client.start()
         wait_for(lambda: descriptors_on(lock) == 3, "both accepts to wait for the memory lock")
     for client in clients:
-        client.join(60)
+        client.join(ceiling(60))
 
     assert sorted("error" in a for a in answers) == [False, True]
     (refused,) = [a["error"] for a in answers if "error" in a]

@@ -28,8 +28,8 @@ from shared.models.messages import Message
 from shared.protocol import socket_path
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.processes import AgentdProcess, final_answer, run_agentctl
+from tests.support.waiting import ceiling, wait_for
 
 GIB = 1024**3
 Replacement = bytes | Callable[[bytes], bytes]
@@ -202,7 +202,7 @@ def test_an_archive_being_imported_does_not_keep_the_daemon_from_answering(
             call("status")
             answered += 1
             assert time.monotonic() - started < 30, "status waited on the import"
-        out, err = importing.communicate(timeout=300)
+        out, err = importing.communicate(timeout=ceiling(300))
         peak_after = _hwm_bytes(daemon.proc.pid)
         listed = call("messages.list", {"agent": "ada2", "limit": 1, "order": "desc"})
     finally:

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from shared.store.permissions import find_loose, repair, secure_home
+from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +51,7 @@ class Stack:
             env=self.env,
             capture_output=True,
             text=True,
-            timeout=90,
+            timeout=ceiling(90),
         )
 
     def start(self) -> None:
@@ -72,7 +73,7 @@ class Stack:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(60)
+            self.proc.wait(ceiling(60))
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +167,7 @@ def test_another_user_reads_no_memory_history_log_or_settings(stack: Stack) -> N
             ],
             capture_output=True,
             text=True,
-            timeout=10,
+            timeout=ceiling(10),
         )
 
     home = stack.home

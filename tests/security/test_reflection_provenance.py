@@ -37,10 +37,10 @@ from tests.reflector.conftest import READ, World, make_world
 from tests.security.walls import TRIPWIRE, tripped, tripwire_script
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.names import model_path
 from tests.support.openai_server import FakeOpenAIServer, chat_completion, tool_call
 from tests.support.processes import run_agentctl
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(
     not sandbox.available(), reason=f"bubblewrap unusable here: {sandbox.reason()}"

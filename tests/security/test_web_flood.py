@@ -19,8 +19,8 @@ import pytest
 
 from shared.protocol import socket_path
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.processes import AgentdProcess, final_answer, run_agentctl
+from tests.support.waiting import ceiling, wait_for
 
 FLOOD = 1_100
 OPEN_FILES = 1_024
@@ -47,7 +47,7 @@ def many_open_files() -> Iterator[None]:
 
 def _half_sent(port: int) -> socket.socket:
     """A connection that sends the start of a request head and never the rest."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=ceiling(30))
     with contextlib.suppress(OSError):  # refused and closed at once: still counted below
         sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-Never-Ends: " % port)
     sock.setblocking(False)
@@ -87,7 +87,7 @@ class Flood:
 def _status_line(port: int) -> bytes:
     """The status line of one whole request to the web port ("" if it was not answered)."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        with socket.create_connection(("127.0.0.1", port), timeout=ceiling(10)) as sock:
             sock.sendall(
                 b"GET / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n" % port
             )
@@ -140,7 +140,7 @@ def test_a_request_head_that_never_ends_is_closed_after_the_header_timeout(
     daemon.start(web="127.0.0.1:0", web_header_timeout_s=0.5)
     port = daemon.daemon.handlers.web.port  # type: ignore[union-attr]
     slow = _half_sent(port)
-    idle = socket.create_connection(("127.0.0.1", port), timeout=30)
+    idle = socket.create_connection(("127.0.0.1", port), timeout=ceiling(30))
     idle.setblocking(False)
 
     def closed(sock: socket.socket) -> bool:

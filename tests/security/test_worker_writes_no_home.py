@@ -17,7 +17,7 @@ import pytest
 
 from shared.models.reflection import ReflectionOutcome
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
+from tests.support.waiting import wait_for
 from tests.support.workers import RedisForTests, WorkerProcess
 
 pytestmark = [
