@@ -7,7 +7,6 @@ import fcntl
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -237,10 +236,10 @@ def test_of_two_daemons_started_at_once_one_serves_and_the_other_says_it_is_runn
                 )
             )
     try:
-        deadline = time.monotonic() + 30
-        while all(racer.poll() is None for racer in racers):
-            assert time.monotonic() < deadline, "both daemons are running"
-            time.sleep(0.05)
+        wait_for(
+            lambda: any(racer.poll() is not None for racer in racers),
+            "one of the two daemons to give up",
+        )
         (loser,) = [n for n, racer in enumerate(racers) if racer.poll() is not None]
         assert racers[loser].returncode == 1
         assert "agentd serve is already running" in outputs[loser].read_text()

@@ -8,13 +8,12 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import AgentdProcess, run_agentctl
-from tests.support.waiting import ceiling
+from tests.support.waiting import ceiling, wait_for
 
 
 def _doctor() -> subprocess.CompletedProcess[str]:
@@ -28,15 +27,15 @@ def _doctor() -> subprocess.CompletedProcess[str]:
 
 
 def _recall_logged(home: Path, event: str) -> list[dict[str, Any]]:
-    """The ``event`` lines of the recall process's own log file, once there is one."""
-    deadline = time.monotonic() + 30
-    while True:
-        path = home / "logs" / "recall.log"
+    """The ``event`` lines of the recall process's own log file, once there are some."""
+    path = home / "logs" / "recall.log"
+
+    def logged() -> list[dict[str, Any]]:
         lines = path.read_text().splitlines() if path.exists() else []
-        found = [e for e in map(json.loads, lines) if e["event"] == event]
-        if found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
+        return [e for e in map(json.loads, lines) if e["event"] == event]
+
+    found: list[dict[str, Any]] = wait_for(logged, f"the recall process to log {event}")
+    return found
 
 
 def _agent_dir(home: Path, agent_id: str) -> Path:

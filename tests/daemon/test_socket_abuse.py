@@ -11,7 +11,6 @@ import resource
 import socket
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,18 +29,21 @@ from tests.support.waiting import ceiling, wait_for
 
 
 def _raw(timeout_s: float = 30.0) -> socket.socket:
-    """A connected socket whose reads give up after ``timeout_s``. A full listen queue
-    refuses a connect with a timeout at once (EAGAIN), so that is retried as long."""
+    """A connected socket whose reads give up after a ceiling of ``timeout_s``. A full
+    listen queue refuses a connect with a timeout at once (EAGAIN), so that is retried
+    as long."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout_s)
-    deadline = time.monotonic() + timeout_s
-    while True:
+    sock.settimeout(ceiling(timeout_s))
+
+    def connected() -> bool:
         try:
             sock.connect(str(socket_path()))
-            return sock
         except BlockingIOError:
-            assert time.monotonic() < deadline, "the daemon accepts no connection"
-            time.sleep(0.01)
+            return False
+        return True
+
+    wait_for(connected, "the daemon to accept a connection", timeout_s=timeout_s, poll_s=0.01)
+    return sock
 
 
 def _lines(sock: socket.socket) -> Iterator[dict[str, Any]]:
