@@ -72,10 +72,11 @@ def _read_until(proc: subprocess.Popen[bytes], text: str, timeout_s: float = 60.
     """What ``proc`` printed on stdout up to and including ``text``."""
     assert proc.stdout is not None
     seen = b""
-    deadline = time.monotonic() + timeout_s
+    limit = ceiling(timeout_s)
+    deadline = time.monotonic() + limit
     while text.encode() not in seen:
         remaining = deadline - time.monotonic()
-        assert remaining > 0, f"no {text!r} within {timeout_s} s; stdout so far: {seen!r}"
+        assert remaining > 0, f"no {text!r} within {limit:.0f} s; stdout so far: {seen!r}"
         readable, _, _ = select.select([proc.stdout], [], [], remaining)
         if readable:
             chunk = os.read(proc.stdout.fileno(), 4096)

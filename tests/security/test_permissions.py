@@ -19,14 +19,13 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from shared.store.permissions import find_loose, repair, secure_home
-from tests.support.waiting import ceiling
+from tests.support.waiting import ceiling, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -64,11 +63,16 @@ class Stack:
                 stderr=subprocess.STDOUT,
                 umask=0o022,
             )
-        deadline = time.monotonic() + 90
-        while b"reflector_ready" not in output.read_bytes() or self.agentctl("status").returncode:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
                 raise RuntimeError(output.read_text(errors="replace"))
-            time.sleep(0.2)
+            return (
+                b"reflector_ready" in output.read_bytes() and not self.agentctl("status").returncode
+            )
+
+        wait_for(ready, "agentd up to be ready", timeout_s=90, poll_s=0.2, error=RuntimeError)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -23,6 +23,7 @@ from shared.agent.tools.base import ToolContext
 from shared.agent.tools.bash import Bash
 from shared.errors import ToolError
 from tests.agent.tools.conftest import commit_refused, fake_no_bubblewrap, memory_lock_never_free
+from tests.support.waiting import ceiling, wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -57,18 +58,20 @@ def survivors(marker: str) -> list[int]:
 
 
 def survivors_after_a_while(marker: str) -> list[int]:
-    """``survivors(marker)`` once they are gone, or whatever still lives after ``WAIT_S``."""
-    deadline = time.monotonic() + WAIT_S
+    """``survivors(marker)`` once they are gone, or whatever still lives after a ceiling
+    of ``WAIT_S``."""
+    deadline = time.monotonic() + ceiling(WAIT_S)
     while (alive := survivors(marker)) and time.monotonic() < deadline:
         time.sleep(0.02)
     return alive
 
 
 def wait_for_file(path: Path) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not (path.exists() and path.read_text().strip()):
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.01)
+    wait_for(
+        lambda: path.exists() and path.read_text().strip(),
+        f"{path} to be written",
+        timeout_s=WAIT_S,
+    )
 
 
 def test_bash_runs_in_the_workspace(ctx: ToolContext) -> None:
