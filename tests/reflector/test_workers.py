@@ -188,7 +188,7 @@ def test_turns_that_edit_memory_while_a_reflection_runs_both_land(
 
     queued = daemon.result("reflection.request", {})
     assert queued["queued"] is True
-    time.sleep(1.5)  # the reflection is reading the payload now
+    wait_for(lambda: _running(agentd_home, stack["redis"].client), "the reflection to start")
     assert daemon.result("chat", {"text": "记一下部署方式"})["stop_reason"] == "end_turn"
 
     wait_for(

@@ -15,6 +15,7 @@ clear every ``AGENTD_*`` variable before each test, so the product never sees it
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Callable
@@ -70,3 +71,18 @@ def wait_for(
         if time.monotonic() > deadline:
             raise error(f"timed out after {limit:.0f} s waiting for {what}")
         time.sleep(poll_s)
+
+
+async def wait_until(
+    condition: Callable[[], T], what: str, *, timeout_s: float = 30.0, poll_s: float = POLL_S
+) -> T:
+    """:func:`wait_for` inside an event loop: the loop runs on while it polls."""
+    limit = ceiling(timeout_s)
+    deadline = time.monotonic() + limit
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {limit:.0f} s waiting for {what}")
+        await asyncio.sleep(poll_s)
