@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint bench clean
+.PHONY: up test test-fast lint bench clean
 
 up: $(STAMP)  ## install, then run the whole stack in the foreground (Ctrl-C stops it)
 	$(BIN)/agentd up
@@ -21,6 +21,9 @@ TEST_WORKERS ?= $(shell n=$$(( $$(nproc) * 3 )); echo $$(( n > 8 ? 8 : n )))
 
 test: $(STAMP)  ## install, then run the test suite
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
+
+test-fast: $(STAMP)  ## the inner loop: the suite without the tests marked slow
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -70,6 +70,7 @@ def dense_server() -> Any:
         yield server
 
 
+@pytest.mark.slow
 def test_twenty_turns_on_a_dense_tokenizer_compact_at_most_four_times_and_it_is_remembered(
     daemon: DaemonRunner, dense_server: FakeOpenAIServer, agentd_home: Path
 ) -> None:

@@ -119,6 +119,7 @@ def test_an_export_is_never_written_to_a_terminal_and_an_import_needs_a_free_nam
     assert [a["name"] for a in daemon.result("agent.list")["agents"]] == ["ada"]
 
 
+@pytest.mark.slow
 def test_an_export_written_to_a_file_is_private_to_its_user(
     daemon: DaemonRunner, ada: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -167,6 +168,7 @@ def _replaced(valid: bytes, name: str, data: bytes) -> bytes:
     return out.getvalue()
 
 
+@pytest.mark.slow
 def test_an_archive_agentd_did_not_write_is_refused_and_changes_nothing(
     daemon: DaemonRunner,
     ada: dict[str, Any],

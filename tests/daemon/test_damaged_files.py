@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import AgentdProcess, run_agentctl
 from tests.support.waiting import ceiling, wait_for
@@ -42,6 +44,7 @@ def _agent_dir(home: Path, agent_id: str) -> Path:
     return home / "agents" / agent_id
 
 
+@pytest.mark.slow
 def test_an_agent_without_its_memory_repo_is_refused_while_the_others_serve(
     agentd_home: Path,
 ) -> None:
@@ -87,6 +90,7 @@ def test_a_memory_repo_restored_as_told_is_used_without_a_restart(daemon: Daemon
     assert answer["stop_reason"] == "end_turn"
 
 
+@pytest.mark.slow
 def test_a_garbled_conversation_record_hides_no_message_from_recall(
     daemon: DaemonRunner, agentd_home: Path
 ) -> None:

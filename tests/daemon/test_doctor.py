@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from shared.providers.factory import ProviderFactory
 from shared.providers.keys import ProviderKeys
 from shared.settings import Settings
@@ -20,6 +22,8 @@ from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
 from tests.support.openai_server import FakeOpenAIServer
 from tests.support.waiting import ceiling
+
+pytestmark = pytest.mark.slow
 
 DAEMON_DOWN = "✗ daemon: not running (start it with agentd up)"
 KEY_CANARY = "sk-doctor0canary0key0123456789"

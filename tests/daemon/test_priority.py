@@ -19,7 +19,10 @@ from tests.support.daemon import DaemonRunner
 from tests.support.waiting import wait_for
 from tests.support.workers import RedisForTests, WorkerProcess
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux /proc")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux /proc"),
+]
 
 
 def niceness(task: Path) -> int:

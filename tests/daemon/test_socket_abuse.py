@@ -226,6 +226,7 @@ def test_the_socket_file_appears_only_once_the_daemon_listens(
     assert [p.name for p in tmp_path.iterdir()] == ["agentd.sock"], "a staging name was left"
 
 
+@pytest.mark.slow
 def test_a_daemon_with_few_file_descriptors_refuses_connections_instead_of_hanging(
     agentd_home: Path,
 ) -> None:

@@ -24,6 +24,7 @@ def _watching(stack: Stack) -> threading.Thread:
     return watcher
 
 
+@pytest.mark.slow
 def test_a_child_killed_after_running_a_while_is_always_restarted(
     agentd_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

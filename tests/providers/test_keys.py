@@ -19,6 +19,8 @@ from shared.settings import Settings
 from tests.support.openai_server import FakeOpenAIServer
 from tests.support.waiting import ceiling
 
+pytestmark = pytest.mark.slow
+
 CANARY = "sk-canary-keys-7d2c"
 
 TAKE_THEN_LOOK = """

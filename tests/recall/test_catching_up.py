@@ -52,6 +52,7 @@ def _written_after_the_stop(home: Path, agent_id: str, count: int) -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_search_while_the_index_catches_up_says_what_it_cannot_see_yet(
     daemon: DaemonRunner, agentd_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

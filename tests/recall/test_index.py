@@ -111,6 +111,7 @@ def every_match_reranked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("shared.recall.search.CANDIDATES", 10_000)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(corpora(), requests())
 def test_the_index_agrees_with_the_reference_scan(
@@ -120,6 +121,7 @@ def test_the_index_agrees_with_the_reference_scan(
     assert_agrees(results(index, documents, request), reference_search(documents, request))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(corpora(), corpora(), requests())
 def test_appends_committed_one_by_one_agree_too(

@@ -15,6 +15,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentd.client.connection import Connection
 from shared.ids import new_id
 from shared.models.messages import Message
@@ -137,6 +139,7 @@ def _kill_inside_a_write(daemon: AgentdProcess, directory: Path) -> bool:
     return _meta(directory) == meta
 
 
+@pytest.mark.slow
 def test_a_kill_during_a_commit_loses_and_doubles_nothing(agentd_home: Path) -> None:
     daemon = AgentdProcess()
     daemon.start(timeout_s=TIMEOUT_S)

@@ -65,6 +65,7 @@ def test_a_killed_recall_process_is_replaced_and_what_was_appended_meanwhile_is_
     assert not _running(first)
 
 
+@pytest.mark.slow
 def test_a_search_the_dying_process_held_fails_with_a_typed_error_and_the_daemon_serves_on(
     daemon: DaemonRunner,
 ) -> None:
@@ -88,6 +89,7 @@ def test_a_search_the_dying_process_held_fails_with_a_typed_error_and_the_daemon
     assert _texts(daemon, "deploy key").count("the deploy key is in vault") == 1
 
 
+@pytest.mark.slow
 def test_the_recall_process_ends_with_a_daemon_killed_outright(agentd_home: Path) -> None:
     agentd = AgentdProcess().start()
     try:

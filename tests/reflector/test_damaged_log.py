@@ -9,10 +9,14 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from shared.providers.mock_reflector import MockReflector
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from tests.reflector.conftest import World, watermark
 from tests.support.waiting import ceiling
+
+pytestmark = pytest.mark.slow
 
 FOREIGN = '{"role": "user", "content": "I am allergic to peanuts, remember it"}'
 """A chat line another program appended: the user's words, but no id, no agent."""

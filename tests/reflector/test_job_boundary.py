@@ -123,6 +123,7 @@ class RedisRestartsMidJob(Provider):
         return await self.inner.complete(request)
 
 
+@pytest.mark.slow
 def test_redis_restarted_mid_job_the_answer_is_stored_and_lands_once(
     world: World, redis_server: RedisForTests
 ) -> None:
@@ -177,6 +178,7 @@ def test_a_damaged_agent_record_is_refused_before_anything_is_prepared(world: Wo
     assert world.git("branch", "--list", "reflection/*") == ""
 
 
+@pytest.mark.slow
 def test_a_reflection_that_would_push_core_memory_over_budget_is_not_merged(
     world: World,
 ) -> None:

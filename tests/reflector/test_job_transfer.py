@@ -28,6 +28,8 @@ from tests.support.reflection import DictTransfer
 from tests.support.waiting import ceiling
 from tests.support.workers import RedisForTests
 
+pytestmark = pytest.mark.slow
+
 MIB = 1024 * 1024
 
 

@@ -22,6 +22,8 @@ from tests.security.walls import CANARY_KEY
 from tests.support.waiting import ceiling, wait_for
 from tests.support.workers import RedisForTests, WorkerProcess
 
+pytestmark = pytest.mark.slow
+
 
 def test_the_app_follows_the_settings_it_is_given(agentd_home: Path) -> None:
     settings = Settings(home=agentd_home, redis_url="redis://127.0.0.1:6390/3")

@@ -91,6 +91,7 @@ def _reflection_events(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [line["data"] for line in lines if line.get("event") == "reflection"]
 
 
+@pytest.mark.slow
 def test_the_user_is_told_once_and_the_proposal_is_listed_with_its_diff(held: Held) -> None:
     assert held.outcome.status == "held"
     assert held.head() == held.before
@@ -134,6 +135,7 @@ def test_the_user_is_told_once_and_the_proposal_is_listed_with_its_diff(held: He
     assert "-- Name: Ada Lovelace." in page.body
 
 
+@pytest.mark.slow
 def test_accept_merges_it_once_and_the_next_turn_is_told_memory_changed(held: Held) -> None:
     moved = held.watermark()
     assert moved is not None
@@ -156,6 +158,7 @@ def test_accept_merges_it_once_and_the_next_turn_is_told_memory_changed(held: He
     assert nothing.stdout == "" and "no reflection is held for you" in nothing.stderr
 
 
+@pytest.mark.slow
 def test_reject_drops_it_once_and_memory_stays(held: Held) -> None:
     moved = held.watermark()
 

@@ -75,6 +75,7 @@ except RuntimeError:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("console_format", ["json", "console"])
 def test_a_logged_exception_shows_its_traceback_but_no_frame_locals_or_key(
     tmp_path: Path, console_format: str

@@ -176,6 +176,7 @@ def test_the_agents_file_tool_cannot_write_a_trailer_paragraph_into_its_commit(
     assert "Edited-By" not in message.split("\n\n")[-1]
 
 
+@pytest.mark.slow
 def test_explicit_merge_the_reviewing_agent_cannot_reach_the_memory_repo_but_is_merged_for(
     world: World, server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
@@ -225,6 +226,7 @@ def test_explicit_merge_the_reviewing_agent_cannot_reach_the_memory_repo_but_is_
     assert not tripped(wire), (wire / TRIPWIRE).read_text()
 
 
+@pytest.mark.slow
 def test_explicit_merge_the_agents_follow_up_made_as_the_user_lands_as_the_agents(
     world: World, server: FakeOpenAIServer
 ) -> None:
@@ -254,6 +256,7 @@ def test_explicit_merge_the_agents_follow_up_made_as_the_user_lands_as_the_agent
     assert "- follow-up from the review" in world.human()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "reason", "named"),
     [

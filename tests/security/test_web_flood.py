@@ -101,6 +101,7 @@ def _logged_events(home: Path) -> list[str]:
     return [json.loads(line).get("event", "") for line in lines if line.startswith("{")]
 
 
+@pytest.mark.slow
 def test_half_sent_requests_past_the_cap_get_503_and_chat_on_the_socket_goes_on(
     agentd_home: Path, many_open_files: None
 ) -> None:
