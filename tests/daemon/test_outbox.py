@@ -32,7 +32,7 @@ from shared.store.agents import AgentStore
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.transcripts import say
-from tests.support.waiting import ceiling
+from tests.support.waiting import ceiling, wait_until
 from tests.support.workers import RedisForTests
 
 
@@ -435,8 +435,7 @@ def test_the_reconcile_loop_survives_a_failing_pass(
     async def scenario() -> None:
         with capture_logs() as logs:
             task = asyncio.create_task(reflections._reconcile_loop())
-            while len(passes) < 3:
-                await asyncio.sleep(0.01)
+            await wait_until(lambda: len(passes) >= 3, "three reconcile passes")
             task.cancel()
         assert any(entry["event"] == "reflection_reconcile_failed" for entry in logs)
 

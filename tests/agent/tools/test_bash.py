@@ -23,7 +23,7 @@ from shared.agent.tools.base import ToolContext
 from shared.agent.tools.bash import Bash
 from shared.errors import ToolError
 from tests.agent.tools.conftest import commit_refused, fake_no_bubblewrap, memory_lock_never_free
-from tests.support.waiting import ceiling, wait_for
+from tests.support.waiting import ceiling, wait_for, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -222,8 +222,7 @@ def test_cancelling_bash_kills_the_process_group(shell_ctx: ToolContext) -> None
     async def cancel_midway() -> None:
         command = f"sleep {marker} & echo up > {ready}; wait"
         task = asyncio.create_task(Bash().run({"command": command}, shell_ctx))
-        while not ready.exists():
-            await asyncio.sleep(0.01)
+        await wait_until(ready.exists, "the command to start")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
