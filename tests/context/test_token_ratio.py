@@ -34,6 +34,8 @@ from tests.support.openai_server import (
     usage,
 )
 
+pytestmark = pytest.mark.slow  # imports litellm: seconds of CPU in each worker
+
 REPORTED_RATIO = 1.4
 TOPIC = "今天天气不错。" * 7
 
@@ -70,7 +72,6 @@ def dense_server() -> Any:
         yield server
 
 
-@pytest.mark.slow
 def test_twenty_turns_on_a_dense_tokenizer_compact_at_most_four_times_and_it_is_remembered(
     daemon: DaemonRunner, dense_server: FakeOpenAIServer, agentd_home: Path
 ) -> None:

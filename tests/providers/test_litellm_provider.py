@@ -46,6 +46,8 @@ from tests.support.openai_server import (
 )
 from tests.support.waiting import ceiling
 
+pytestmark = pytest.mark.slow  # imports litellm: seconds of CPU in each worker
+
 MODEL = "openai/test-model"
 ROOT = Path(__file__).resolve().parents[2]
 CONTEXT_LENGTH_MESSAGE = (

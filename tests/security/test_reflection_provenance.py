@@ -102,6 +102,7 @@ def authors(world: World) -> list[str]:
     return world.git("log", "--format=%an|%ae|%cn|%ce").splitlines()
 
 
+@pytest.mark.slow
 def test_a_reflector_that_commits_as_the_user_lands_as_the_reflection_job(
     world: World, server: FakeOpenAIServer, daemon: DaemonRunner
 ) -> None:
@@ -151,6 +152,7 @@ def _recall_ready(daemon: DaemonRunner) -> bool:
     return all(agent["recall"]["state"] == "ready" for agent in daemon.result("status")["agents"])
 
 
+@pytest.mark.slow
 def test_the_agents_file_tool_cannot_write_a_trailer_paragraph_into_its_commit(
     server: FakeOpenAIServer, daemon: DaemonRunner
 ) -> None:
