@@ -62,7 +62,26 @@ def test_a_daemon_that_served_requests_collects_once_it_has_been_quiet() -> None
     assert gc.get_freeze_count() > 0, "what survived was not frozen"
 
 
-@pytest.mark.slow
+def test_requests_started_through_another_door_keep_the_daemon_busy_too() -> None:
+    web_started = [0]
+    collection = QuietCollection(
+        lambda: 0, started_elsewhere=lambda: web_started[0], quiet_s=TICK_S, overdue_s=3600
+    )
+
+    async def scenario() -> None:
+        task = asyncio.create_task(collection.run())
+        collection.request_started()  # one socket request: the daemon has served
+        for _ in range(40):  # then the web view's requests, four a tick
+            web_started[0] += 1
+            await asyncio.sleep(TICK_S / 4)
+        assert list(collection.collections) == [], "collected while the web's requests came"
+        await asyncio.sleep(TICK_S * 8)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert list(collection.collections) == ["quiet"]
+
+
 def test_an_idle_daemon_does_not_collect_until_one_is_overdue() -> None:
     idle = QuietCollection(lambda: 0, quiet_s=TICK_S, overdue_s=3600)
     asyncio.run(_run_for(idle, 10))
@@ -73,7 +92,6 @@ def test_an_idle_daemon_does_not_collect_until_one_is_overdue() -> None:
     assert overdue.collections and set(overdue.collections) == {"overdue"}
 
 
-@pytest.mark.slow
 def test_a_daemon_that_is_never_quiet_still_collects_when_one_is_overdue_freezing_nothing() -> None:
     """What a running request holds must not be frozen: it would outlive the request."""
     never_quiet = QuietCollection(lambda: 1, quiet_s=TICK_S, overdue_s=TICK_S * 4)
@@ -110,7 +128,6 @@ def test_a_quiet_collection_walks_only_what_was_made_since_the_last_one() -> Non
     assert freed() is not None
 
 
-@pytest.mark.slow
 def test_garbage_frozen_while_it_was_alive_is_freed_once_a_full_walk_is_due() -> None:
     """An agent deleted after a quiet moment froze its objects still frees them."""
     freed = _frozen_garbage_cycle()
