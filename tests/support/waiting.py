@@ -9,8 +9,9 @@ passed through :func:`ceiling`, which multiplies it by ``AGENTD_TEST_TIMEOUT_SCA
 The default scale is generous (4): on 2 cores shared with other work (load average 10–20)
 a process that imports litellm takes a minute instead of 5 s, and a ceiling only costs
 time when something is really hung. Raise it on a slower machine; lower it (say to 1) to
-find a hang sooner. It is read once, when the suite starts: the suite's own fixtures
-clear every ``AGENTD_*`` variable before each test, so the product never sees it.
+find a hang sooner. The suite's fixtures clear every other ``AGENTD_*`` variable before
+each test but keep this one, so a helper process a test starts (``held_recall``) scales
+its waits alike; the product's settings ignore it.
 """
 
 from __future__ import annotations
