@@ -313,13 +313,15 @@ def test_messages_around_reads_only_the_lines_it_returns(
     target = next(m for m in conversations[0].log if m.content.endswith(" unique3000"))
     asyncio.run(service.around(AGENT, target.id, 1, 1))  # warm up (imports, the loop)
 
-    before = _bytes_read()
-    around = asyncio.run(service.around(AGENT, target.id, 2, 3))
-    read = _bytes_read() - before
+    reads = []
+    for _ in range(3):  # the fewest bytes of three: another thread of this process reads too
+        before = _bytes_read()
+        around = asyncio.run(service.around(AGENT, target.id, 2, 3))
+        reads.append(_bytes_read() - before)
 
     texts = [Message.parse_line(line).content for line in around]
     assert [text.split()[-1] for text in texts] == [f"unique{n}" for n in range(2998, 3004)]
-    assert read < conversations[0].log.path.stat().st_size // 10
+    assert min(reads) < conversations[0].log.path.stat().st_size // 10
 
 
 def test_agentctl_status_shows_the_index_state_and_its_size(daemon: DaemonRunner) -> None:
