@@ -60,6 +60,10 @@ def create_app(settings: Settings, provider_keys: ProviderKeys | None = None) ->
         broker_connection_timeout=location.timeout_s,
         broker_use_ssl=location.celery_ssl,
         worker_hijack_root_logger=False,
+        # It cancels late-ack jobs only, and there are none: set, so that Celery does not
+        # warn of its coming default at every lost connection. A job runs on through a
+        # Redis restart and answers.
+        worker_cancel_long_running_tasks_on_connection_loss=True,
     )
     register_reflect(app, settings, location, provider_keys)
     _connect_lifecycle(app, settings, location)
