@@ -29,10 +29,10 @@ from reflector.scratch import sweep_dead_jobs
 from reflector.startup import Heartbeat
 from reflector.tasks import register_reflect
 from reflector.work import agentd_version
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import RedisLocation, locate
 from shared.logging import configure
-from shared.providers.keys import ProviderKeys
+from shared.providers.credentials import ProviderKeys
 from shared.settings import Settings
 from shared.store.permissions import private_umask
 
@@ -52,7 +52,7 @@ def create_app(settings: Settings, provider_keys: ProviderKeys | None = None) ->
         worker_disable_prefetch=True,
         task_time_limit=settings.reflection_time_limit_s,
         task_soft_time_limit=settings.reflection_time_limit_s - SOFT_LIMIT_AHEAD_S,
-        task_default_queue=keys.REFLECTION_QUEUE,
+        task_default_queue=redis_keys.REFLECTION_QUEUE,
         task_serializer="json",
         accept_content=["json"],
         task_ignore_result=True,

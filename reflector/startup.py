@@ -24,7 +24,7 @@ import time
 import redis
 import structlog
 
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import RedisLocation
 from shared.reflection.job import JOB_FORMAT
 
@@ -48,7 +48,7 @@ class Heartbeat:
 
     def start(self, hostname: str | None, version: str, concurrency: int | None) -> None:
         name = hostname or f"reflector@{os.uname().nodename}"
-        key = keys.worker(f"{name}:{os.getpid()}")
+        key = redis_keys.worker(f"{name}:{os.getpid()}")
         info = json.dumps(
             {
                 "name": name,

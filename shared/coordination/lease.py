@@ -29,7 +29,7 @@ import redis
 import structlog
 from redis.exceptions import LockError, LockNotOwnedError
 
-from shared.coordination import keys
+from shared.coordination import redis_keys
 
 log = structlog.get_logger(__name__)
 
@@ -49,9 +49,9 @@ class ReflectionLease:
     ) -> None:
         self._client = client
         self._lock = client.lock(
-            keys.lease(agent_id), timeout=ttl_s, blocking=False, thread_local=False
+            redis_keys.lease(agent_id), timeout=ttl_s, blocking=False, thread_local=False
         )
-        self._key = keys.lease(agent_id)
+        self._key = redis_keys.lease(agent_id)
         self._ttl_s = ttl_s
         self._renew_every_s = max(1.0, ttl_s / 4)
         self._owner = f"{owner} {socket.gethostname()} {os.getpid()}"
@@ -122,7 +122,7 @@ class ReflectionLease:
 
 def holder_alive(client: redis.Redis, agent_id: str) -> bool:
     """Whether someone holds the agent's lease who may still be alive."""
-    token = client.get(keys.lease(agent_id))
+    token = client.get(redis_keys.lease(agent_id))
     return token is not None and not _dead(token)
 
 

@@ -15,7 +15,7 @@ import pytest
 from celery import Celery
 
 from shared.clock import user_zone
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import locate
 from shared.models.reflection import ReflectionOutcome
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
@@ -65,7 +65,7 @@ def _running(home: Path, client: Any) -> bool:
     """Whether the agent's sent job is running in a worker (it holds the agent's lease)."""
     sent = list(home.glob("agents/*/reflections/outbox/*.json"))
     return bool(sent) and any(
-        (state := client.get(keys.job_state(path.stem))) is not None and b'"running"' in state
+        (state := client.get(redis_keys.job_state(path.stem))) is not None and b'"running"' in state
         for path in sent
     )
 
@@ -246,9 +246,9 @@ def test_a_copy_of_a_running_job_records_no_outcome_of_its_own(
     )
     sender = Celery("copy", broker=locate(Settings(home=agentd_home)).celery_url)
     sender.send_task(
-        keys.REFLECT_TASK,
+        redis_keys.REFLECT_TASK,
         kwargs={"job": copy.model_dump(mode="json")},
-        queue=keys.REFLECTION_QUEUE,
+        queue=redis_keys.REFLECTION_QUEUE,
         task_id=sent.stem,
     )
     sender.close()
