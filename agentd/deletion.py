@@ -36,11 +36,12 @@ from agentd.recall_client import RecallClient
 from agentd.turns import Turns
 from shared.clock import Clock
 from shared.coordination import redis_keys, transfer
-from shared.coordination.broker import RedisLocation
+from shared.coordination.broker import locate
 from shared.coordination.lease import ReflectionLease
 from shared.errors import CorruptStateFile, InUse
 from shared.models.agents import AgentRecord
 from shared.reflection import events
+from shared.settings import Settings
 from shared.store.atomic import read_model
 from shared.store.conversations import trash_conversation
 from shared.store.layout import Layout, memory_lock
@@ -71,16 +72,15 @@ class Deletions:
         agents: Agents,
         turns: Turns,
         recall: RecallClient,
-        location: RedisLocation,
+        settings: Settings,
         clock: Clock,
-        lease_s: int,
     ) -> None:
         self.agents = agents
         self.turns = turns
         self.recall = recall
-        self.location = location
+        self.location = locate(settings)
         self.clock = clock
-        self.lease_s = lease_s
+        self.lease_s = settings.reflection_lease_s
         """The reflection lease's TTL (``AGENTD_REFLECTION_LEASE_S``), which a deletion
         holds too."""
 
