@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from shared.providers.credentials import ProviderKeys
 from shared.providers.factory import ProviderFactory
-from shared.providers.keys import ProviderKeys
 from shared.settings import Settings
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner

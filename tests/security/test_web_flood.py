@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from shared.protocol import socket_path
+from shared.home import socket_path
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import AgentdProcess, final_answer, run_agentctl
 from tests.support.waiting import ceiling, wait_for

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shared.protocol import request, socket_path
+from shared.home import socket_path
+from shared.protocol import request
 from tests.support.waiting import ceiling, wait_for
 
 
