@@ -28,7 +28,7 @@ import structlog
 
 from shared.errors import AmbiguousMessage, UnknownMessage
 from shared.ids import ID_PATTERN
-from shared.protocol import names_message
+from shared.message_refs import names_message
 from shared.recall.documents import Document, EchoTracker, lines_before, lines_from
 from shared.recall.index import AgentIndex
 from shared.recall.schema import SCHEMA_VERSION, conversation_hash

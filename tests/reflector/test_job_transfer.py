@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentd.jobs.prepare import Prepared
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import locate
 from shared.providers.mock_reflector import MockReflector
 from shared.reflection.backoff import load_backoff
@@ -25,7 +25,10 @@ from tests.reflector.conftest import World, watermark
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import run_agentctl
 from tests.support.reflection import DictTransfer
+from tests.support.waiting import ceiling
 from tests.support.workers import RedisForTests
+
+pytestmark = pytest.mark.slow
 
 MIB = 1024 * 1024
 
@@ -130,7 +133,7 @@ def test_agentd_worker_refuses_a_tls_setting_it_cannot_read_and_a_dir_in_the_hom
             env={**os.environ, **env},
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=ceiling(60),
         )
 
     bad_tls = worker(AGENTD_REDIS_URL="rediss://h:6380/0?ssl_cert_reqs=maybe")
@@ -145,10 +148,10 @@ def test_a_worker_of_an_older_agentd_is_listed_as_taking_no_jobs(
     daemon: DaemonRunner, redis_server: RedisForTests
 ) -> None:
     announced = {"name": "reflector-1@old-host", "host": "old-host", "pid": 7}  # no format
-    redis_server.client.set(keys.worker("reflector-1@old-host:7"), json.dumps(announced))
+    redis_server.client.set(redis_keys.worker("reflector-1@old-host:7"), json.dumps(announced))
     current = {**announced, "name": "reflector-2@new-host", "host": "new-host", "pid": 8}
     current["format"] = JOB_FORMAT
-    redis_server.client.set(keys.worker("reflector-2@new-host:8"), json.dumps(current))
+    redis_server.client.set(redis_keys.worker("reflector-2@new-host:8"), json.dumps(current))
     daemon.start()
 
     workers = daemon.result("status")["redis"]["workers"]

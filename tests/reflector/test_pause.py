@@ -14,7 +14,7 @@ import pytest
 
 from reflector.tasks import Reflect
 from shared.coordination.broker import locate
-from shared.providers.keys import ProviderKeys
+from shared.providers.credentials import ProviderKeys
 from shared.providers.litellm_provider import LiteLLMProvider
 from shared.providers.mock_reflector import MockReflector
 from shared.reflection.backoff import load_backoff
@@ -23,6 +23,8 @@ from shared.store.agents import AgentStore
 from shared.store.layout import Layout
 from tests.reflector.conftest import READ, World, watermark
 from tests.support.openai_server import FakeOpenAIServer, chat_completion, error_body, tool_call
+
+pytestmark = pytest.mark.slow  # model checks import litellm: seconds of CPU in each worker
 
 MODEL = "openai/reflector-model"
 
