@@ -31,6 +31,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import structlog
 
@@ -153,7 +154,11 @@ class EmbeddedRedis:
         self.socket_path.unlink(missing_ok=True)  # left by a server killed with -9
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        output = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        output: IO[bytes] | int = (
+            open(self.log_path, "ab")  # noqa: SIM115
+            if self.log_path
+            else subprocess.DEVNULL
+        )
         self.process = subprocess.Popen(
             [str(server_binary()), *self._arguments()],
             stdout=output,
@@ -164,7 +169,7 @@ class EmbeddedRedis:
             start_new_session=True,
             preexec_fn=self.preexec_fn,
         )
-        if output is not subprocess.DEVNULL:
+        if not isinstance(output, int):
             output.close()
         deadline = time.monotonic() + START_TIMEOUT_S
         while not ping(self.socket_path, password=self.password):

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from shared.coordination import keys
 from shared.coordination.lease import holder_alive
+from shared.coordination.replies import as_bytes
 from shared.models.reflection import ReflectionOutcome
 
 log = structlog.get_logger(__name__)
@@ -51,7 +52,7 @@ class JobState(BaseModel):
 def mark(client: redis.Redis, job_id: str, state: Literal["queued", "running"]) -> None:
     """Record a job as queued or running unless it already finished."""
     key = keys.job_state(job_id)
-    if isinstance(_parse(client.get(key)), ReflectionOutcome):
+    if isinstance(_parse(as_bytes(client.get(key))), ReflectionOutcome):
         return
     value = JobState(state=state, at=time.time()).model_dump_json()
     client.set(key, value, ex=keys.JOB_STATE_TTL_S)
@@ -70,18 +71,18 @@ def record_outcome(client: redis.Redis, job_id: str, outcome: ReflectionOutcome)
 
 def answered(client: redis.Redis, job_id: str) -> str | None:
     """The inputs a stored answer of the job is for, if it was answered."""
-    found = _parse(client.get(keys.job_state(job_id)))
+    found = _parse(as_bytes(client.get(keys.job_state(job_id))))
     return found.input_id if isinstance(found, JobState) and found.state == "answered" else None
 
 
 def finished(client: redis.Redis, job_id: str) -> ReflectionOutcome | None:
-    found = _parse(client.get(keys.job_state(job_id)))
+    found = _parse(as_bytes(client.get(keys.job_state(job_id))))
     return found if isinstance(found, ReflectionOutcome) else None
 
 
 def status(client: redis.Redis, job_id: str, agent_id: str) -> Known | ReflectionOutcome:
     """The job's outcome if it finished, else what Redis knows of it (see the module)."""
-    found = _parse(client.get(keys.job_state(job_id)))
+    found = _parse(as_bytes(client.get(keys.job_state(job_id))))
     if found is None:
         return "unknown"
     if isinstance(found, ReflectionOutcome):

@@ -18,6 +18,7 @@ import secrets
 import redis
 
 from shared.coordination import jobs, keys
+from shared.coordination.replies import all_bytes, as_bytes
 from shared.reflection.job import JobAnswer, JobInput
 
 ANSWER_STREAM = "agentd:reflection-answers"
@@ -41,7 +42,7 @@ def has_input(client: redis.Redis, input_id: str) -> bool:
 def get_input(client: redis.Redis, input_id: str) -> tuple[bytes, bytes] | None:
     """The input's JSON (parsed by the caller, who checks its format first) and bundle;
     None when Redis no longer holds them."""
-    raw, bundle = client.mget(keys.job_input(input_id), keys.job_input_bundle(input_id))
+    raw, bundle = all_bytes(client.mget(keys.job_input(input_id), keys.job_input_bundle(input_id)))
     if raw is None or bundle is None:
         return None
     return raw, bundle
@@ -91,13 +92,13 @@ def notice(answer: JobAnswer) -> str:
 def get_answer(client: redis.Redis, input_id: str) -> tuple[bytes, bytes | None] | None:
     """The stored answer's JSON and its bundle (None when it committed nothing); None when
     there is no answer, or its bundle is gone."""
-    raw = client.get(keys.job_answer(input_id))
+    raw = as_bytes(client.get(keys.job_answer(input_id)))
     if raw is None:
         return None
     bundle_key = _bundle_key(raw, input_id)
     if bundle_key is None:
         return raw, None
-    bundle = client.get(bundle_key)
+    bundle = as_bytes(client.get(bundle_key))
     return None if bundle is None else (raw, bundle)
 
 
@@ -115,6 +116,6 @@ def _bundle_key(raw: bytes, input_id: str) -> str | None:
 def drop(client: redis.Redis, input_id: str) -> None:
     """Forget a job's inputs and answer (its outcome is recorded)."""
     doomed = [keys.job_input(input_id), keys.job_input_bundle(input_id), keys.job_answer(input_id)]
-    raw = client.get(keys.job_answer(input_id))
+    raw = as_bytes(client.get(keys.job_answer(input_id)))
     bundle_key = _bundle_key(raw, input_id) if raw is not None else None
     client.delete(*doomed, *([bundle_key] if bundle_key else []))
