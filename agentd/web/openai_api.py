@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -81,7 +82,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     with structlog.contextvars.bound_contextvars(op="api.chat"):
         try:
             gone = ctx.server.gone(request.transport)
-            watched = {turn} if gone is None else {turn, gone}
+            watched: set[asyncio.Future[Any]] = {turn} if gone is None else {turn, gone}
             await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
         finally:  # the client went away, or agentd is stopping: the turn ends cancelled
             if not turn.done():

@@ -270,6 +270,7 @@ class _Watched(asyncio.Protocol):
     def _too_slow(self, transport: asyncio.BaseTransport) -> None:
         self._deadline = None
         log.debug("web_request_head_timed_out", timeout_s=self._header_timeout_s)
+        assert isinstance(transport, asyncio.Transport)  # a stream server's connection
         transport.abort()
 
     def eof_received(self) -> bool | None:
