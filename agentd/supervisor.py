@@ -188,7 +188,7 @@ class Stack:
         names = [SUPERVISOR, "valkey", "agentd", worker_name(settings.workers)]
         self._width = max(len(name) for name in names)
 
-    def log_stream(self) -> IO[str]:
+    def log_stream(self) -> io.TextIOBase:
         """Where the supervisor's own log lines go (``configure(console=…)``): out with
         the children's, as the ``up`` process."""
         readable = self._console and self._tty
@@ -292,7 +292,8 @@ class Stack:
     def _listen(self) -> tuple[str, int] | None:
         """Where the embedded Valkey listens over TCP (``AGENTD_REDIS_LISTEN``), with a
         password made into ``agentd.toml`` first if none is set: never without one."""
-        if self.settings.redis_listen is None:
+        listen = self.settings.redis_listen
+        if listen is None:
             return None
         if self.settings.redis_password is None:
             password = remember_password(self.settings.layout.config_file)
@@ -302,7 +303,7 @@ class Stack:
                 "redis_password_made",
                 f"made a password for the embedded Valkey in {self.settings.layout.config_file}",
             )
-        host, _, port = self.settings.redis_listen.rpartition(":")
+        host, _, port = listen.rpartition(":")
         return host.strip("[]"), int(port)
 
     def _restart_valkey(self) -> subprocess.Popen[bytes]:
