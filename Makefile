@@ -22,9 +22,11 @@ TEST_WORKERS ?= $(shell n=$$(( $$(nproc) * 3 )); echo $$(( n > 8 ? 8 : n )))
 test: $(STAMP)  ## install, then run the test suite
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
+# The type checker reads agentd/, reflector/ and shared/ (pyproject.toml's [tool.mypy]).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python tests/bench/turn_bench.py
