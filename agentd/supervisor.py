@@ -58,10 +58,11 @@ from typing import IO, Any
 
 from agentd import instance
 from agentd.effective_config import redact_url
-from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress, WebAddressError
+from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress
 from shared.coordination import keys
 from shared.coordination.broker import locate
-from shared.coordination.embedded import EmbeddedRedis, RedisUnavailable, remember_password
+from shared.coordination.embedded import EmbeddedRedis, remember_password
+from shared.errors import RedisUnavailable, WebAddressError
 from shared.providers.keys import HANDOFF_VARIABLE, ProviderKeys, hand_over, is_key_name
 from shared.settings import Settings
 from shared.store.layout import Layout

@@ -6,10 +6,12 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     AgentdError
     ├── RequestError                 the caller sent something we refuse; nothing changed
     │   ├── MalformedRequest         not JSON, not an object, missing or mistyped fields
+    │   │   └── BadCompletionRequest an OpenAI-style request the endpoint cannot take (HTTP 400)
     │   ├── UnknownOp
     │   ├── InvalidId                an id that is not [A-Za-z0-9_-]{1,64} (path tricks included)
     │   ├── PayloadTooLarge          a request line or a message over its limit
     │   ├── UnknownAgent
+    │   │   └── ModelNotFound        the endpoint's ``model`` names no agent
     │   ├── UnknownConversation
     │   ├── UnknownMessage
     │   ├── AmbiguousMessage         a short message id that names more than one message
@@ -31,7 +33,8 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   ├── UnknownTool              a tool name no agent has (``--approve``)
     │   ├── UnknownApproval          no tool call waits with that approval id
     │   ├── AlreadyAnswered          the call was approved or denied already
-    │   └── ApprovalPending          a message sent while a call of the conversation waits
+    │   ├── ApprovalPending          a message sent while a call of the conversation waits
+    │   └── UnknownApiKey            no API key has that id
     ├── StoreError                   the data directory is not as we left it
     │   ├── CorruptStateFile
     │   │   └── StateFileTooNew      written by a newer agentd (a later schema_version)
@@ -49,14 +52,35 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   ├── ProviderHTTPError        any other HTTP failure, after our retries
     │   │   └── ProviderTimeout      nothing from the provider for the configured timeout
     │   └── ProviderMisbehaved       a response we cannot use (no choices, bad shape)
+    ├── PromptFloorError             the system prompt and tools alone fill the window
     ├── ShuttingDown                 the daemon is stopping and takes no new turns
     ├── Busy                         every connection the daemon allows is open; retry
     ├── RecallUnavailable            recall's process stopped mid-request; it restarts: retry
-    └── ReflectionError
-        └── TooManyCommits           a branch with more commits than one reflection may land
+    ├── ReflectionError
+    │   ├── TooManyCommits           a branch with more commits than one reflection may land
+    │   ├── BundleError              a git bundle that is damaged or not what it says it holds
+    │   ├── JobTooLarge              a job's memory or an answer over its size limit
+    │   ├── InvalidAnswer            a worker's answer that does not hold together
+    │   └── WorkerOutdated           a job in a format the worker does not know
+    ├── RedisUnavailable             Redis cannot be started or reached
+    ├── AlreadyRunning               a daemon already answers on this AGENTD_HOME's socket
+    ├── SocketPathTooLong            the socket's path is over a Unix socket address's limit
+    ├── WebViewOff                   ``agentctl web`` on a daemon that serves no web view
+    ├── WebAddressError              AGENTD_WEB is not host:port
+    ├── ApiKeyRefused                the endpoint's key is missing, wrong or revoked (HTTP 401)
+    ├── FrontmatterError             a memory file's frontmatter that cannot be read
+    ├── DaemonUnanswered             ``agentd doctor`` got no usable answer from the daemon
+    │   ├── NotRunning               nothing accepts connections on the socket
+    │   └── NoAnswer                 it took the connection and answered nothing usable
+    ├── ClientError                  what agentctl prints as ``code: message`` (exit 1)
+    │   └── DaemonError              the same, met by a tool or resource of ``agentctl mcp``
+    └── ToolError                    a tool's failure, handed back to the model as its result
 
-Tool failures are not daemon errors: a tool raises :class:`ToolError`, which the agent
+Tool failures never reach the socket: a tool raises :class:`ToolError`, which the agent
 loop hands back to the model as the tool's result (the turn goes on).
+
+The tree is closed: every exception class of ``agentd``, ``reflector`` and ``shared`` is
+defined here and drawn above, under its parent (``tests/test_error_tree.py`` checks both).
 """
 
 from __future__ import annotations
@@ -231,6 +255,27 @@ class ApprovalPending(RequestError):
     answer: the turn is not over, and the model would read the message as the answer."""
 
     code = "approval_pending"
+
+
+class UnknownApiKey(RequestError):
+    """``agentctl api-keys revoke`` of a key id no key has."""
+
+    code = "unknown_api_key"
+
+
+class BadCompletionRequest(MalformedRequest):
+    """A chat-completions request the endpoint cannot take (HTTP 400), naming the field."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class ModelNotFound(UnknownAgent):
+    """The OpenAI-compatible endpoint's ``model`` names no agent."""
+
+    code = "model_not_found"
+    param = "model"
 
 
 class StoreError(AgentdError):
@@ -447,5 +492,90 @@ class WorkerOutdated(ReflectionError):
     code = "worker_outdated"
 
 
-class ToolError(Exception):
+class PromptFloorError(AgentdError):
+    """The system prompt and tools alone leave no room for messages and a reply."""
+
+    code = "prompt_floor"
+
+
+class RedisUnavailable(AgentdError):
+    """Redis (the embedded Valkey, or the configured one) cannot be started or reached."""
+
+    code = "redis_unavailable"
+
+
+class AlreadyRunning(AgentdError):
+    """A daemon already answers on this ``AGENTD_HOME``'s socket."""
+
+    code = "already_running"
+
+
+class SocketPathTooLong(AgentdError):
+    """The socket's path is over what a Unix socket address holds (108 bytes)."""
+
+    code = "socket_path_too_long"
+
+
+class WebViewOff(AgentdError):
+    """``agentctl web`` on a daemon that serves no web view."""
+
+    code = "web_off"
+
+
+class WebAddressError(AgentdError):
+    """``AGENTD_WEB`` is not ``host:port``."""
+
+    code = "invalid_web_address"
+
+
+class ApiKeyRefused(AgentdError):
+    """A request to the endpoint with no key, a wrong one or a revoked one (HTTP 401)."""
+
+    code = "invalid_api_key"
+
+
+class FrontmatterError(AgentdError):
+    """A memory file starts a frontmatter block that cannot be read; each caller says what
+    that means where it reads one (a hand edit is refused, a plan leaves the file be)."""
+
+    code = "frontmatter"
+
+
+class DaemonUnanswered(AgentdError):
+    """``agentd doctor`` asked the daemon and got no usable answer."""
+
+    code = "daemon_unanswered"
+
+
+class NotRunning(DaemonUnanswered):
+    """No daemon accepts connections on the socket."""
+
+    code = "not_running"
+
+
+class NoAnswer(DaemonUnanswered):
+    """A daemon took the connection but gave no usable answer."""
+
+    code = "no_answer"
+
+
+class ClientError(AgentdError):
+    """A request ``agentctl`` could not get answered: the daemon's error (its code and
+    message), or why the daemon could not be asked; printed as ``code: message``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class DaemonError(ClientError):
+    """The same, met by a tool or resource of ``agentctl mcp``: read as ``code: message``."""
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+class ToolError(AgentdError):
     """Raised by a tool to tell the model what went wrong; never reaches the socket."""
+
+    code = "tool_error"

@@ -26,8 +26,9 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from agentd.api_keys import ApiKey, ApiKeyRefused, ApiKeys
+from agentd.api_keys import ApiKey, ApiKeys
 from agentd.web.sessions import Session, Sessions
+from shared.errors import ApiKeyRefused
 
 CSRF_HEADER = "X-CSRF-Token"
 SESSION_KEY = web.RequestKey("agentd_session", Session)

@@ -30,10 +30,17 @@ from pydantic import ValidationError
 from agentd.requests import describe
 from agentd.web.context import WebContext
 from agentd.web.guard import API_KEY, API_PREFIX
-from agentd.web.openai_errors import ModelNotFound
 from agentd.web.openai_reply import CompletionReply
-from agentd.web.openai_wire import BadCompletionRequest, Completion, CompletionRequest
-from shared.errors import AgentdError, InvalidId, MalformedRequest, ShuttingDown, UnknownAgent
+from agentd.web.openai_wire import Completion, CompletionRequest
+from shared.errors import (
+    AgentdError,
+    BadCompletionRequest,
+    InvalidId,
+    MalformedRequest,
+    ModelNotFound,
+    ShuttingDown,
+    UnknownAgent,
+)
 from shared.ids import new_id
 from shared.models.agents import AgentRecord
 

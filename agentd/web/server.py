@@ -30,9 +30,9 @@ import structlog
 
 from agentd.api_clients import ApiConversations
 from agentd.listener import Listener, Slots, connection_cap
-from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress, WebAddressError
+from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress
 from agentd.web.sessions import LOGIN_TOKEN_TTL_S, Sessions
-from shared.errors import AgentdError
+from shared.errors import WebAddressError, WebViewOff
 from shared.settings import Settings
 
 if TYPE_CHECKING:
@@ -53,12 +53,6 @@ BUSY_RESPONSE = (
     b"Connection: close\r\n\r\n%s"
 ) % (len(_BUSY_TEXT), _BUSY_TEXT)
 """What a connection over the cap is told before it is closed."""
-
-
-class WebViewOff(AgentdError):
-    """``agentctl web`` on a daemon that serves no web view."""
-
-    code = "web_off"
 
 
 class WebServer:

@@ -35,7 +35,7 @@ from typing import IO
 
 import structlog
 
-from shared.errors import AgentdError
+from shared.errors import RedisUnavailable
 from shared.store.atomic import write_bytes_atomic
 
 log = structlog.get_logger(__name__)
@@ -45,10 +45,6 @@ AOF_DIRNAME = "appendonlydir"
 CONFIG_NAME = "agentd-valkey.conf"
 """The server's config file in its data directory, written when it has a password."""
 """Valkey's multi-part AOF (a base file, increments and a manifest) in the data dir."""
-
-
-class RedisUnavailable(AgentdError):
-    code = "redis_unavailable"
 
 
 def _quoted(value: str) -> str:

@@ -18,7 +18,8 @@ from celery import Celery
 
 from shared.coordination import keys
 from shared.coordination.broker import locate
-from shared.coordination.embedded import AOF_DIRNAME, EmbeddedRedis, RedisUnavailable
+from shared.coordination.embedded import AOF_DIRNAME, EmbeddedRedis
+from shared.errors import RedisUnavailable
 from shared.settings import Settings
 from shared.store.layout import Layout
 from tests.support.processes import AgentdProcess, run_agentctl

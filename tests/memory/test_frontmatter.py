@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.memory.frontmatter import FrontmatterError, parse, render
+from shared.errors import FrontmatterError
+from shared.memory.frontmatter import parse, render
 
 
 def test_parse_splits_meta_and_body() -> None:
