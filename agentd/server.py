@@ -230,6 +230,7 @@ class Daemon:
                     f"request line over {MAX_REQUEST_BYTES:,} bytes was discarded; send less "
                     "(long text belongs in a file)"
                 )
+            # any other line is the bytes the listener read (TOO_LONG is its one marker)
             envelope = _envelope(line)  # type: ignore[arg-type]
             request_id = envelope.id
             result = await self._dispatch(envelope, send)

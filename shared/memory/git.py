@@ -304,6 +304,7 @@ def _spawn(
             env=clean_env(env),
             timeout=timeout,
             check=False,
+            # the mode is chosen at run time, where run's overloads want it spelled out
             **text_mode,  # type: ignore[call-overload]
         )
     except subprocess.TimeoutExpired as exc:

@@ -36,7 +36,7 @@ from shared.errors import ContextOverflowError
 from shared.ids import new_id
 from shared.memory.compile import human_facts
 from shared.models.messages import Message, ToolCall, ToolResult, Usage
-from shared.providers.base import ModelRequest, ModelResponse, Provider
+from shared.providers.base import FinishReason, ModelRequest, ModelResponse, Provider
 from shared.providers.streaming import pieces, text_listener
 from shared.providers.tokens import request_tokens, text_tokens
 
@@ -73,6 +73,7 @@ def admit(request: ModelRequest, context_window: int, who: str) -> int:
 
 def respond(prompt_tokens: int, action: str | list[ToolCall]) -> ModelResponse:
     """A mock's reply (an answer or tool calls) with usage, as a provider reports it."""
+    finish: FinishReason
     if isinstance(action, str):
         output, calls, finish = action, [], "stop"
     else:
@@ -81,7 +82,7 @@ def respond(prompt_tokens: int, action: str | list[ToolCall]) -> ModelResponse:
         text=action if isinstance(action, str) else "",
         tool_calls=calls,
         usage=Usage(input_tokens=prompt_tokens, output_tokens=text_tokens(output)),
-        finish_reason=finish,  # type: ignore[arg-type]
+        finish_reason=finish,
         model=MOCK_MODEL,
     )
 
