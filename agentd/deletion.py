@@ -35,7 +35,7 @@ from agentd.outbox import OutboxEntry
 from agentd.recall_client import RecallClient
 from agentd.turns import Turns
 from shared.clock import Clock
-from shared.coordination import keys, transfer
+from shared.coordination import redis_keys, transfer
 from shared.coordination.broker import RedisLocation
 from shared.coordination.lease import ReflectionLease
 from shared.errors import CorruptStateFile, InUse
@@ -185,10 +185,10 @@ def _drop_keys(client: redis.Redis, agent_id: str, jobs: _Jobs) -> None:
         transfer.drop(client, input_id)
     doomed: list[str] = []
     for request_id in request_ids:
-        doomed += [keys.job_state(request_id), keys.job_tries(request_id)]
+        doomed += [redis_keys.job_state(request_id), redis_keys.job_tries(request_id)]
     if doomed:
         client.delete(*doomed)
-    for raw in client.lrange(keys.REFLECTION_QUEUE, 0, -1):
+    for raw in client.lrange(redis_keys.REFLECTION_QUEUE, 0, -1):
         try:
             task_id = json.loads(raw)["headers"]["id"]
         except (ValueError, KeyError, TypeError):
@@ -196,5 +196,5 @@ def _drop_keys(client: redis.Redis, agent_id: str, jobs: _Jobs) -> None:
         if task_id in request_ids:
             # redis-py types LREM's value as str; it sends bytes as they are, and the
             # element must be matched byte for byte
-            client.lrem(keys.REFLECTION_QUEUE, 1, raw)  # type: ignore[arg-type]
+            client.lrem(redis_keys.REFLECTION_QUEUE, 1, raw)  # type: ignore[arg-type]
     log.info("agent_redis_keys_dropped", agent_id=agent_id, jobs=len(request_ids))

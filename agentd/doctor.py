@@ -21,11 +21,11 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from agentd.doctor_findings import Finding
 from agentd.doctor_logs import check_conversation_logs
 from agentd.doctor_memory import check_memory_sizes, check_memory_walls, fix_memory_walls
 from agentd.doctor_service import service_findings
 from agentd.effective_config import redact_url
-from agentd.findings import Finding
 from shared.coordination.broker import locate
 from shared.coordination.embedded import ping, server_binary
 from shared.errors import AgentdError, MemoryDamaged, MemoryRepoError, RedisUnavailable

@@ -33,7 +33,7 @@ from pydantic import BaseModel
 
 from agentd.effective_config import redact_url
 from agentd.jobs.prepare import Desk, Ticket, prepare_or_fail
-from shared.coordination import jobs, keys, transfer
+from shared.coordination import jobs, redis_keys, transfer
 from shared.coordination.broker import RedisLocation
 from shared.errors import CorruptStateFile
 from shared.ids import new_id
@@ -209,9 +209,9 @@ class Outbox:
             )
             jobs.mark(client, request.request_id, "queued")
             self._celery().send_task(
-                keys.REFLECT_TASK,
+                redis_keys.REFLECT_TASK,
                 kwargs={"job": message.model_dump(mode="json")},
-                queue=keys.REFLECTION_QUEUE,
+                queue=redis_keys.REFLECTION_QUEUE,
                 task_id=request.request_id,
                 retry=False,
             )
@@ -267,7 +267,7 @@ class Outbox:
                 jobs.mark(client, entry.request.request_id, "queued")
                 return
             transfer.drop(client, entry.ticket.input_id)
-            client.delete(keys.job_state(entry.request.request_id))
+            client.delete(redis_keys.job_state(entry.request.request_id))
         except redis.RedisError:
             return
         finally:

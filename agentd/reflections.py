@@ -59,7 +59,7 @@ from shared.providers.factory import ProviderFactory
 from shared.reflection import events
 from shared.reflection.backoff import load_backoff
 from shared.reflection.pause import Pause
-from shared.reflection.settings import ReflectionSettings, configured_defaults, resolve
+from shared.reflection.policy import ReflectionSettings, configured_defaults, resolve
 from shared.reflection.state import TranscriptState, peek_state
 from shared.reflection.triggers import DueTrigger, post_turn
 from shared.settings import Settings

@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from agentd import __version__
 from agentd.agents import Agents
 from agentd.connection import TOO_LONG, Connection, Send
+from agentd.garbage_collection import QuietCollection
 from agentd.handlers import Handlers
 from agentd.listener import (
     Listener,
@@ -43,7 +44,6 @@ from agentd.listener import (
     listen_at,
     raise_open_file_limit,
 )
-from agentd.quiet_collection import QuietCollection
 from agentd.recall_client import RecallClient
 from agentd.reflections import Reflections
 from agentd.requests import PARAMS, Envelope, describe, parse_params
@@ -105,7 +105,11 @@ class Daemon:
         self._shutting_down = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: dict[asyncio.Task[None], Connection] = {}
-        self.quiet_collection = QuietCollection(in_flight=lambda: len(self._tasks))
+        web = self.handlers.web.activity
+        self.quiet_collection = QuietCollection(
+            in_flight=lambda: len(self._tasks) + web.in_flight,
+            started_elsewhere=lambda: web.started,
+        )
         self._ops: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
             op: getattr(self.handlers, op.replace(".", "_")) for op in PARAMS if op != "shutdown"
         }

@@ -17,7 +17,7 @@ import structlog
 from agentd.idle_sweep import load_marks
 from agentd.outbox import outbox_dir
 from agentd.supervisor import up_is_running
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import RedisLocation
 from shared.errors import AgentdError
 from shared.memory.content import MemoryLimits, notice, scan_checkout
@@ -28,7 +28,7 @@ from shared.models.agents import AgentRecord
 from shared.reflection import events, pause
 from shared.reflection.backoff import load_backoff
 from shared.reflection.job import JOB_FORMAT
-from shared.reflection.settings import ReflectionSettings
+from shared.reflection.policy import ReflectionSettings
 from shared.reflection.state import peek_state
 from shared.store.agents import AgentStore
 from shared.store.approvals import waiting_calls
@@ -64,12 +64,12 @@ async def redis_status(location: RedisLocation, layout: Layout) -> dict[str, Any
         await client.ping()
         report["latency_ms"] = round((time.perf_counter() - started) * 1000, 2)
         report["reachable"] = True
-        workers = [key async for key in client.scan_iter(match=keys.WORKER_PATTERN)]
+        workers = [key async for key in client.scan_iter(match=redis_keys.WORKER_PATTERN)]
         for raw in await client.mget(workers) if workers else []:
             if raw:
                 report["workers"].append(worker_entry(json.loads(raw)))
-        report["queue_depth"] = await client.llen(keys.REFLECTION_QUEUE)
-        leases = [key async for key in client.scan_iter(match=keys.LEASE_PATTERN)]
+        report["queue_depth"] = await client.llen(redis_keys.REFLECTION_QUEUE)
+        leases = [key async for key in client.scan_iter(match=redis_keys.LEASE_PATTERN)]
         report["reflections_running"] = sorted(k.decode().rsplit(":", 1)[-1] for k in leases)
     except Exception as exc:  # unreachable Redis is a status, not an error
         report["error"] = str(exc)

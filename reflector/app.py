@@ -27,10 +27,10 @@ from reflector.scratch import sweep_dead_jobs
 from reflector.startup import Heartbeat, restore_unacked
 from reflector.tasks import register_reflect
 from reflector.work import agentd_version
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import RedisLocation, locate
 from shared.logging import configure
-from shared.providers.keys import ProviderKeys
+from shared.providers.credentials import ProviderKeys
 from shared.settings import Settings
 from shared.store.permissions import private_umask
 
@@ -49,7 +49,7 @@ def create_app(settings: Settings, provider_keys: ProviderKeys | None = None) ->
         worker_prefetch_multiplier=1,
         task_time_limit=TASK_TIME_LIMIT_S,
         task_soft_time_limit=TASK_TIME_LIMIT_S - 60,
-        task_default_queue=keys.REFLECTION_QUEUE,
+        task_default_queue=redis_keys.REFLECTION_QUEUE,
         task_serializer="json",
         accept_content=["json"],
         task_ignore_result=True,

@@ -9,7 +9,7 @@ writes it.
 
 The announcement is a key with a short TTL, refreshed by a thread: ``agentctl status``
 lists the keys — each worker with its host, its agentd version and the job format it
-reads — so a worker killed with -9 drops off the list within :data:`keys.WORKER_TTL_S`,
+reads — so a worker killed with -9 drops off the list within :data:`redis_keys.WORKER_TTL_S`,
 and one that stops cleanly deletes its key at once.
 """
 
@@ -25,7 +25,7 @@ import time
 import redis
 import structlog
 
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import RedisLocation
 from shared.reflection.job import JOB_FORMAT
 
@@ -55,7 +55,7 @@ class Heartbeat:
 
     def start(self, hostname: str | None, version: str, concurrency: int | None) -> None:
         name = hostname or f"reflector@{os.uname().nodename}"
-        key = keys.worker(f"{name}:{os.getpid()}")
+        key = redis_keys.worker(f"{name}:{os.getpid()}")
         info = json.dumps(
             {
                 "name": name,
@@ -75,14 +75,14 @@ class Heartbeat:
     def _beat(self, key: str, info: str) -> None:
         client = redis.Redis.from_url(
             self.redis_url,
-            socket_timeout=keys.WORKER_HEARTBEAT_S,
-            socket_connect_timeout=keys.WORKER_HEARTBEAT_S,
+            socket_timeout=redis_keys.WORKER_HEARTBEAT_S,
+            socket_connect_timeout=redis_keys.WORKER_HEARTBEAT_S,
         )
         try:
             while not self._stopped.is_set():
                 with contextlib.suppress(redis.RedisError):
-                    client.set(key, info, ex=keys.WORKER_TTL_S)
-                self._stopped.wait(keys.WORKER_HEARTBEAT_S)
+                    client.set(key, info, ex=redis_keys.WORKER_TTL_S)
+                self._stopped.wait(redis_keys.WORKER_HEARTBEAT_S)
             with contextlib.suppress(redis.RedisError):
                 client.delete(key)  # after the last SET: the same thread, so none follows
         finally:
@@ -92,4 +92,4 @@ class Heartbeat:
         """Stop beating and withdraw the key: a worker that stopped is gone from status."""
         self._stopped.set()
         if self._thread is not None:
-            self._thread.join(2 * keys.WORKER_HEARTBEAT_S + 1)
+            self._thread.join(2 * redis_keys.WORKER_HEARTBEAT_S + 1)

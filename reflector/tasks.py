@@ -14,11 +14,11 @@ from celery import Celery
 
 from reflector.gates import model_setup
 from reflector.work import RedisTransfer, WorkerContext, run_work
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import RedisLocation
 from shared.providers.base import Provider
+from shared.providers.credentials import ProviderKeys
 from shared.providers.factory import ProviderFactory
-from shared.providers.keys import ProviderKeys
 from shared.providers.latency import WithLatency
 from shared.providers.mock import MOCK_MODEL
 from shared.reflection.job import JobInput
@@ -99,10 +99,10 @@ class Reflect:
 def register_reflect(
     app: Celery, settings: Settings, location: RedisLocation, provider_keys: ProviderKeys | None
 ) -> None:
-    """Register :data:`keys.REFLECT_TASK` on ``app``: the name the daemon sends by."""
+    """Register :data:`redis_keys.REFLECT_TASK` on ``app``: the name the daemon sends by."""
     reflect = Reflect(settings, location, provider_keys)
 
-    @app.task(name=keys.REFLECT_TASK, bind=True)
+    @app.task(name=redis_keys.REFLECT_TASK, bind=True)
     def _reflect(self: Any, job: dict[str, Any]) -> dict[str, Any] | None:
         reflect.worker = reflect.worker or str(getattr(self.request, "hostname", "") or "")
         return reflect(job)

@@ -19,10 +19,12 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from shared.home import agentd_home
 from shared.memory.content import DEFAULT_FILE_MAX_BYTES, DEFAULT_MEMORY_MAX_BYTES, MemoryLimits
 from shared.models.agents import MAX_CONTEXT_WINDOW
-from shared.protocol import MAX_REQUEST_BYTES, MergeMode, ReflectionTrigger, agentd_home
-from shared.reflection.settings import DEFAULT_MERGE, DEFAULT_STEP_COUNT, DEFAULT_TRIGGER
+from shared.protocol import MAX_REQUEST_BYTES
+from shared.reflection.policy import DEFAULT_MERGE, DEFAULT_STEP_COUNT, DEFAULT_TRIGGER
+from shared.setting_choices import MergeMode, ReflectionTrigger
 from shared.store.layout import Layout
 
 DEFAULT_MODEL = "mock"
@@ -77,7 +79,7 @@ class Settings(BaseSettings):
     """The largest memory bundle a reflection job may carry to a worker, and the largest
     bundle of commits a worker may send back."""
     reflection_trigger: ReflectionTrigger = DEFAULT_TRIGGER
-    """Default reflection trigger for agents that set none (``agentctl sleeptime``)."""
+    """Default reflection trigger for agents that set none (``agentctl reflection-settings``)."""
     reflection_step_count: int = Field(default=DEFAULT_STEP_COUNT, ge=1, le=100_000)
     reflection_merge: MergeMode = DEFAULT_MERGE
     reflection_model: str | None = None

@@ -17,7 +17,7 @@ from agentd.client import render
 from agentd.client.chat import EXIT_WAITING, ended, stream
 from agentd.client.connection import Connection
 from agentd.client.times import shown
-from shared.protocol import short_id
+from shared.message_refs import short_id
 
 YES = ("y", "yes")
 NO = ("", "n", "no")

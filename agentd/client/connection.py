@@ -15,7 +15,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from shared import protocol
+from shared import home, protocol
 from shared.errors import ClientError
 
 
@@ -25,7 +25,7 @@ class Connection:
         self._next_id = 0
 
     def _open(self) -> None:
-        path = protocol.socket_path()
+        path = home.socket_path()
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.sock.connect(str(path))

@@ -33,7 +33,7 @@ from agentd.client import render
 from agentd.client.approvals import ask
 from agentd.client.chat import EXIT_WAITING, ended, stream, stream_turn
 from agentd.client.connection import Connection
-from shared import protocol
+from shared import home
 from shared.errors import ClientError
 
 PROMPT = "› "
@@ -117,7 +117,7 @@ class Repl:
         try:
             if sys.stdin.isatty():
                 self.interactive = True
-                return self._interactive(LineEditor(protocol.history_path()))
+                return self._interactive(LineEditor(home.history_path()))
             return self._script()
         finally:
             if self.conn is not None:

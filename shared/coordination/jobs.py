@@ -27,7 +27,7 @@ import redis
 import structlog
 from pydantic import BaseModel, ValidationError
 
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.lease import holder_alive
 from shared.coordination.replies import as_bytes
 from shared.models.reflection import ReflectionOutcome
@@ -51,38 +51,40 @@ class JobState(BaseModel):
 
 def mark(client: redis.Redis, job_id: str, state: Literal["queued", "running"]) -> None:
     """Record a job as queued or running unless it already finished."""
-    key = keys.job_state(job_id)
+    key = redis_keys.job_state(job_id)
     if isinstance(_parse(as_bytes(client.get(key))), ReflectionOutcome):
         return
     value = JobState(state=state, at=time.time()).model_dump_json()
-    client.set(key, value, ex=keys.JOB_STATE_TTL_S)
+    client.set(key, value, ex=redis_keys.JOB_STATE_TTL_S)
 
 
 def mark_answered(pipe: redis.client.Pipeline, job_id: str, input_id: str) -> None:
     """Queue, on ``pipe``, the mark of a job whose answer for ``input_id`` is stored."""
     value = JobState(state="answered", at=time.time(), input_id=input_id)
-    pipe.set(keys.job_state(job_id), value.model_dump_json(), ex=keys.JOB_STATE_TTL_S)
+    pipe.set(redis_keys.job_state(job_id), value.model_dump_json(), ex=redis_keys.JOB_STATE_TTL_S)
 
 
 def record_outcome(client: redis.Redis, job_id: str, outcome: ReflectionOutcome) -> None:
     """Remember the job as finished with ``outcome``: a redelivery of it is a no-op."""
-    client.set(keys.job_state(job_id), outcome.model_dump_json(), ex=keys.JOB_STATE_TTL_S)
+    client.set(
+        redis_keys.job_state(job_id), outcome.model_dump_json(), ex=redis_keys.JOB_STATE_TTL_S
+    )
 
 
 def answered(client: redis.Redis, job_id: str) -> str | None:
     """The inputs a stored answer of the job is for, if it was answered."""
-    found = _parse(as_bytes(client.get(keys.job_state(job_id))))
+    found = _parse(as_bytes(client.get(redis_keys.job_state(job_id))))
     return found.input_id if isinstance(found, JobState) and found.state == "answered" else None
 
 
 def finished(client: redis.Redis, job_id: str) -> ReflectionOutcome | None:
-    found = _parse(as_bytes(client.get(keys.job_state(job_id))))
+    found = _parse(as_bytes(client.get(redis_keys.job_state(job_id))))
     return found if isinstance(found, ReflectionOutcome) else None
 
 
 def status(client: redis.Redis, job_id: str, agent_id: str) -> Known | ReflectionOutcome:
     """The job's outcome if it finished, else what Redis knows of it (see the module)."""
-    found = _parse(as_bytes(client.get(keys.job_state(job_id))))
+    found = _parse(as_bytes(client.get(redis_keys.job_state(job_id))))
     if found is None:
         return "unknown"
     if isinstance(found, ReflectionOutcome):
@@ -100,10 +102,10 @@ def status(client: redis.Redis, job_id: str, agent_id: str) -> Known | Reflectio
 
 def count_try(client: redis.Redis, job_id: str) -> int:
     """Count one more run of the job; the total so far, this one included."""
-    key = keys.job_tries(job_id)
+    key = redis_keys.job_tries(job_id)
     pipe = client.pipeline()
     pipe.incr(key)
-    pipe.expire(key, keys.JOB_STATE_TTL_S)
+    pipe.expire(key, redis_keys.JOB_STATE_TTL_S)
     tries, _ = pipe.execute()
     return int(tries)
 
@@ -111,7 +113,7 @@ def count_try(client: redis.Redis, job_id: str) -> int:
 def _queued_ids(client: redis.Redis) -> set[str]:
     """Task ids of the messages waiting in the reflection queue."""
     ids = set()
-    for raw in client.lrange(keys.REFLECTION_QUEUE, 0, -1):
+    for raw in client.lrange(redis_keys.REFLECTION_QUEUE, 0, -1):
         try:
             ids.add(json.loads(raw)["headers"]["id"])
         except (ValueError, KeyError, TypeError):

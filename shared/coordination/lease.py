@@ -2,7 +2,7 @@
 
 A Redis lock with a TTL that its holder renews from a background thread. A worker that
 dies (even ``kill -9``) stops renewing, and the agent is free again within
-:data:`~shared.coordination.keys.LEASE_TTL_S`. ``thread_local=False`` because the renewal
+:data:`~shared.coordination.redis_keys.LEASE_TTL_S`. ``thread_local=False`` because the renewal
 runs in another thread than the acquire (redis-py's default thread-local token breaks
 exactly that). A renewal that fails for any reason — the lock taken over, or Redis gone —
 marks the lease lost: the holder may no longer be the only reflection of its agent, so it
@@ -31,7 +31,7 @@ import redis
 import structlog
 from redis.exceptions import LockError, LockNotOwnedError
 
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.replies import as_bytes
 
 log = structlog.get_logger(__name__)
@@ -48,13 +48,13 @@ class ReflectionLease:
         client: redis.Redis,
         agent_id: str,
         owner: str,
-        ttl_s: int = keys.LEASE_TTL_S,
+        ttl_s: int = redis_keys.LEASE_TTL_S,
     ) -> None:
         self._client = client
         self._lock = client.lock(
-            keys.lease(agent_id), timeout=ttl_s, blocking=False, thread_local=False
+            redis_keys.lease(agent_id), timeout=ttl_s, blocking=False, thread_local=False
         )
-        self._key = keys.lease(agent_id)
+        self._key = redis_keys.lease(agent_id)
         self._ttl_s = ttl_s
         self._renew_every_s = max(1.0, ttl_s / 4)
         self._owner = f"{owner} {socket.gethostname()} {os.getpid()}"
@@ -125,7 +125,7 @@ class ReflectionLease:
 
 def holder_alive(client: redis.Redis, agent_id: str) -> bool:
     """Whether someone holds the agent's lease who may still be alive."""
-    token = as_bytes(client.get(keys.lease(agent_id)))
+    token = as_bytes(client.get(redis_keys.lease(agent_id)))
     return token is not None and not _dead(token)
 
 

@@ -160,7 +160,6 @@ def run_clients(config: dict[str, Any]) -> None:
     results["agentctl_process"] = [process_ttft() for _ in range(config["process_turns"])]
     connection.close()
     endpoint.close()
-    print("concurrent", flush=True)  # the daemon's side starts counting the loop's lag
     results |= asyncio.run(_concurrent(config))
     print(json.dumps(results))
 
@@ -191,6 +190,8 @@ async def _concurrent(config: dict[str, Any]) -> dict[str, Any]:
                     async for chunk in stream:
                         if chunk.choices and chunk.choices[0].delta.content:
                             pieces += 1
+                            if pieces == 1:  # all are streaming: the daemon starts counting
+                                print("concurrent", flush=True)
                             if first is None:
                                 first = time.perf_counter() - started
                 except openai.APIError as exc:
@@ -270,18 +271,22 @@ async def bench(args: argparse.Namespace, home: Path) -> None:
     )
     assert clients.stdout is not None
     last = b""
+    collections = upto = 0
     while line := await clients.stdout.readline():
         if line.strip() == b"concurrent":
             ticker.lags.clear()
+            collections = len(daemon.quiet_collection.collections)
         last = line
+        upto = len(daemon.quiet_collection.collections)
     await clients.wait()
     lags = sorted(ticker.lags)
+    during = list(daemon.quiet_collection.collections)[collections:upto]
     ticking.cancel()
     daemon.request_shutdown()
     await serving
     server.stdin.close()
     server.wait(10)
-    report(json.loads(last), lags, args)
+    report(json.loads(last), lags, during, args)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -289,7 +294,9 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else float("nan")
 
 
-def report(results: dict[str, Any], lags: list[float], args: argparse.Namespace) -> None:
+def report(
+    results: dict[str, Any], lags: list[float], collections: list[str], args: argparse.Namespace
+) -> None:
     load = os.getloadavg()
     print(
         f"\nprovider: the test server, {args.pieces} pieces, {args.chunk_delay_s * 1000:.0f} ms "
@@ -315,7 +322,8 @@ def report(results: dict[str, Any], lags: list[float], args: argparse.Namespace)
     print(
         f"  loop lag meanwhile: worst {lags[-1] * 1000:.1f} ms, "
         f"p99 {_pct(lags, 0.99) * 1000:.1f} ms, mean {statistics.fmean(lags) * 1000:.2f} ms "
-        f"({len(lags)} ticks; target worst < 50 ms)"
+        f"({len(lags)} ticks; target worst < 50 ms); the daemon's full collections "
+        f"meanwhile: {', '.join(collections) or 'none'}"
     )
     for error in results["errors"]:
         print(f"  client error: {error}")

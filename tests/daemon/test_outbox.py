@@ -18,14 +18,14 @@ import pytest
 from structlog.testing import capture_logs
 
 from agentd.reflections import Reflections
-from shared.coordination import jobs, keys
+from shared.coordination import jobs, redis_keys
 from shared.coordination.broker import locate
 from shared.coordination.jobs import LOST_AFTER_S, JobState
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.reflection import events
-from shared.reflection.settings import ReflectionOverrides
+from shared.reflection.policy import ReflectionOverrides
 from shared.reflection.state import record_turn
 from shared.settings import Settings
 from shared.store.agents import AgentStore
@@ -92,7 +92,7 @@ def _chat(home: Path, agent: AgentRecord, turns: int = 1) -> Conversation:
 
 def _queued_jobs(redis_server: RedisForTests) -> list[str]:
     """Task ids of the jobs waiting in the Celery queue, oldest first."""
-    messages = redis_server.client.lrange(keys.REFLECTION_QUEUE, 0, -1)
+    messages = redis_server.client.lrange(redis_keys.REFLECTION_QUEUE, 0, -1)
     return [json.loads(m)["headers"]["id"] for m in reversed(messages)]
 
 
@@ -243,10 +243,10 @@ def test_a_busy_skip_settles_nothing_and_the_job_is_not_sent_while_its_copy_runs
 
     async def scenario() -> None:
         running = await _send(reflections, chat)
-        client.delete(keys.REFLECTION_QUEUE)  # the copy took the message and runs
+        client.delete(redis_keys.REFLECTION_QUEUE)  # the copy took the message and runs
         started = JobState(state="running", at=time.time() - LOST_AFTER_S - 1)
-        client.set(keys.job_state(running.request_id), started.model_dump_json())
-        client.set(keys.lease(agent.id), f"{running.request_id} elsewhere 1")
+        client.set(redis_keys.job_state(running.request_id), started.model_dump_json())
+        client.set(redis_keys.lease(agent.id), f"{running.request_id} elsewhere 1")
 
         await reflections._on_outcome(_outcome(running, "skipped", reason="already_active"))
         await reflections.reconcile()
@@ -320,14 +320,18 @@ def test_a_running_job_whose_lease_holder_died_is_sent_again_at_once(
 
     async def scenario() -> None:
         running = await _send(reflections, chat)
-        client.delete(keys.REFLECTION_QUEUE)  # a worker took it and started it
+        client.delete(redis_keys.REFLECTION_QUEUE)  # a worker took it and started it
         started = JobState(state="running", at=time.time()).model_dump_json()
-        client.set(keys.job_state(running.request_id), started)
-        client.set(keys.lease(agent.id), f"{running.request_id} {socket.gethostname()} {live.pid}")
+        client.set(redis_keys.job_state(running.request_id), started)
+        client.set(
+            redis_keys.lease(agent.id), f"{running.request_id} {socket.gethostname()} {live.pid}"
+        )
         await reflections.reconcile()
         assert _queued_jobs(redis_server) == []  # its holder lives: it is running
 
-        client.set(keys.lease(agent.id), f"{running.request_id} {socket.gethostname()} {dead.pid}")
+        client.set(
+            redis_keys.lease(agent.id), f"{running.request_id} {socket.gethostname()} {dead.pid}"
+        )
         await reflections.reconcile()
         assert _queued_jobs(redis_server) == [running.request_id]
 
@@ -345,12 +349,12 @@ def test_a_queued_job_that_never_got_going_is_sent_again_after_a_grace(
 
     async def scenario() -> None:
         queued = await _send(reflections, chat)
-        client.delete(keys.REFLECTION_QUEUE)  # taken by a worker, which then died
+        client.delete(redis_keys.REFLECTION_QUEUE)  # taken by a worker, which then died
         await reflections.reconcile()
         assert _queued_jobs(redis_server) == []  # on its way to the lease, maybe
 
         late = JobState(state="queued", at=time.time() - LOST_AFTER_S - 1).model_dump_json()
-        client.set(keys.job_state(queued.request_id), late)
+        client.set(redis_keys.job_state(queued.request_id), late)
         await reflections.reconcile()
         assert _queued_jobs(redis_server) == [queued.request_id]
 
@@ -367,7 +371,7 @@ def test_a_finished_job_settles_its_entry_from_redis_when_the_stream_was_missed(
     async def scenario() -> None:
         running = await _send(reflections, chat)
         outcome = _outcome(running)
-        redis_server.client.set(keys.job_state(running.request_id), outcome.model_dump_json())
+        redis_server.client.set(redis_keys.job_state(running.request_id), outcome.model_dump_json())
         waiting = asyncio.create_task(reflections.wait(running.request_id, 10))
 
         await reflections.reconcile()
@@ -460,7 +464,7 @@ def test_an_answered_job_whose_answer_redis_lost_goes_again_with_new_inputs(
         pipe = client.pipeline()
         jobs.mark_answered(pipe, running.request_id, old_input)  # and the answer is gone
         pipe.execute()
-        client.delete(keys.REFLECTION_QUEUE)
+        client.delete(redis_keys.REFLECTION_QUEUE)
 
         await reflections.reconcile()  # finds the answer gone: the job's state goes too
         await asyncio.gather(*reflections.answers._tasks)
@@ -468,8 +472,8 @@ def test_an_answered_job_whose_answer_redis_lost_goes_again_with_new_inputs(
 
         (again,) = reflections.outbox.entries(agent.id)
         assert again.ticket is not None and again.ticket.input_id != old_input
-        assert not client.exists(keys.job_input(old_input))
-        assert client.exists(keys.job_input(again.ticket.input_id))
+        assert not client.exists(redis_keys.job_input(old_input))
+        assert client.exists(redis_keys.job_input(again.ticket.input_id))
         assert _queued_jobs(redis_server) == [running.request_id]
 
     asyncio.run(scenario())

@@ -15,7 +15,7 @@ import pytest
 
 from agentd.status import redis_status
 from reflector.app import create_app
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import locate
 from shared.settings import Settings
 from shared.store.layout import Layout
@@ -29,7 +29,7 @@ def test_the_app_follows_the_settings_it_is_given(agentd_home: Path) -> None:
     app = create_app(settings)
 
     assert app.conf.broker_url == "redis://127.0.0.1:6390/3"
-    assert keys.REFLECT_TASK in app.tasks
+    assert redis_keys.REFLECT_TASK in app.tasks
 
 
 def test_importing_the_worker_code_reads_no_settings(agentd_home: Path) -> None:
@@ -69,7 +69,7 @@ def test_a_worker_is_listed_while_it_runs_and_leaves_status_when_it_dies(
         while len(_listed(agentd_home)) < 2:
             assert time.monotonic() < deadline, "the workers never announced themselves"
             time.sleep(0.1)
-        (announcement,) = redis.client.keys(keys.worker("killed@*"))
+        (announcement,) = redis.client.keys(redis_keys.worker("killed@*"))
         assert stopped.proc is not None
         for pid in _process_tree(stopped.proc.pid):
             assert CANARY_KEY.encode() not in Path(f"/proc/{pid}/environ").read_bytes()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from shared.clock import user_zone
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.models.reflection import ReflectionOutcome
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from tests.support.clock import FakeClock
@@ -61,7 +61,7 @@ def _running(home: Path, client: Any) -> bool:
     """Whether the agent's sent job is running in a worker (it holds the agent's lease)."""
     sent = list(home.glob("agents/*/reflections/outbox/*.json"))
     return bool(sent) and any(
-        (state := client.get(keys.job_state(path.stem))) is not None and b'"running"' in state
+        (state := client.get(redis_keys.job_state(path.stem))) is not None and b'"running"' in state
         for path in sent
     )
 

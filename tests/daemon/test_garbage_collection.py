@@ -1,5 +1,5 @@
 """Full garbage collections run when the daemon is quiet, or when one is overdue; never
-because a busy daemon's heap grew (``agentd/quiet_collection.py`` says why)."""
+because a busy daemon's heap grew (``agentd/garbage_collection.py`` says why)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentd.quiet_collection import QuietCollection
+from agentd.garbage_collection import QuietCollection
 
 TICK_S = 0.02
 
@@ -60,6 +60,26 @@ def test_a_daemon_that_served_requests_collects_once_it_has_been_quiet() -> None
     asyncio.run(scenario())
     assert list(collection.collections) == ["quiet"], "once per quiet spell, not again while idle"
     assert gc.get_freeze_count() > 0, "what survived was not frozen"
+
+
+def test_requests_started_through_another_door_keep_the_daemon_busy_too() -> None:
+    web_started = [0]
+    collection = QuietCollection(
+        lambda: 0, started_elsewhere=lambda: web_started[0], quiet_s=TICK_S, overdue_s=3600
+    )
+
+    async def scenario() -> None:
+        task = asyncio.create_task(collection.run())
+        collection.request_started()  # one socket request: the daemon has served
+        for _ in range(40):  # then the web view's requests, four a tick
+            web_started[0] += 1
+            await asyncio.sleep(TICK_S / 4)
+        assert list(collection.collections) == [], "collected while the web's requests came"
+        await asyncio.sleep(TICK_S * 8)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert list(collection.collections) == ["quiet"]
 
 
 def test_an_idle_daemon_does_not_collect_until_one_is_overdue() -> None:
