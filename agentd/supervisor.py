@@ -25,8 +25,9 @@ The children die with ``agentd up`` even when it cannot stop them (``kill -9``, 
 kill): each is started with a parent-death signal (Linux ``PR_SET_PDEATHSIG``), so none
 lives on in its own session holding the Valkey socket or the daemon's. The daemon and
 Valkey get SIGTERM (the daemon stops its turns in order, Valkey syncs its append-only
-file); a worker gets SIGKILL, as in any crash of a worker: its job is redelivered and its
-worktree swept, where a SIGTERM would have it finish a job nobody supervises. The kernel
+file); a worker gets SIGKILL, as in any crash of a worker: the daemon sends its job again
+once its lease's holder is known dead and the next worker sweeps its scratch, where a
+SIGTERM would have it finish a job nobody supervises. The kernel
 sends the signal when the *thread* that started the child exits, so every child is
 started from the main thread.
 """
