@@ -32,6 +32,7 @@ from shared.recall.ranking import SearchRequest
 from shared.recall.schema import (
     ROLE_CODE,
     conversation_hash,
+    fast_ints,
     keys_of,
     message_key,
     open_index,
@@ -189,8 +190,8 @@ class AgentIndex:
         if not found:
             return None
         address = found[0][1]
-        (seq,) = self._searcher.fast_field_values("seq", [address])
-        (offset,) = self._searcher.fast_field_values("offset", [address])
+        (seq,) = fast_ints(self._searcher, "seq", [address])
+        (offset,) = fast_ints(self._searcher, "offset", [address])
         return Tail(seq, offset)
 
     def conversations(self) -> set[int]:
@@ -219,8 +220,8 @@ class AgentIndex:
             query = tantivy.Query.term_query(self._schema, "id", message_id)
         hits = searcher.search(query, 1 << 16, count=False).hits
         addresses = [address for _, address in hits]
-        conversations = searcher.fast_field_values("conv", addresses)
-        offsets = searcher.fast_field_values("offset", addresses)
+        conversations = fast_ints(searcher, "conv", addresses)
+        offsets = fast_ints(searcher, "offset", addresses)
         return [
             (name, offset)
             for conversation, offset in zip(conversations, offsets, strict=True)

@@ -27,6 +27,7 @@ the main fields never has to step over them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import tantivy
 from xxhash import xxh3_64_intdigest
@@ -91,10 +92,18 @@ def place(address: tantivy.DocAddress) -> tuple[int, int]:
     return address.segment_ord, address.doc
 
 
+def fast_ints(
+    searcher: tantivy.Searcher, field: str, addresses: list[tantivy.DocAddress]
+) -> list[int]:
+    """A fast field's values: every field here is an unsigned integer every document has,
+    where tantivy types its reads for any field kind (``int | float | bool | None``)."""
+    return cast(list[int], searcher.fast_field_values(field, addresses))
+
+
 def keys_of(searcher: tantivy.Searcher, addresses: list[tantivy.DocAddress]) -> list[int]:
     """The keys of these messages (from the fast fields)."""
-    conversations = searcher.fast_field_values("conv", addresses)
-    seqs = searcher.fast_field_values("seq", addresses)
+    conversations = fast_ints(searcher, "conv", addresses)
+    seqs = fast_ints(searcher, "seq", addresses)
     return [message_key(c, seq) for c, seq in zip(conversations, seqs, strict=True)]
 
 
