@@ -28,9 +28,11 @@ test: $(STAMP)  ## install, then run the test suite
 test-fast: $(STAMP)  ## the inner loop: the suite without the tests marked slow
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow"
 
+# The type checker reads agentd/, reflector/ and shared/ (pyproject.toml's [tool.mypy]).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python tests/bench/turn_bench.py

@@ -33,6 +33,7 @@ from shared.recall.schema import (
     ROLE_CODE,
     SEQ_MASK,
     conversation_hash,
+    fast_ints,
     keys_of,
     message_key,
     offsets_of,
@@ -221,7 +222,7 @@ class AgentIndex:
             query = tantivy.Query.term_query(self._schema, "id", message_id)
         hits = searcher.search(query, 1 << 16, count=False).hits
         addresses = [address for _, address in hits]
-        conversations = searcher.fast_field_values("conv", addresses)
+        conversations = fast_ints(searcher, "conv", addresses)
         offsets = offsets_of(searcher, addresses)
         return [
             (name, offset)

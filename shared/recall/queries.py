@@ -52,7 +52,8 @@ def _cjk(schema: tantivy.Schema, field: str, run: str) -> tantivy.Query:
         return tantivy.Query.regex_query(schema, field, re.escape(run) + ".?")
     if len(run) == 2:
         return tantivy.Query.term_query(schema, field, run)
-    return tantivy.Query.phrase_query(schema, field, bigrams(run))
+    pairs: list[str | tuple[int, str]] = [*bigrams(run)]
+    return tantivy.Query.phrase_query(schema, field, pairs)
 
 
 def _phrase(schema: tantivy.Schema, field: str, words: Sequence[str]) -> tantivy.Query:
@@ -72,9 +73,12 @@ def _phrase(schema: tantivy.Schema, field: str, words: Sequence[str]) -> tantivy
             if not last:
                 steps.append((False, word[-1]))
     if any(pattern for pattern, _ in steps):
-        patterns = [text if pattern else re.escape(text) for pattern, text in steps]
+        patterns: list[str | tuple[int, str]] = [
+            text if pattern else re.escape(text) for pattern, text in steps
+        ]
         return tantivy.Query.regex_phrase_query(schema, field, patterns)
-    return tantivy.Query.phrase_query(schema, field, [text for _, text in steps])
+    texts: list[str | tuple[int, str]] = [text for _, text in steps]
+    return tantivy.Query.phrase_query(schema, field, texts)
 
 
 def _term(schema: tantivy.Schema, field: str, text: str) -> tantivy.Query:

@@ -31,6 +31,7 @@ the main fields never has to step over them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import tantivy
 from xxhash import xxh3_64_intdigest
@@ -100,14 +101,22 @@ def place(address: tantivy.DocAddress) -> tuple[int, int]:
     return address.segment_ord, address.doc
 
 
+def fast_ints(
+    searcher: tantivy.Searcher, field: str, addresses: list[tantivy.DocAddress]
+) -> list[int]:
+    """A fast field's values: every field here is an unsigned integer every document has,
+    where tantivy types its reads for any field kind (``int | float | bool | None``)."""
+    return cast(list[int], searcher.fast_field_values(field, addresses))
+
+
 def keys_of(searcher: tantivy.Searcher, addresses: list[tantivy.DocAddress]) -> list[int]:
     """The keys of these messages (from the fast field)."""
-    return searcher.fast_field_values("key", addresses)  # type: ignore[return-value]
+    return fast_ints(searcher, "key", addresses)
 
 
 def offsets_of(searcher: tantivy.Searcher, addresses: list[tantivy.DocAddress]) -> list[int]:
     """Where these messages' lines start in their logs (see ``line`` in the module)."""
-    return [line & OFFSET_MASK for line in searcher.fast_field_values("line", addresses)]
+    return [line & OFFSET_MASK for line in fast_ints(searcher, "line", addresses)]
 
 
 def line_field(message_id: str, offset: int) -> int:

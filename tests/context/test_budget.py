@@ -8,12 +8,12 @@ import pytest
 
 from shared.context.budget import (
     Budget,
-    PromptFloorError,
     check_floor,
     compaction_threshold,
     estimate_messages,
     suggested_window,
 )
+from shared.errors import PromptFloorError
 from shared.models.messages import Message, ToolCall, Usage
 from tests.support.messages import summary_payload
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agentd.client.connection import ClientError
+from shared.errors import ClientError
 from shared.store.layout import memory_lock
 from shared.store.locks import file_lock
 from tests.support.daemon import DaemonRunner

@@ -18,12 +18,8 @@ from celery import Celery
 
 from shared.coordination import redis_keys
 from shared.coordination.broker import locate
-from shared.coordination.embedded import (
-    AOF_DIRNAME,
-    EmbeddedRedis,
-    RedisUnavailable,
-    server_binary,
-)
+from shared.coordination.embedded import AOF_DIRNAME, EmbeddedRedis, server_binary
+from shared.errors import RedisUnavailable
 from shared.settings import Settings
 from shared.store.layout import Layout
 from tests.support.processes import AgentdProcess, run_agentctl

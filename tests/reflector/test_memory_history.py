@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from agentd.client.connection import ClientError
 from shared.clock import user_zone
+from shared.errors import ClientError
 from shared.message_refs import short_id
 from shared.providers.mock_reflector import MockReflector
 from tests.reflector.conftest import World, watermark
