@@ -27,7 +27,7 @@ import tantivy
 from shared.recall.lending import lend
 from shared.recall.queries import combine, filters, phrase_clauses, term_clauses
 from shared.recall.ranking import CANDIDATES, ECHO_FACTOR, PHRASE_BONUS, SearchRequest
-from shared.recall.schema import ECHO, ROLE_CODE, fast_ints, microseconds, place
+from shared.recall.schema import ECHO, ROLE_CODE, fast_ints, microseconds, offsets_of, place
 from shared.recall.text import Query
 
 Scored = tuple[float, tantivy.DocAddress]
@@ -110,7 +110,7 @@ def _best(searcher: tantivy.Searcher, scored: list[Scored], limit: int) -> list[
     )[:limit]
     best = [address for (_, address), _ in order]
     conversations = fast_ints(searcher, "conv", best)
-    offsets = fast_ints(searcher, "offset", best)
+    offsets = offsets_of(searcher, best)
     return [
         Ranked(conversation, offset, score)
         for ((score, _), _), conversation, offset in zip(order, conversations, offsets, strict=True)

@@ -234,8 +234,15 @@ def test_a_small_agent_with_no_index_on_disk_is_searchable_whole_at_once(
     assert state == "ready"
 
 
-def test_an_index_of_another_analyzer_is_rebuilt_and_says_why(
-    layout: Layout, conversations: list[Conversation], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("stale", "why"), [("analyzer", "analyzer changed"), ("schema", "format changed")]
+)
+def test_an_index_of_another_analyzer_or_schema_is_rebuilt_and_says_why(
+    layout: Layout,
+    conversations: list[Conversation],
+    monkeypatch: pytest.MonkeyPatch,
+    stale: str,
+    why: str,
 ) -> None:
     # logs over the bound: not counted, rebuilt in the background (as a big agent's are)
     monkeypatch.setattr(recall, "COUNT_AT_OPEN_BYTES", 0)
@@ -243,7 +250,11 @@ def test_an_index_of_another_analyzer_is_rebuilt_and_says_why(
     def other_analyzer() -> None:
         path = layout.recall_files(AGENT).format
         found = json.loads(path.read_text())
-        path.write_text(json.dumps({**found, "analyzer": found["analyzer"] - 1}))
+        if stale == "analyzer":
+            found["analyzer"] -= 1
+        else:  # the first tantivy index's format.json said no schema (seq and offset)
+            del found["schema"]
+        path.write_text(json.dumps(found))
 
     service = _service(layout)
     _opened(service)
@@ -257,7 +268,7 @@ def test_an_index_of_another_analyzer_is_rebuilt_and_says_why(
     again._catch_up(state)
     again._finish(state)
 
-    assert seen == "rebuilding: analyzer changed"
+    assert seen == f"rebuilding: {why}"
     for query in QUERIES:
         assert _search(again, query) == _fresh(layout, query)
 
