@@ -29,15 +29,13 @@ from agentd.jobs.record import record
 from agentd.jobs.settle import read_answer, settle
 from agentd.outbox import Outbox
 from shared.coordination import transfer
+from shared.coordination.replies import range_entries, stream_entries
 from shared.errors import AgentdError, InvalidAnswer
 from shared.models.reflection import ReflectionOutcome
 from shared.reflection.job import JobAnswer
 from shared.store.agents import AgentStore
 
 log = structlog.get_logger(__name__)
-
-STREAM_BLOCK_MS = 5_000
-RETRY_S = 2.0
 
 
 class Answers:
@@ -117,28 +115,26 @@ class Answers:
     # --- the stream --------------------------------------------------------------------
 
     async def listen(self) -> None:
-        import redis.asyncio as aioredis
-
+        every_s = self.desk.settings.reflection_reconcile_s
         last_id: str | bytes | None = None
         while True:
-            client = aioredis.Redis.from_url(self.outbox.location.redis_url)
+            client = self.outbox.location.async_client(blocks_s=every_s)
             try:
                 if last_id is None:
-                    newest = await client.xrevrange(transfer.ANSWER_STREAM, count=1)
+                    newest = range_entries(await client.xrevrange(transfer.ANSWER_STREAM, count=1))
                     last_id = newest[0][0] if newest else "0-0"
                 while True:
                     batches = await client.xread(
-                        {transfer.ANSWER_STREAM: last_id}, block=STREAM_BLOCK_MS, count=100
+                        {transfer.ANSWER_STREAM: last_id}, block=round(every_s * 1000), count=100
                     )
-                    for _stream, entries in batches or []:
-                        for entry_id, fields in entries:
-                            last_id = entry_id
-                            await self._heard(fields)
+                    for entry_id, fields in stream_entries(batches):
+                        last_id = entry_id
+                        await self._heard(fields)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis down or restarted: reconcile asks later
                 log.debug("answer_stream_unavailable", error=str(exc))
-                await asyncio.sleep(RETRY_S)
+                await asyncio.sleep(every_s)
             finally:
                 await client.aclose()
 

@@ -37,16 +37,12 @@ from shared.store.layout import Layout
 
 log = structlog.get_logger(__name__)
 
-REDIS_TIMEOUT_S = 0.3
-
 
 async def redis_status(location: RedisLocation, layout: Layout) -> dict[str, Any]:
     """Redis as the daemon sees it. ``state`` says why it is not reachable, so the user is
     told the truth: ``restarting`` (the embedded Valkey is down, but ``agentd up`` runs and
     restarts it), ``not_started`` (embedded, and no ``agentd up`` runs for this home: this
     daemon was started alone), ``unreachable`` (an external Redis)."""
-    import redis.asyncio as aioredis
-
     report: dict[str, Any] = {
         "url": location.redis_url,
         "embedded": location.embedded,
@@ -56,9 +52,7 @@ async def redis_status(location: RedisLocation, layout: Layout) -> dict[str, Any
         "queue_depth": None,
         "reflections_running": [],
     }
-    client = aioredis.Redis.from_url(
-        location.redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
-    )
+    client = location.async_client()
     try:
         started = time.perf_counter()
         await client.ping()

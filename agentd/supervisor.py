@@ -25,8 +25,9 @@ The children die with ``agentd up`` even when it cannot stop them (``kill -9``, 
 kill): each is started with a parent-death signal (Linux ``PR_SET_PDEATHSIG``), so none
 lives on in its own session holding the Valkey socket or the daemon's. The daemon and
 Valkey get SIGTERM (the daemon stops its turns in order, Valkey syncs its append-only
-file); a worker gets SIGKILL, as in any crash of a worker: its job is redelivered and its
-worktree swept, where a SIGTERM would have it finish a job nobody supervises. The kernel
+file); a worker gets SIGKILL, as in any crash of a worker: the daemon sends its job again
+once its lease's holder is known dead and the next worker sweeps its scratch, where a
+SIGTERM would have it finish a job nobody supervises. The kernel
 sends the signal when the *thread* that started the child exits, so every child is
 started from the main thread.
 """
@@ -48,10 +49,12 @@ from typing import IO, Any
 from agentd import instance
 from agentd.effective_config import redact_url
 from agentd.stack_output import COLORS, VALKEY_COLOR, StackOutput, console_output
-from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress, WebAddressError
+from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress
 from shared.coordination import redis_keys
 from shared.coordination.broker import locate
-from shared.coordination.embedded import EmbeddedRedis, RedisUnavailable, remember_password
+from shared.coordination.embedded import EmbeddedRedis, remember_password
+from shared.errors import RedisUnavailable, WebAddressError
+from shared.logging import Console
 from shared.providers.credentials import HANDOFF_VARIABLE, ProviderKeys, hand_over, is_key_name
 from shared.settings import Settings
 from shared.store.layout import Layout
@@ -165,7 +168,7 @@ class Stack:
         names = [SUPERVISOR, "valkey", "agentd", worker_name(settings.workers)]
         self.output = StackOutput(console_output(settings), names)
 
-    def log_stream(self) -> IO[str]:
+    def log_stream(self) -> Console:
         """Where the supervisor's own log lines go (``configure(console=…)``): out with
         the children's, as the ``up`` process."""
         return self.output.stream(SUPERVISOR, VALKEY_COLOR)
@@ -268,7 +271,8 @@ class Stack:
     def _listen(self) -> tuple[str, int] | None:
         """Where the embedded Valkey listens over TCP (``AGENTD_REDIS_LISTEN``), with a
         password made into ``agentd.toml`` first if none is set: never without one."""
-        if self.settings.redis_listen is None:
+        listen = self.settings.redis_listen
+        if listen is None:
             return None
         if self.settings.redis_password is None:
             password = remember_password(self.settings.layout.config_file)
@@ -278,7 +282,7 @@ class Stack:
                 "redis_password_made",
                 f"made a password for the embedded Valkey in {self.settings.layout.config_file}",
             )
-        host, _, port = self.settings.redis_listen.rpartition(":")
+        host, _, port = listen.rpartition(":")
         return host.strip("[]"), int(port)
 
     def _restart_valkey(self) -> subprocess.Popen[bytes]:

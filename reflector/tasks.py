@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
 import structlog
 from celery import Celery
 
@@ -25,9 +24,6 @@ from shared.reflection.job import JobInput
 from shared.settings import Settings
 
 log = structlog.get_logger(__name__)
-
-REDIS_TIMEOUT_S = 10.0
-"""A Redis that stops answering fails the job's next call instead of hanging the worker."""
 
 
 class Reflect:
@@ -76,11 +72,7 @@ class Reflect:
         return model_setup(self.settings, model, window, credentials)
 
     def __call__(self, job: dict[str, Any]) -> dict[str, Any] | None:
-        client = redis.Redis.from_url(
-            self.location.redis_url,
-            socket_connect_timeout=REDIS_TIMEOUT_S,
-            socket_timeout=REDIS_TIMEOUT_S,
-        )
+        client = self.location.client()  # a Redis that hangs fails a call, not the worker
         context = WorkerContext(
             settings=self.settings,
             redis=client,

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import redis
 import structlog
@@ -63,10 +63,6 @@ from shared.settings import Settings
 from shared.store.layout import JobLayout
 
 log = structlog.get_logger(__name__)
-
-ANSWER_RETRY_S = 120.0
-"""How long a finished job keeps trying to store its answer while Redis is away (a
-restart): the answer is the job's whole result."""
 
 
 class Transfer(Protocol):
@@ -274,7 +270,7 @@ class _Work:
                 f"{self.message.input_bytes:,} it was sent as"
             )
 
-    def _take_lease(self) -> JobAnswer | bool | None:
+    def _take_lease(self) -> JobAnswer | Literal[False] | None:
         """The agent's lease; False once held, else what the job answers instead."""
         assert self.ctx.redis is not None and self.job is not None
         lease = ReflectionLease(
@@ -381,11 +377,13 @@ class _Work:
 
     def deliver(self, answer: JobAnswer) -> None:
         """Store the answer (or, for a busy agent, only announce it), trying through a
-        Redis restart for a while."""
+        Redis restart for as long as a lease lasts: the answer is the job's whole result,
+        and past that the daemon owns the job again (it finds the lease gone and sends the
+        job anew)."""
         bundle = None
         if answer.head is not None and self.scratch is not None:
             bundle = self.scratch.answer_bundle.read_bytes()
-        deadline = time.monotonic() + ANSWER_RETRY_S
+        deadline = time.monotonic() + self.ctx.settings.reflection_lease_s
         while True:
             try:
                 if answer.reason == "already_active":

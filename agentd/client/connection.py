@@ -16,15 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from shared import home, protocol
-
-
-class ClientError(Exception):
-    """An error to print as ``code: message`` with exit status 1."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+from shared.errors import ClientError
 
 
 class Connection:

@@ -32,8 +32,9 @@ from pathlib import Path
 from agentd.client import render
 from agentd.client.approvals import ask
 from agentd.client.chat import EXIT_WAITING, ended, stream, stream_turn
-from agentd.client.connection import ClientError, Connection
+from agentd.client.connection import Connection
 from shared import home
+from shared.errors import ClientError
 
 PROMPT = "› "
 HISTORY_LINES = 1_000

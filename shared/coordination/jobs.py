@@ -9,12 +9,15 @@ job is sent again at once when Redis does not know it (its state went with a Red
 lost its data) or when it is *lost*: neither answered nor finished, and no live process
 holds its agent's lease. A running job holds the lease from before it says "running"
 until after its answer is stored; a queued one that is neither in the queue nor holding
-the lease after :data:`LOST_AFTER_S` never got going. That is the job whose worker was
-killed, or whose message Celery stranded in its unacked set when the connection to Redis
-broke mid-job (it would come back only after the visibility timeout, hours later).
+the lease after a grace (as long as a lease lasts) never got going. That is the job whose
+worker was killed (a pool process or the whole worker, on this host or another), or whose
+worker died between taking its message and taking the lease. This is the one way a lost
+job comes back: Celery acknowledges a message as a worker starts it and never hands it
+out again by itself.
 
-A job may run twice, so a stored answer or outcome also turns a redelivery into a no-op,
-and the try count stops a job that keeps killing its worker.
+A job may run twice (sent again while a worker cut off from Redis still ran it), so a
+stored answer or outcome also turns a second copy into a no-op, and the try count stops a
+job that keeps killing its worker.
 """
 
 from __future__ import annotations
@@ -29,13 +32,10 @@ from pydantic import BaseModel, ValidationError
 
 from shared.coordination import redis_keys
 from shared.coordination.lease import holder_alive
+from shared.coordination.replies import as_bytes
 from shared.models.reflection import ReflectionOutcome
 
 log = structlog.get_logger(__name__)
-
-LOST_AFTER_S = 30.0
-"""How long a queued job may be neither in the queue nor holding its lease (a worker took
-its message and is on its way to the lease) before it counts as lost."""
 
 Known = Literal["unknown", "queued", "running", "answered", "lost"]
 
@@ -51,7 +51,7 @@ class JobState(BaseModel):
 def mark(client: redis.Redis, job_id: str, state: Literal["queued", "running"]) -> None:
     """Record a job as queued or running unless it already finished."""
     key = redis_keys.job_state(job_id)
-    if isinstance(_parse(client.get(key)), ReflectionOutcome):
+    if isinstance(_parse(as_bytes(client.get(key))), ReflectionOutcome):
         return
     value = JobState(state=state, at=time.time()).model_dump_json()
     client.set(key, value, ex=redis_keys.JOB_STATE_TTL_S)
@@ -72,18 +72,22 @@ def record_outcome(client: redis.Redis, job_id: str, outcome: ReflectionOutcome)
 
 def answered(client: redis.Redis, job_id: str) -> str | None:
     """The inputs a stored answer of the job is for, if it was answered."""
-    found = _parse(client.get(redis_keys.job_state(job_id)))
+    found = _parse(as_bytes(client.get(redis_keys.job_state(job_id))))
     return found.input_id if isinstance(found, JobState) and found.state == "answered" else None
 
 
 def finished(client: redis.Redis, job_id: str) -> ReflectionOutcome | None:
-    found = _parse(client.get(redis_keys.job_state(job_id)))
+    found = _parse(as_bytes(client.get(redis_keys.job_state(job_id))))
     return found if isinstance(found, ReflectionOutcome) else None
 
 
-def status(client: redis.Redis, job_id: str, agent_id: str) -> Known | ReflectionOutcome:
-    """The job's outcome if it finished, else what Redis knows of it (see the module)."""
-    found = _parse(client.get(redis_keys.job_state(job_id)))
+def status(
+    client: redis.Redis, job_id: str, agent_id: str, grace_s: float
+) -> Known | ReflectionOutcome:
+    """The job's outcome if it finished, else what Redis knows of it (see the module);
+    ``grace_s`` is how long a queued job may be neither in the queue nor holding its lease
+    (a worker took its message and is on its way to the lease) before it counts as lost."""
+    found = _parse(as_bytes(client.get(redis_keys.job_state(job_id))))
     if found is None:
         return "unknown"
     if isinstance(found, ReflectionOutcome):
@@ -94,7 +98,7 @@ def status(client: redis.Redis, job_id: str, agent_id: str) -> Known | Reflectio
         return found.state
     if found.state == "running":
         return "lost"  # it took the lease before it said so, and keeps it until it is done
-    if time.time() - found.at < LOST_AFTER_S or job_id in _queued_ids(client):
+    if time.time() - found.at < grace_s or job_id in _queued_ids(client):
         return found.state
     return "lost"
 

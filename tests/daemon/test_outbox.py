@@ -20,10 +20,11 @@ from structlog.testing import capture_logs
 from agentd.reflections import Reflections
 from shared.coordination import jobs, redis_keys
 from shared.coordination.broker import locate
-from shared.coordination.jobs import LOST_AFTER_S, JobState
+from shared.coordination.jobs import JobState
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
+from shared.providers.mock_reflector import MockReflector
 from shared.reflection import events
 from shared.reflection.policy import ReflectionOverrides
 from shared.reflection.state import record_turn
@@ -31,7 +32,9 @@ from shared.settings import Settings
 from shared.store.agents import AgentStore
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
+from tests.support.reflection import work_sent_job
 from tests.support.transcripts import say
+from tests.support.waiting import ceiling, wait_until
 from tests.support.workers import RedisForTests
 
 
@@ -75,8 +78,12 @@ async def _send(
     return request
 
 
+LEASE_S = 3
+"""The lease's TTL in these tests, and so the grace a queued job has to show its lease."""
+
+
 def _reflections(home: Path) -> Reflections:
-    settings = Settings(home=home, reflection_lease_s=3)
+    settings = Settings(home=home, reflection_lease_s=LEASE_S)
     layout = Layout(home)
     return Reflections(settings, layout, locate(settings), AgentStore(layout))
 
@@ -155,7 +162,7 @@ def test_a_broker_stalled_as_by_a_busy_disk_still_takes_the_request(
     try:
         sent = asyncio.run(reflections.dispatch(agent.id))
     finally:
-        resume.join(30)
+        resume.join(ceiling(30))
 
     assert sent == request
     assert _queued_jobs(redis_server) == [request.request_id]
@@ -244,7 +251,7 @@ def test_a_busy_skip_settles_nothing_and_the_job_is_not_sent_while_its_copy_runs
     async def scenario() -> None:
         running = await _send(reflections, chat)
         client.delete(redis_keys.REFLECTION_QUEUE)  # the copy took the message and runs
-        started = JobState(state="running", at=time.time() - LOST_AFTER_S - 1)
+        started = JobState(state="running", at=time.time() - LEASE_S - 1)
         client.set(redis_keys.job_state(running.request_id), started.model_dump_json())
         client.set(redis_keys.lease(agent.id), f"{running.request_id} elsewhere 1")
 
@@ -275,7 +282,7 @@ def test_a_sent_job_redis_no_longer_knows_is_sent_again_at_the_first_reconcile(
         await _reflections(agentd_home).reconcile()  # a new daemon
 
         assert _queued_jobs(redis_server) == [running.request_id]
-        assert jobs.status(redis_server.client, running.request_id, agent.id) == "queued"
+        assert jobs.status(redis_server.client, running.request_id, agent.id, LEASE_S) == "queued"
 
     asyncio.run(scenario())
 
@@ -311,8 +318,10 @@ def test_a_running_job_whose_lease_holder_died_is_sent_again_at_once(
     reflections: Reflections,
     chat: Conversation,
 ) -> None:
-    """Celery strands a job in its unacked set when Redis goes away mid-job, and kills the
-    pool process that ran it: marked running, its lease's holder dead, the queue empty."""
+    """The worker running the job died (its pool process, the whole worker, or its host):
+    marked running, its lease's holder dead, the queue empty. Only the lease decides: a
+    job whose holder lives is never sent again, however long ago it was sent (its worker's
+    time limit bounds it)."""
     client = redis_server.client
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -326,6 +335,9 @@ def test_a_running_job_whose_lease_holder_died_is_sent_again_at_once(
         client.set(
             redis_keys.lease(agent.id), f"{running.request_id} {socket.gethostname()} {live.pid}"
         )
+        (entry,) = reflections.outbox.entries(agent.id)
+        entry.sent_at = time.time() - 7 * 24 * 3600  # sent a week ago
+        reflections.outbox.save(entry)
         await reflections.reconcile()
         assert _queued_jobs(redis_server) == []  # its holder lives: it is running
 
@@ -353,7 +365,7 @@ def test_a_queued_job_that_never_got_going_is_sent_again_after_a_grace(
         await reflections.reconcile()
         assert _queued_jobs(redis_server) == []  # on its way to the lease, maybe
 
-        late = JobState(state="queued", at=time.time() - LOST_AFTER_S - 1).model_dump_json()
+        late = JobState(state="queued", at=time.time() - LEASE_S - 1).model_dump_json()
         client.set(redis_keys.job_state(queued.request_id), late)
         await reflections.reconcile()
         assert _queued_jobs(redis_server) == [queued.request_id]
@@ -433,13 +445,12 @@ def test_the_reconcile_loop_survives_a_failing_pass(
             raise RuntimeError("one bad pass")
 
     monkeypatch.setattr(reflections, "reconcile", flaky)
-    monkeypatch.setattr("agentd.reflections.RECONCILE_EVERY_S", 0.01)
+    monkeypatch.setattr(reflections.settings, "reflection_reconcile_s", 0.01)
 
     async def scenario() -> None:
         with capture_logs() as logs:
             task = asyncio.create_task(reflections._reconcile_loop())
-            while len(passes) < 3:
-                await asyncio.sleep(0.01)
+            await wait_until(lambda: len(passes) >= 3, "three reconcile passes")
             task.cancel()
         assert any(entry["event"] == "reflection_reconcile_failed" for entry in logs)
 
@@ -533,6 +544,62 @@ def test_an_answered_mark_a_stale_copy_left_for_old_inputs_queues_the_job_again(
 
         (kept,) = reflections.outbox.entries(agent.id)
         assert kept.ticket == sent.ticket
-        assert jobs.status(redis_server.client, running.request_id, agent.id) == "queued"
+        assert jobs.status(redis_server.client, running.request_id, agent.id, LEASE_S) == "queued"
+
+    asyncio.run(scenario())
+
+
+def test_a_request_a_daemon_died_before_sending_goes_out_at_the_next_daemons_first_pass(
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
+) -> None:
+    """The outbox on disk is what a daemon killed between recording a request and sending
+    it leaves; the next daemon sends it, once."""
+
+    async def scenario() -> None:
+        request = reflections.outbox.submit(agent.id, "step-count", [chat.id])  # then killed
+
+        await _reflections(agentd_home).reconcile()  # a new daemon
+
+        assert _queued_jobs(redis_server) == [request.request_id]
+        (entry,) = reflections.outbox.entries(agent.id)
+        assert (entry.request.request_id, entry.state) == (request.request_id, "sent")
+
+    asyncio.run(scenario())
+
+
+def test_a_job_answered_while_the_daemon_was_down_is_settled_at_the_next_daemons_first_pass(
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
+) -> None:
+    """The answer's announcement on the stream went to nobody: the new daemon asks Redis
+    about its sent job, finds it answered and settles it, with one outcome."""
+
+    async def scenario() -> None:
+        running = await _send(reflections, chat)
+        answer = await asyncio.to_thread(  # a worker, in a thread: it runs a loop of its own
+            work_sent_job,
+            agentd_home,
+            agent.id,
+            running.request_id,
+            MockReflector(),
+            redis_server.client,
+        )
+        assert answer is not None and answer.status == "ran"
+        restarted = _reflections(agentd_home)
+
+        await restarted.reconcile()
+        await asyncio.gather(*restarted.answers._tasks)
+
+        assert restarted.outbox.entries(agent.id) == []
+        logged = events.read(Layout(agentd_home).reflections_dir(agent.id))
+        assert [o.request_id for o in logged] == [running.request_id]
+        assert jobs.finished(redis_server.client, running.request_id) is not None
 
     asyncio.run(scenario())

@@ -7,7 +7,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,16 +19,38 @@ from shared.coordination.broker import locate
 from shared.settings import Settings
 from shared.store.layout import Layout
 from tests.security.walls import CANARY_KEY
+from tests.support.waiting import ceiling, wait_for
 from tests.support.workers import RedisForTests, WorkerProcess
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_app_follows_the_settings_it_is_given(agentd_home: Path) -> None:
-    settings = Settings(home=agentd_home, redis_url="redis://127.0.0.1:6390/3")
+    settings = Settings(
+        home=agentd_home,
+        redis_url="redis://127.0.0.1:6390/3",
+        reflection_time_limit_s=600,
+        redis_timeout_s=7,
+    )
 
     app = create_app(settings)
 
     assert app.conf.broker_url == "redis://127.0.0.1:6390/3"
     assert redis_keys.REFLECT_TASK in app.tasks
+    assert (app.conf.task_time_limit, app.conf.task_soft_time_limit) == (600, 540)
+    assert app.conf.broker_connection_timeout == 7
+
+
+def test_celery_hands_out_a_job_once_and_only_to_a_free_process(agentd_home: Path) -> None:
+    """Celery is the transport, not an owner of recovery: it acknowledges a message as the
+    job starts and never restores one to the queue (the daemon alone sends a lost job
+    again, by the lease), and a busy worker reserves nothing behind its running job."""
+    app = create_app(Settings(home=agentd_home))
+
+    assert app.conf.task_acks_late is False
+    assert app.conf.task_reject_on_worker_lost is not True
+    assert app.conf.worker_disable_prefetch is True
+    assert "visibility_timeout" not in (app.conf.broker_transport_options or {})
 
 
 def test_importing_the_worker_code_reads_no_settings(agentd_home: Path) -> None:
@@ -40,7 +61,7 @@ def test_importing_the_worker_code_reads_no_settings(agentd_home: Path) -> None:
         env={**os.environ, "AGENTD_WORKERS": "-1"},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(60),
     )
     assert imported.returncode == 0, imported.stderr
 
@@ -65,10 +86,7 @@ def test_a_worker_is_listed_while_it_runs_and_leaves_status_when_it_dies(
     try:
         for worker in (killed, stopped):
             worker.start()
-        deadline = time.monotonic() + 30
-        while len(_listed(agentd_home)) < 2:
-            assert time.monotonic() < deadline, "the workers never announced themselves"
-            time.sleep(0.1)
+        wait_for(lambda: len(_listed(agentd_home)) >= 2, "the workers to announce themselves")
         (announcement,) = redis.client.keys(redis_keys.worker("killed@*"))
         assert stopped.proc is not None
         for pid in _process_tree(stopped.proc.pid):
