@@ -17,6 +17,9 @@ from typing import Any
 
 from shared import protocol
 
+NOT_RUNNING = "not_running"
+DISCONNECTED = "disconnected"
+
 
 class ClientError(Exception):
     """An error to print as ``code: message`` with exit status 1."""
@@ -33,22 +36,25 @@ class Connection:
         self._next_id = 0
 
     def _open(self) -> None:
+        """Connect, or raise ``not_running``; a failed attempt leaves the connection
+        closed, so the next request tries again instead of using a dead socket."""
         path = protocol.socket_path()
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self.sock.connect(str(path))
+            sock.connect(str(path))
         except (FileNotFoundError, ConnectionRefusedError):
-            self.sock.close()
+            sock.close()
             raise ClientError(
-                "not_running",
+                NOT_RUNNING,
                 f"agentd is not running (no daemon on {path}). Start it with `agentd up` "
                 "(from a checkout: `make up`), then try again.",
             ) from None
-        self.reader = self.sock.makefile("rb")
+        self.sock = sock
+        self.reader = sock.makefile("rb")
 
     def call(self, op: str, params: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
         """Send one request; yield its event lines, then its final line."""
-        if self._closed_by_daemon():
+        if self.sock.fileno() < 0 or self._closed_by_daemon():
             self.close()
             self._open()
         self._next_id += 1
@@ -61,7 +67,7 @@ class Connection:
             yield message
             if "ok" in message:
                 return
-        raise ClientError("disconnected", "agentd closed the connection before answering")
+        raise ClientError(DISCONNECTED, "agentd closed the connection before answering")
 
     def _messages(self) -> Iterator[dict[str, Any]]:
         """The daemon's lines until it closes; a reset socket is the daemon gone too. Only
@@ -71,7 +77,7 @@ class Connection:
                 yield json.loads(raw)
         except ConnectionResetError:
             raise ClientError(
-                "disconnected", "agentd reset the connection before answering"
+                DISCONNECTED, "agentd reset the connection before answering"
             ) from None
 
     def result(self, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
