@@ -15,15 +15,15 @@ if TYPE_CHECKING:
     from shared.settings import Settings
 
 
-def _settings() -> Settings | None:
-    from pydantic import ValidationError
-
-    from shared.settings import Settings
+def _settings(**given: tuple[str, str]) -> Settings | None:
+    """The settings, or None once what is wrong with them is printed (exit 2)."""
+    from shared.errors import InvalidSettings
+    from shared.settings import load_settings
 
     try:
-        return Settings()
-    except ValidationError as exc:
-        print(f"agentd: invalid settings: {exc}", file=sys.stderr)
+        return load_settings(**given)
+    except InvalidSettings as exc:
+        print(f"agentd: invalid settings: {exc.message}", file=sys.stderr)
         return None
 
 
@@ -77,16 +77,9 @@ def _run_daemon(settings: Settings) -> int:
 def _with_web(settings: Settings, address: str) -> Settings | None:
     """``agentd up --web [HOST:PORT]``: the web view at HOST:PORT, else where ``AGENTD_WEB``
     says, else on loopback's default port."""
-    from pydantic import ValidationError
-
     from agentd.web.address import DEFAULT_WEB_ADDRESS
-    from shared.settings import Settings
 
-    try:
-        return Settings(web=address or settings.web or DEFAULT_WEB_ADDRESS)
-    except ValidationError as exc:
-        print(f"agentd: invalid --web address: {exc}", file=sys.stderr)
-        return None
+    return _settings(web=("--web", address or settings.web or DEFAULT_WEB_ADDRESS))
 
 
 def _up(settings: Settings) -> int:

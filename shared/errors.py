@@ -52,6 +52,7 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     ├── ShuttingDown                 the daemon is stopping and takes no new turns
     ├── Busy                         every connection the daemon allows is open; retry
     ├── RecallUnavailable            recall's process stopped mid-request; it restarts: retry
+    ├── InvalidSettings              agentd.toml or an AGENTD_* variable refused at start
     └── ReflectionError
         └── TooManyCommits           a branch with more commits than one reflection may land
 
@@ -407,6 +408,13 @@ class RecallUnavailable(AgentdError):
         super().__init__(
             f"recall could not answer ({why}); it is restarting: try again in a moment"
         )
+
+
+class InvalidSettings(AgentdError):
+    """A setting a process refuses at start (:mod:`shared.settings_file`): the message
+    names the variable or the file and key, and the process exits 2."""
+
+    code = "invalid_settings"
 
 
 class ReflectionError(AgentdError):

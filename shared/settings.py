@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    TomlConfigSettingsSource,
 )
 
+from shared.errors import InvalidSettings
 from shared.memory.content import DEFAULT_FILE_MAX_BYTES, DEFAULT_MEMORY_MAX_BYTES, MemoryLimits
 from shared.models.agents import MAX_CONTEXT_WINDOW
 from shared.protocol import MAX_REQUEST_BYTES, MergeMode, ReflectionTrigger, agentd_home
 from shared.reflection.settings import DEFAULT_MERGE, DEFAULT_STEP_COUNT, DEFAULT_TRIGGER
+from shared.settings_file import StrictTomlSource, describe
 from shared.store.layout import Layout
 
 DEFAULT_MODEL = "mock"
@@ -163,7 +164,7 @@ class Settings(BaseSettings):
         return (
             init_settings,
             env_settings,
-            TomlConfigSettingsSource(settings_cls, toml_file=toml_file),
+            StrictTomlSource(settings_cls, toml_file),
         )
 
     @property
@@ -177,3 +178,16 @@ class Settings(BaseSettings):
     def layout(self) -> Layout:
         """Where everything lives under ``home`` (:class:`shared.store.layout.Layout`)."""
         return Layout(self.home)
+
+
+def load_settings(**given: tuple[str, Any]) -> Settings:
+    """The settings of an entry point, or :class:`~shared.errors.InvalidSettings` saying
+    what to fix in one line per problem. ``given`` holds the values a command line passed,
+    each with the flag that passed it: ``web=("--web", "127.0.0.1:80")``."""
+    try:
+        return Settings(**{name: value for name, (_, value) in given.items()})
+    except ValidationError as exc:
+        flags = {name: f"{flag} {value!r}" for name, (flag, value) in given.items()}
+        raise InvalidSettings(
+            describe(exc, toml_file=Layout(agentd_home()).config_file, given=flags)
+        ) from None
