@@ -411,7 +411,7 @@ class RecallUnavailable(AgentdError):
 
 
 class InvalidSettings(AgentdError):
-    """A setting a process refuses at start (:mod:`shared.settings_file`): the message
+    """A setting a process refuses at start (:mod:`shared.settings`): the message
     names the variable or the file and key, and the process exits 2."""
 
     code = "invalid_settings"

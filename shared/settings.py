@@ -3,11 +3,22 @@
 Sources, highest first: constructor arguments (tests), ``AGENTD_*`` environment
 variables, ``$AGENTD_HOME/agentd.toml``, then the defaults below. ``AGENTD_HOME`` itself
 comes only from the environment, since the config file lives inside it.
+
+``agentd.toml`` is read strictly (:class:`StrictTomlSource`). A file that is not TOML,
+or that names a key agentd has no setting for, is refused with one line naming the file,
+the place and (for a key) the nearest setting's name: a typo such as ``tool_netwrok =
+true`` silently falling back to the default is worse than not starting, since the user
+believes the setting is in force. ``home`` is refused too: the file lives inside the
+home, so the home can come only from ``AGENTD_HOME``. A value pydantic refuses is named
+as the user wrote it (:func:`load_settings`): ``AGENTD_WORKERS='abc'`` when it came from
+the environment, ``workers`` in the file's path when from the file.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
+import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,6 +27,7 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    TomlConfigSettingsSource,
 )
 
 from shared.errors import InvalidSettings
@@ -23,7 +35,6 @@ from shared.memory.content import DEFAULT_FILE_MAX_BYTES, DEFAULT_MEMORY_MAX_BYT
 from shared.models.agents import MAX_CONTEXT_WINDOW
 from shared.protocol import MAX_REQUEST_BYTES, MergeMode, ReflectionTrigger, agentd_home
 from shared.reflection.settings import DEFAULT_MERGE, DEFAULT_STEP_COUNT, DEFAULT_TRIGGER
-from shared.settings_file import StrictTomlSource, describe
 from shared.store.layout import Layout
 
 DEFAULT_MODEL = "mock"
@@ -37,6 +48,61 @@ DEFAULT_PROVIDER_TIMEOUT_S = 120.0
 DEFAULT_PROVIDER_ATTEMPTS = 4
 DEFAULT_SHUTDOWN_GRACE_S = 10.0
 """How long SIGTERM waits for turns in flight before cancelling them."""
+
+
+ENV_PREFIX = "AGENTD_"
+ENV_ONLY = frozenset({"home"})
+"""Settings the file may not hold (the file is found through them)."""
+
+
+class StrictTomlSource(TomlConfigSettingsSource):
+    """``agentd.toml`` as pydantic-settings reads it, refusing what it would pass over."""
+
+    def __init__(self, settings_cls: type[BaseSettings], toml_file: Path) -> None:
+        self.path = toml_file
+        super().__init__(settings_cls, toml_file=toml_file)
+        known = set(settings_cls.model_fields) - ENV_ONLY
+        for key in self.toml_data:
+            if key in ENV_ONLY:
+                raise InvalidSettings(
+                    f"{toml_file}: `{key}` cannot be set in the file that lives in it; set "
+                    f"{ENV_PREFIX}{key.upper()} in the environment instead"
+                )
+            if key not in known:
+                near = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = f" (did you mean `{near[0]}`?)" if near else ""
+                raise InvalidSettings(
+                    f"{toml_file}: unknown setting `{key}`{hint}; the settings are the "
+                    "README's AGENTD_* variables, lower case, without the prefix"
+                )
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        try:
+            return super()._read_file(file_path)
+        except tomllib.TOMLDecodeError as exc:
+            raise InvalidSettings(f"{file_path} is not valid TOML: {exc}") from None
+        except OSError as exc:
+            raise InvalidSettings(f"{file_path} cannot be read: {exc.strerror}") from None
+
+
+def describe(exc: ValidationError, *, toml_file: Path, given: dict[str, str]) -> str:
+    """One line per refused value, named where the user wrote it: ``given`` maps the
+    settings passed on the command line to the flag that passed them (``--web``)."""
+    lines = []
+    for error in exc.errors():
+        name = str(error["loc"][0]) if error["loc"] else ""
+        lines.append(f"{_source(name, toml_file, given)}: {error['msg']}")
+    return "\n".join(lines)
+
+
+def _source(name: str, toml_file: Path, given: dict[str, str]) -> str:
+    if name in given:
+        return given[name]
+    variable = f"{ENV_PREFIX}{name.upper()}"
+    for key, value in os.environ.items():
+        if key.upper() == variable:  # pydantic-settings reads them case-insensitively
+            return f"{variable}={value!r}"
+    return f"`{name}` in {toml_file}"
 
 
 def default_worker_dir() -> Path:

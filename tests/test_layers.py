@@ -56,7 +56,7 @@ LAYERS = (
     Layer("context", ("shared.context",)),
     Layer("agent", ("shared.agent",)),
     Layer("reflection", ("shared.reflection",)),
-    Layer("settings", ("shared.settings", "shared.settings_file")),
+    Layer("settings", ("shared.settings",)),
     Layer("built from settings", ("shared.providers.factory", "shared.coordination")),
     Layer("apps", ("agentd", "reflector")),
 )
