@@ -5,6 +5,7 @@ reflection workers alone, on this host or another (:mod:`agentd.worker_cli`)."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from typing import TYPE_CHECKING
@@ -99,6 +100,27 @@ def _up(settings: Settings) -> int:
     return stack.run()
 
 
+def _doctor(settings: Settings, args: argparse.Namespace) -> int:
+    if args.worker:
+        from agentd.doctor_worker import run_worker_doctor
+
+        return run_worker_doctor(settings)
+    from agentd.doctor import run_doctor
+
+    code = run_doctor(settings, fix=args.fix)
+    sys.stdout.flush()  # here, so that a reader gone (``| head -1``) is caught by the caller
+    return code
+
+
+def _stdout_closed() -> int:
+    """Whoever read the findings stopped (``agentd doctor | head -1``): exit 0 quietly, as
+    agentctl does. stdout goes to /dev/null first, or the interpreter's last flush at exit
+    fails again and prints "Exception ignored … BrokenPipeError"."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from shared.store.permissions import private_umask
 
@@ -153,13 +175,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = _settings()
         if settings is None:
             return 2
-        if args.worker:
-            from agentd.doctor_worker import run_worker_doctor
-
-            return run_worker_doctor(settings)
-        from agentd.doctor import run_doctor
-
-        return run_doctor(settings, fix=args.fix)
+        try:
+            return _doctor(settings, args)
+        except BrokenPipeError:
+            return _stdout_closed()
     if args.command == "worker":
         from agentd.worker_cli import run_worker
 

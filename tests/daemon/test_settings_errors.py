@@ -72,3 +72,22 @@ def test_a_bad_value_in_the_file_is_named_with_the_file(agentd_home: Path) -> No
 def test_a_bad_web_address_is_named_as_the_flag() -> None:
     said = refused(agentd("up", "--web", "nowhere"))
     assert "--web 'nowhere': String should match pattern" in said
+
+
+@pytest.mark.parametrize("flags", [[], ["--worker"]])
+def test_doctor_stops_quietly_when_its_reader_has_gone(flags: list[str]) -> None:
+    """``agentd doctor | head -1``: the reader gone before the next line (here before the
+    first, so the write surely fails) is no error of doctor's."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "agentd.cli", "doctor", *flags],
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(writer)
+    assert (result.returncode, result.stderr) == (0, "")
