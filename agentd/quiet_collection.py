@@ -52,11 +52,14 @@ class QuietCollection:
         self,
         in_flight: Callable[[], int],
         *,
+        started_elsewhere: Callable[[], int] = lambda: 0,
         quiet_s: float = QUIET_S,
         overdue_s: float = OVERDUE_S,
         full_walk_every_s: float = FULL_WALK_EVERY_S,
     ) -> None:
         self.in_flight = in_flight
+        self.started_elsewhere = started_elsewhere
+        """Requests started through another door (the web view's server counts its own)."""
         self.quiet_s = quiet_s
         self.overdue_s = overdue_s
         self.full_walk_every_s = full_walk_every_s
@@ -68,15 +71,19 @@ class QuietCollection:
     def request_started(self) -> None:
         self.started += 1
 
+    def _started_in_all(self) -> int:
+        return self.started + self.started_elsewhere()
+
     async def run(self) -> None:
-        seen = self.started
+        seen = self._started_in_all()
         last = last_full_walk = time.monotonic()
         served = was_busy = False
         while True:
             await asyncio.sleep(self.quiet_s)
             now = time.monotonic()
-            busy = self.started != seen or self.in_flight() > 0
-            seen = self.started
+            started = self._started_in_all()
+            busy = started != seen or self.in_flight() > 0
+            seen = started
             served = served or busy
             quiet_throughout = not (busy or was_busy)
             was_busy = busy

@@ -111,7 +111,11 @@ class Daemon:
         self._shutting_down = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: dict[asyncio.Task[None], Connection] = {}
-        self.quiet_collection = QuietCollection(in_flight=lambda: len(self._tasks))
+        web = self.handlers.web.activity
+        self.quiet_collection = QuietCollection(
+            in_flight=lambda: len(self._tasks) + web.in_flight,
+            started_elsewhere=lambda: web.started,
+        )
         self._ops: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
             op: getattr(self.handlers, op.replace(".", "_")) for op in PARAMS if op != "shutdown"
         }

@@ -1,6 +1,6 @@
 """The layers of ``shared/``, ``agentd/`` and ``reflector/``: a module imports its own
 package and the layers below it, never one above, and the packages side by side in one
-layer never import each other. The README's "How it works" draws the same table.
+layer never import each other. ``docs/how-it-works.md`` ("Code layout") draws the same table.
 
 Every import counts: top-level, inside a function (a lazy import is still a dependency)
 and under ``TYPE_CHECKING`` (a type names what a module knows).
@@ -228,8 +228,8 @@ def test_a_module_outside_every_layer_is_named() -> None:
     ]
 
 
-def test_the_readme_draws_the_same_layers_in_the_same_order() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_draw_the_same_layers_in_the_same_order() -> None:
+    readme = (ROOT / "docs" / "how-it-works.md").read_text()
     drawing = readme.split("Highest first:\n\n```\n", 1)[1].split("```", 1)[0]
     rows = {re.split(r"\s{2,}", line.strip())[0]: line for line in drawing.splitlines()}
     assert list(rows) == [layer.name for layer in reversed(LAYERS)]

@@ -43,6 +43,7 @@ def build_app(server: WebServer) -> web.Application:
 
     app = web.Application(
         middlewares=[
+            server.activity.middleware(),
             openai_errors,
             guard(server.sessions, accepts_host, port, server.handlers.api_keys),
             _typed_errors,

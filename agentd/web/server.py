@@ -30,6 +30,7 @@ import structlog
 
 from agentd.api_clients import ApiConversations
 from agentd.listener import Listener, Slots, connection_cap
+from agentd.web.activity import Activity
 from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress, WebAddressError
 from agentd.web.sessions import LOGIN_TOKEN_TTL_S, Sessions
 from shared.errors import AgentdError
@@ -66,6 +67,8 @@ class WebServer:
         self.settings = settings
         self.handlers = handlers
         self.sessions = Sessions()
+        self.activity = Activity()
+        """Its requests, counted for the daemon's quiet collections."""
         self.api_conversations = ApiConversations(handlers.agents)
         """Which conversation each client of the OpenAI-compatible endpoint talks in."""
         self.port: int | None = None

@@ -15,6 +15,7 @@ for byte, line ends included.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from shared.memory.signing import one_line
@@ -32,6 +33,10 @@ class Line:
     text: str
 
 
+_TRAILING_BLANK_LINES = re.compile(r"(?:\r?\n[ \t]*)+\Z")
+"""The line ends at the end of a text, with the blank lines among them."""
+
+
 def note_line(text: str) -> str:
     """``text`` as the bullet it is kept as (no line end); empty if nothing printable is
     left of it."""
@@ -45,7 +50,12 @@ def holds_note(text: str, note: str) -> bool:
 
 
 def with_note(text: str, note: str) -> str:
-    """``text`` with the line ``note`` appended at the end of its body."""
+    """``text`` with the line ``note`` appended at the end of its body. A body that holds
+    lines already gets it right after the last of them, so a note joins the list above it
+    rather than sitting apart behind the blank lines a file (or a reflection) ended with;
+    an empty body keeps its layout (the blank line under a front matter)."""
+    if any(line.text.strip() for line in body_lines(text)):
+        text = _TRAILING_BLANK_LINES.sub("", text)
     if text and not text.endswith("\n"):
         text += "\n"
     return f"{text}{note}\n"

@@ -220,7 +220,7 @@ def test_an_unreachable_redis_a_missing_key_and_a_corrupt_record_are_named(
     assert "    → export OPENAI_API_KEY=" in result.stdout
     assert any(line.startswith("✗ permissions: ") and "agents (0755)" in line for line in lines)
     assert DAEMON_DOWN in lines
-    assert lines[-1] == "10 ok, 6 to fix"
+    assert lines[-1] == "11 ok, 6 to fix"
 
 
 def test_a_home_an_older_agentd_left_open_is_reported_then_closed_by_fix(

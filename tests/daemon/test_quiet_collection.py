@@ -62,6 +62,26 @@ def test_a_daemon_that_served_requests_collects_once_it_has_been_quiet() -> None
     assert gc.get_freeze_count() > 0, "what survived was not frozen"
 
 
+def test_requests_started_through_another_door_keep_the_daemon_busy_too() -> None:
+    web_started = [0]
+    collection = QuietCollection(
+        lambda: 0, started_elsewhere=lambda: web_started[0], quiet_s=TICK_S, overdue_s=3600
+    )
+
+    async def scenario() -> None:
+        task = asyncio.create_task(collection.run())
+        collection.request_started()  # one socket request: the daemon has served
+        for _ in range(40):  # then the web view's requests, four a tick
+            web_started[0] += 1
+            await asyncio.sleep(TICK_S / 4)
+        assert list(collection.collections) == [], "collected while the web's requests came"
+        await asyncio.sleep(TICK_S * 8)
+        task.cancel()
+
+    asyncio.run(scenario())
+    assert list(collection.collections) == ["quiet"]
+
+
 def test_an_idle_daemon_does_not_collect_until_one_is_overdue() -> None:
     idle = QuietCollection(lambda: 0, quiet_s=TICK_S, overdue_s=3600)
     asyncio.run(_run_for(idle, 10))

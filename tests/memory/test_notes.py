@@ -44,6 +44,13 @@ def test_a_note_goes_after_the_last_line_and_a_file_without_a_final_newline_gets
     assert with_note(HUMAN, "- tea") == HUMAN + "- tea\n"
     assert with_note("- a", "- b") == "- a\n- b\n"
     assert with_note("", "- b") == "- b\n"
+
+
+def test_a_note_joins_the_list_rather_than_sitting_behind_trailing_blank_lines():
+    assert with_note("- a\n- b\n\n\n", "- c") == "- a\n- b\n- c\n"
+    assert with_note("- a\n  \n", "- c") == "- a\n- c\n"
+    assert with_note("- a  \n\n", "- c") == "- a  \n- c\n"  # the last line's bytes kept
+    assert with_note("---\nname: human\n---\n\n", "- c") == "---\nname: human\n---\n\n- c\n"
     assert holds_note(with_note(HUMAN, "- tea"), "- tea")
     assert not holds_note(HUMAN, "- tea")
 

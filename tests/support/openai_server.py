@@ -11,8 +11,8 @@ responses in order::
         ...  # point the client at server.url ("http://127.0.0.1:PORT/v1")
         assert server.requests[0]["messages"][0]["role"] == "system"
 
-With nothing queued it answers :data:`DEFAULT_REPLY_TEXT`. Each request body (parsed JSON)
-is appended to ``server.requests``.
+With nothing queued it answers ``server.default_response`` (:data:`DEFAULT_REPLY_TEXT`
+unless set). Each request body (parsed JSON) is appended to ``server.requests``.
 
 A request with ``"stream": true`` gets the same answer as server-sent events, the way
 OpenAI streams it: a first chunk naming the role, the text in pieces (:func:`text_chunks`,
@@ -193,6 +193,8 @@ class FakeOpenAIServer:
         """Streams whose client went away before they ended."""
         self.holding = threading.Event()
         """Set while a stream is held (``hang_after``)."""
+        self.default_response = ScriptedResponse()
+        """The answer when nothing is queued."""
         self._released = threading.Event()
         self._closing = threading.Event()
         self._lock = threading.Lock()
@@ -249,6 +251,7 @@ class FakeOpenAIServer:
             self.authorizations.clear()
             self.disconnects = 0
         self.chunk_delay_s = 0.0
+        self.default_response = ScriptedResponse()
         self.holding.clear()
         self._released.clear()
 
@@ -280,7 +283,7 @@ class FakeOpenAIServer:
         with self._lock:
             self.requests.append(request_body)
             self.authorizations.append(authorization)
-            return self._queue.popleft() if self._queue else ScriptedResponse()
+            return self._queue.popleft() if self._queue else self.default_response
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self

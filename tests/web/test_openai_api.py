@@ -398,3 +398,18 @@ def test_the_endpoint_is_off_with_the_web_view(daemon: DaemonRunner) -> None:
     assert created["endpoint"] is None
     assert daemon.daemon.handlers.web.api_base is None  # type: ignore[union-attr]
     assert os.environ.get("AGENTD_WEB") is None
+
+
+def test_the_endpoints_requests_keep_the_daemon_from_collecting_as_if_it_were_quiet(
+    endpoint: Endpoint,
+) -> None:
+    """A full collection holds the loop; the daemon starts one only when no request runs,
+    and the web view's requests are requests too (20 streaming clients once looked quiet)."""
+    collection = endpoint.daemon.daemon.quiet_collection  # type: ignore[union-attr]
+    before = collection.started_elsewhere()
+
+    endpoint.client().chat.completions.create(model="ada", messages=ask("hello"))
+    endpoint.client().models.list()
+
+    assert collection.started_elsewhere() == before + 2
+    assert collection.in_flight() == 0
