@@ -56,19 +56,22 @@ ENV_ONLY = frozenset({"home"})
 
 
 class StrictTomlSource(TomlConfigSettingsSource):
-    """``agentd.toml`` as pydantic-settings reads it, refusing what it would pass over."""
+    """``agentd.toml`` as pydantic-settings reads it, refusing what it would pass over. A
+    table (``[section]``) is left alone: every setting is a plain value, so a table is no
+    misspelt setting but another reader's part of a shared file (the password ``agentd
+    up`` adds goes above any table for the same reason)."""
 
     def __init__(self, settings_cls: type[BaseSettings], toml_file: Path) -> None:
         self.path = toml_file
         super().__init__(settings_cls, toml_file=toml_file)
         known = set(settings_cls.model_fields) - ENV_ONLY
-        for key in self.toml_data:
+        for key, value in self.toml_data.items():
             if key in ENV_ONLY:
                 raise InvalidSettings(
                     f"{toml_file}: `{key}` cannot be set in the file that lives in it; set "
                     f"{ENV_PREFIX}{key.upper()} in the environment instead"
                 )
-            if key not in known:
+            if key not in known and not isinstance(value, dict):
                 near = difflib.get_close_matches(key, sorted(known), n=1)
                 hint = f" (did you mean `{near[0]}`?)" if near else ""
                 raise InvalidSettings(

@@ -91,3 +91,10 @@ def test_doctor_stops_quietly_when_its_reader_has_gone(flags: list[str]) -> None
     finally:
         os.close(writer)
     assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_a_table_in_the_config_file_is_left_to_its_reader(agentd_home: Path) -> None:
+    """Every setting is a plain value, so a ``[section]`` is no misspelt one."""
+    (agentd_home / "agentd.toml").write_text("workers = 1\n\n[other_tool]\nx = 1\n")
+    result = agentd("doctor")
+    assert "invalid settings" not in result.stderr and result.returncode in (0, 1)
