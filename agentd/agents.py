@@ -30,7 +30,7 @@ from shared.memory import git
 from shared.memory.content import MemoryLimits
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import BASE_SYSTEM_PROMPT, AgentRecord
-from shared.protocol import DEFAULT_MODEL
+from shared.setting_choices import DEFAULT_MODEL
 from shared.store.agents import AgentStore
 from shared.store.conversations import AppendListener, Conversation, list_conversations
 from shared.store.layout import Layout

@@ -36,9 +36,6 @@ from shared.store.agents import AgentStore
 
 log = structlog.get_logger(__name__)
 
-STREAM_BLOCK_MS = 5_000
-RETRY_S = 2.0
-
 
 class Answers:
     def __init__(
@@ -117,18 +114,17 @@ class Answers:
     # --- the stream --------------------------------------------------------------------
 
     async def listen(self) -> None:
-        import redis.asyncio as aioredis
-
+        every_s = self.desk.settings.reflection_reconcile_s
         last_id: str | bytes | None = None
         while True:
-            client = aioredis.Redis.from_url(self.outbox.location.redis_url)
+            client = self.outbox.location.async_client(blocks_s=every_s)
             try:
                 if last_id is None:
                     newest = await client.xrevrange(transfer.ANSWER_STREAM, count=1)
                     last_id = newest[0][0] if newest else "0-0"
                 while True:
                     batches = await client.xread(
-                        {transfer.ANSWER_STREAM: last_id}, block=STREAM_BLOCK_MS, count=100
+                        {transfer.ANSWER_STREAM: last_id}, block=round(every_s * 1000), count=100
                     )
                     for _stream, entries in batches or []:
                         for entry_id, fields in entries:
@@ -138,7 +134,7 @@ class Answers:
                 raise
             except Exception as exc:  # Redis down or restarted: reconcile asks later
                 log.debug("answer_stream_unavailable", error=str(exc))
-                await asyncio.sleep(RETRY_S)
+                await asyncio.sleep(every_s)
             finally:
                 await client.aclose()
 

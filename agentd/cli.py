@@ -60,10 +60,10 @@ def _run_daemon(settings: Settings) -> int:
     )
     secure_home(settings.home)
     from agentd.recall_client import RecallClient
-    from shared.providers.keys import take_provider_keys
+    from shared.providers.credentials import take_provider_keys
     from shared.store.agents import AgentStore
 
-    # Out of the environment before any child starts (shared/providers/keys.py).
+    # Out of the environment before any child starts (shared/providers/credentials.py).
     keys = take_provider_keys()
     # Recall's process starts first: its imports and the opening of every agent's index
     # then overlap with the daemon's own start-up, and a search soon after it is answered.
@@ -85,9 +85,10 @@ def _with_web(settings: Settings, address: str) -> Settings | None:
 
 def _up(settings: Settings) -> int:
     """The whole stack; what ``agentd up`` itself logs goes out with its children's lines."""
-    from agentd.supervisor import Stack, console_output
+    from agentd.stack_output import console_output
+    from agentd.supervisor import Stack
     from shared.logging import configure
-    from shared.providers.keys import take_provider_keys
+    from shared.providers.credentials import take_provider_keys
 
     # Held for the daemon and the workers, handed to each on a descriptor.
     stack = Stack(settings, take_keys=take_provider_keys)
@@ -164,10 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command in ("serve", "up"):
-        from shared.providers.keys import without_keys_in_the_environment
+        from shared.providers.credentials import without_keys_in_the_environment
 
         # Before anything else: no process of the stack is started with a key in its
-        # environment, this one included (shared/providers/keys.py).
+        # environment, this one included (shared/providers/credentials.py).
         without_keys_in_the_environment()
     if args.command == "serve":
         return _serve()

@@ -35,12 +35,13 @@ from agentd.outbox import OutboxEntry
 from agentd.recall_client import RecallClient
 from agentd.turns import Turns
 from shared.clock import Clock
-from shared.coordination import keys, transfer
-from shared.coordination.broker import RedisLocation
+from shared.coordination import redis_keys, transfer
+from shared.coordination.broker import locate
 from shared.coordination.lease import ReflectionLease
 from shared.errors import CorruptStateFile, InUse
 from shared.models.agents import AgentRecord
 from shared.reflection import events
+from shared.settings import Settings
 from shared.store.atomic import read_model
 from shared.store.conversations import trash_conversation
 from shared.store.layout import Layout, memory_lock
@@ -48,7 +49,6 @@ from shared.store.locks import async_file_lock
 
 log = structlog.get_logger(__name__)
 
-REDIS_TIMEOUT_S = 1.0
 OUTCOMES_READ = 1_000
 """How many of the agent's last outcomes name job keys to drop (older ones have expired)."""
 DELETE_OWNER = "agentd-delete"
@@ -72,14 +72,17 @@ class Deletions:
         agents: Agents,
         turns: Turns,
         recall: RecallClient,
-        location: RedisLocation,
+        settings: Settings,
         clock: Clock,
     ) -> None:
         self.agents = agents
         self.turns = turns
         self.recall = recall
-        self.location = location
+        self.location = locate(settings)
         self.clock = clock
+        self.lease_s = settings.reflection_lease_s
+        """The reflection lease's TTL (``AGENTD_REFLECTION_LEASE_S``), which a deletion
+        holds too."""
 
     async def delete_agent(self, record: AgentRecord) -> Deleted:
         layout = self.agents.layout
@@ -118,12 +121,8 @@ class Deletions:
     async def _reflection_held_off(self, record: AgentRecord) -> AsyncIterator[redis.Redis | None]:
         """Hold the agent's reflection lease for the body (a Redis client to drop keys
         with), or None when Redis is unreachable; :class:`InUse` if a reflection runs."""
-        client = redis.Redis.from_url(
-            self.location.redis_url,
-            socket_connect_timeout=REDIS_TIMEOUT_S,
-            socket_timeout=REDIS_TIMEOUT_S,
-        )
-        lease = ReflectionLease(client, record.id, DELETE_OWNER)
+        client = self.location.client()
+        lease = ReflectionLease(client, record.id, DELETE_OWNER, ttl_s=self.lease_s)
         try:
             try:
                 acquired = await asyncio.to_thread(lease.acquire)
@@ -185,14 +184,14 @@ def _drop_keys(client: redis.Redis, agent_id: str, jobs: _Jobs) -> None:
         transfer.drop(client, input_id)
     doomed: list[str] = []
     for request_id in request_ids:
-        doomed += [keys.job_state(request_id), keys.job_tries(request_id)]
+        doomed += [redis_keys.job_state(request_id), redis_keys.job_tries(request_id)]
     if doomed:
         client.delete(*doomed)
-    for raw in client.lrange(keys.REFLECTION_QUEUE, 0, -1):
+    for raw in client.lrange(redis_keys.REFLECTION_QUEUE, 0, -1):
         try:
             task_id = json.loads(raw)["headers"]["id"]
         except (ValueError, KeyError, TypeError):
             continue
         if task_id in request_ids:
-            client.lrem(keys.REFLECTION_QUEUE, 1, raw)
+            client.lrem(redis_keys.REFLECTION_QUEUE, 1, raw)
     log.info("agent_redis_keys_dropped", agent_id=agent_id, jobs=len(request_ids))

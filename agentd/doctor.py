@@ -21,11 +21,11 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from agentd.doctor_findings import Finding
 from agentd.doctor_logs import check_conversation_logs
 from agentd.doctor_memory import check_memory_sizes, check_memory_walls, fix_memory_walls
 from agentd.doctor_service import service_findings
 from agentd.effective_config import redact_url
-from agentd.findings import Finding
 from shared.coordination.broker import locate
 from shared.coordination.embedded import RedisUnavailable, ping, server_binary
 from shared.errors import AgentdError, MemoryDamaged, MemoryRepoError
@@ -211,14 +211,12 @@ def check_redis(settings: Settings) -> Finding:
         except RedisUnavailable as exc:
             return Finding(False, "redis", "no embedded Valkey binary", exc.message)
         running = location.socket_path is not None and ping(
-            location.socket_path, password=settings.redis_password
+            location.socket_path, timeout_s=location.timeout_s, password=settings.redis_password
         )
         state = "running" if running else "not running (started by `agentd up`)"
         return Finding(True, "redis", f"embedded Valkey {binary.name}, {state}")
     try:
-        import redis
-
-        redis.Redis.from_url(location.redis_url, socket_connect_timeout=1, socket_timeout=1).ping()
+        location.client().ping()
     except Exception as exc:  # any failure to reach it is the finding
         return Finding(
             False,

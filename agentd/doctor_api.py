@@ -9,8 +9,8 @@ until it is moved aside.
 from __future__ import annotations
 
 from agentd.api_keys import ApiKeyFile
+from agentd.doctor_findings import Finding
 from agentd.effective_config import EffectiveConfig
-from agentd.findings import Finding
 from agentd.web.address import WebAddress, WebAddressError
 from shared.errors import CorruptStateFile
 from shared.settings import Settings

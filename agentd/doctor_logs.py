@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentd.findings import Finding
+from agentd.doctor_findings import Finding
 from shared.reflection.slices import broken_lines
 from shared.settings import Settings
 from shared.store.agents import AgentStore

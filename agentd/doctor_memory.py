@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentd.findings import Finding
+from agentd.doctor_findings import Finding
 from shared.errors import AgentdError
 from shared.memory import git
 from shared.memory.content import Violation, notice, read_checkout

@@ -20,12 +20,12 @@ from types import ModuleType
 from typing import Any
 
 from agentd.doctor_api import endpoint_of_the_daemon, endpoint_of_this_shell
+from agentd.doctor_findings import Finding
 from agentd.effective_config import EffectiveConfig
-from agentd.findings import Finding
+from agentd.model_api_probe import KNOWN_BASES, probe
 from agentd.progress import progress
-from agentd.reachability import KNOWN_BASES, probe
 from shared import protocol
-from shared.providers.keys import KEY_NAME_PARTS
+from shared.providers.credentials import KEY_NAME_PARTS
 from shared.providers.loopback import is_loopback
 from shared.providers.mock import MOCK_MODEL
 from shared.settings import Settings

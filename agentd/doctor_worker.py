@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 
 from agentd.doctor import check_git
+from agentd.doctor_findings import Finding
 from agentd.doctor_service import ModelSetup, model_findings
-from agentd.findings import Finding
 from agentd.worker_cli import worker_problem
 from shared.coordination.broker import locate
 from shared.logging import configure

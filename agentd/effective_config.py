@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from agentd import __version__
 from shared.coordination.broker import locate
-from shared.providers.keys import KEY_NAME_PARTS, ProviderKeys
+from shared.providers.credentials import KEY_NAME_PARTS, ProviderKeys
 from shared.settings import Settings
 
 MASK = "***"

@@ -91,7 +91,7 @@ class Handlers(ApiKeyOps):
         self.reflections = reflections
         self.started_at = time.time()
         self.connections = 0
-        self.deletions = Deletions(agents, turns, recall, reflections.location, agents.clock)
+        self.deletions = Deletions(agents, turns, recall, reflections.settings, agents.clock)
         self.history = MemoryHistory(agents, recall)
         self.notes = MemoryNotes(agents)
         self.proposals = MemoryProposals(agents, settings.memory_limits)

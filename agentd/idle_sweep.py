@@ -28,7 +28,7 @@ from shared.clock import Clock
 from shared.errors import CorruptStateFile
 from shared.models.agents import AgentRecord, ContextState
 from shared.models.reflection import ReflectionRequest
-from shared.reflection.settings import ReflectionSettings
+from shared.reflection.policy import ReflectionSettings
 from shared.reflection.state import peek_state
 from shared.store.agents import AgentStore
 from shared.store.atomic import read_model, write_model_atomic

@@ -33,7 +33,7 @@ from pydantic import BaseModel
 
 from agentd.effective_config import redact_url
 from agentd.jobs.prepare import Desk, Ticket, prepare_or_fail
-from shared.coordination import jobs, keys, transfer
+from shared.coordination import jobs, redis_keys, transfer
 from shared.coordination.broker import RedisLocation
 from shared.errors import CorruptStateFile
 from shared.ids import new_id
@@ -44,18 +44,6 @@ from shared.store.atomic import read_model, write_model_atomic
 from shared.store.layout import Layout
 
 log = structlog.get_logger(__name__)
-
-RESEND_AFTER_S = 30 * 60.0
-"""A sent job Redis still calls queued or running after this long is sent again: longer
-than a job may run (the Celery time limit), so only a job lost in some way no state shows
-is resent (the job is idempotent: a copy of a running job finds its lease taken)."""
-REDIS_TIMEOUT_S = 3.0
-"""Longer than Valkey's own stall under a busy disk: with ``appendfsync everysec`` it holds
-writes for up to 2 s while the previous fsync finishes. At 0.5 s a loaded machine's
-broker was called unreachable, and the reflection a turn was due waited for the next
-reconcile instead of running. A broker that is down costs no wait: it refuses at once,
-or its socket file is gone. (redis-py reads the connection's handshake reply under the
-connect timeout, so both are this long.)"""
 
 EntryState = Literal["pending", "sent"]
 TRIGGER_STRENGTH: dict[TriggerSource, int] = {
@@ -209,9 +197,9 @@ class Outbox:
             )
             jobs.mark(client, request.request_id, "queued")
             self._celery().send_task(
-                keys.REFLECT_TASK,
+                redis_keys.REFLECT_TASK,
                 kwargs={"job": message.model_dump(mode="json")},
-                queue=keys.REFLECTION_QUEUE,
+                queue=redis_keys.REFLECTION_QUEUE,
                 task_id=request.request_id,
                 retry=False,
             )
@@ -267,7 +255,7 @@ class Outbox:
                 jobs.mark(client, entry.request.request_id, "queued")
                 return
             transfer.drop(client, entry.ticket.input_id)
-            client.delete(keys.job_state(entry.request.request_id))
+            client.delete(redis_keys.job_state(entry.request.request_id))
         except redis.RedisError:
             return
         finally:
@@ -284,21 +272,16 @@ class Outbox:
         import redis
 
         client = self._client()
+        grace_s = self.desk.settings.reflection_lease_s
         try:
-            return jobs.status(client, request.request_id, request.agent_id)
+            return jobs.status(client, request.request_id, request.agent_id, grace_s)
         except redis.RedisError:
             return None
         finally:
             client.close()
 
     def _client(self) -> Any:
-        import redis
-
-        return redis.Redis.from_url(
-            self.location.redis_url,
-            socket_connect_timeout=REDIS_TIMEOUT_S,
-            socket_timeout=REDIS_TIMEOUT_S,
-        )
+        return self.location.client()
 
     def _celery(self) -> Any:
         if self._app is None:
@@ -307,7 +290,7 @@ class Outbox:
             self._app = Celery("agentd", broker=self.location.celery_url)
             self._app.conf.broker_use_ssl = self.location.celery_ssl
             self._app.conf.broker_connection_retry_on_startup = False
-            self._app.conf.broker_connection_timeout = REDIS_TIMEOUT_S
+            self._app.conf.broker_connection_timeout = self.location.timeout_s
         return self._app
 
     # --- outcomes from disk ---------------------------------------------------------------

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from shared.errors import AmbiguousMessage, UnknownMessage
 from shared.ids import ID_PATTERN
-from shared.protocol import names_message
+from shared.message_refs import names_message
 from shared.recall.documents import Document, EchoTracker, lines_before, lines_from
 from shared.recall.index import AgentIndex
 from shared.recall.schema import conversation_hash

@@ -19,10 +19,11 @@ writer of memory (:mod:`agentd.answers`); should the announcement be lost, the r
 loop finds the answer by asking Redis about the sent job, and an outcome recorded before
 Redis lost its data is read from ``reflections/log.jsonl``. The reconcile loop also sends
 again a job Redis does not know (after Redis lost its data) or that looks lost
-(:mod:`shared.coordination.jobs`: its worker died, or Celery stranded it when Redis went
-away), and what waited for the broker; it runs at start, every few seconds, and survives
-any error of one pass. A request a gate settles as it is sent (``no_payload``,
-``parent_dirty``…) has its outcome at once, as a waiting turn hears it.
+(:mod:`shared.coordination.jobs`: no live worker holds its agent's lease), and what waited
+for the broker: it alone sends a job again (Celery never does). It runs at start, then
+every ``AGENTD_REFLECTION_RECONCILE_S``, and survives any error of one pass. A request a
+gate settles as it is sent (``no_payload``, ``parent_dirty``…) has its outcome at once, as
+a waiting turn hears it.
 The client is told at the end of the turn that triggered the reflection if it finishes
 within ``reflection_wait_s``, else at the end of the agent's next turn, or by
 ``agentctl reflect --wait``. An agent whose automatic reflection is paused
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections import defaultdict
 
 import structlog
@@ -43,7 +43,7 @@ from agentd.answers import Answers
 from agentd.idle_sweep import IdleSweep
 from agentd.jobs.prepare import Desk
 from agentd.jobs.record import record as record_outcome
-from agentd.outbox import RESEND_AFTER_S, Outbox, OutboxEntry
+from agentd.outbox import Outbox, OutboxEntry
 from shared.clock import Clock, utc_now
 from shared.coordination.broker import RedisLocation
 from shared.errors import AgentdError
@@ -59,7 +59,7 @@ from shared.providers.factory import ProviderFactory
 from shared.reflection import events
 from shared.reflection.backoff import load_backoff
 from shared.reflection.pause import Pause
-from shared.reflection.settings import ReflectionSettings, configured_defaults, resolve
+from shared.reflection.policy import ReflectionSettings, configured_defaults, resolve
 from shared.reflection.state import TranscriptState, peek_state
 from shared.reflection.triggers import DueTrigger, post_turn
 from shared.settings import Settings
@@ -69,7 +69,6 @@ from shared.store.layout import Layout
 
 log = structlog.get_logger(__name__)
 
-RECONCILE_EVERY_S = 5.0
 RECENT_KEPT = 256
 """Outcomes kept for a waiter that comes after them (a request a gate settled at once)."""
 TOLD_ONCE = frozenset({"parent_dirty"})
@@ -343,7 +342,7 @@ class Reflections:
                 raise
             except Exception:
                 log.exception("reflection_reconcile_failed", hint="retrying in a few seconds")
-            await asyncio.sleep(RECONCILE_EVERY_S)
+            await asyncio.sleep(self.settings.reflection_reconcile_s)
 
     async def reconcile(self) -> None:
         """One pass over every agent's outbox: settle what finished, send again what Redis
@@ -377,19 +376,13 @@ class Reflections:
             if logged is not None:
                 await self._on_outcome(logged)
                 return
-        if status is not None and self._lost_or_due(sent, status):
+        if status in ("unknown", "lost"):
             log.info("reflection_resent", request_id=sent.request.request_id, redis=status)
             async with self._sending[sent.request.agent_id]:
                 resent = await asyncio.to_thread(self.outbox.send, sent)
             if isinstance(resent, ReflectionOutcome):  # a gate closed this time
                 await asyncio.to_thread(record_outcome, self.layout, resent, None)
                 await self._on_outcome(resent)
-
-    @staticmethod
-    def _lost_or_due(entry: OutboxEntry, status: str) -> bool:
-        if status in ("unknown", "lost"):
-            return True
-        return entry.sent_at is None or time.time() - entry.sent_at >= RESEND_AFTER_S
 
     async def _on_outcome(self, outcome: ReflectionOutcome) -> None:
         """Settle the request the outcome answers, start what waits, tell who waits."""

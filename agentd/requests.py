@@ -25,7 +25,8 @@ from shared.memory.compile import HUMAN_PATH
 from shared.memory.notes import MAX_NOTE_CHARS
 from shared.memory.provenance import Via
 from shared.models.agents import MAX_CONTEXT_WINDOW, MIN_CONTEXT_WINDOW
-from shared.protocol import MAX_ARCHIVE_BYTES, MAX_REQUEST_BYTES, MergeMode, ReflectionTrigger
+from shared.protocol import MAX_ARCHIVE_BYTES, MAX_REQUEST_BYTES
+from shared.setting_choices import MergeMode, ReflectionTrigger
 
 
 def _id(what: str) -> AfterValidator:

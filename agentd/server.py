@@ -35,6 +35,7 @@ from pydantic import ValidationError
 from agentd import __version__
 from agentd.agents import Agents
 from agentd.connection import TOO_LONG, Connection, Send
+from agentd.garbage_collection import QuietCollection
 from agentd.handlers import Handlers
 from agentd.listener import (
     Listener,
@@ -43,7 +44,6 @@ from agentd.listener import (
     listen_at,
     raise_open_file_limit,
 )
-from agentd.quiet_collection import QuietCollection
 from agentd.recall_client import RecallClient
 from agentd.reflections import Reflections
 from agentd.requests import PARAMS, Envelope, describe, parse_params

@@ -18,7 +18,7 @@ import structlog
 from agentd.idle_sweep import load_marks
 from agentd.outbox import outbox_dir
 from agentd.supervisor import up_is_running
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import RedisLocation
 from shared.errors import AgentdError
 from shared.memory.content import MemoryLimits, notice, scan_checkout
@@ -29,7 +29,7 @@ from shared.models.agents import AgentRecord
 from shared.reflection import events, pause
 from shared.reflection.backoff import load_backoff
 from shared.reflection.job import JOB_FORMAT
-from shared.reflection.settings import ReflectionSettings
+from shared.reflection.policy import ReflectionSettings
 from shared.reflection.state import peek_state
 from shared.store.agents import AgentStore
 from shared.store.approvals import waiting_calls
@@ -38,16 +38,12 @@ from shared.store.layout import Layout
 
 log = structlog.get_logger(__name__)
 
-REDIS_TIMEOUT_S = 0.3
-
 
 async def redis_status(location: RedisLocation, layout: Layout) -> dict[str, Any]:
     """Redis as the daemon sees it. ``state`` says why it is not reachable, so the user is
     told the truth: ``restarting`` (the embedded Valkey is down, but ``agentd up`` runs and
     restarts it), ``not_started`` (embedded, and no ``agentd up`` runs for this home: this
     daemon was started alone), ``unreachable`` (an external Redis)."""
-    import redis.asyncio as aioredis
-
     report: dict[str, Any] = {
         "url": location.redis_url,
         "embedded": location.embedded,
@@ -57,20 +53,18 @@ async def redis_status(location: RedisLocation, layout: Layout) -> dict[str, Any
         "queue_depth": None,
         "reflections_running": [],
     }
-    client = aioredis.Redis.from_url(
-        location.redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
-    )
+    client = location.async_client()
     try:
         started = time.perf_counter()
         await client.ping()
         report["latency_ms"] = round((time.perf_counter() - started) * 1000, 2)
         report["reachable"] = True
-        workers = [key async for key in client.scan_iter(match=keys.WORKER_PATTERN)]
+        workers = [key async for key in client.scan_iter(match=redis_keys.WORKER_PATTERN)]
         for raw in await client.mget(workers) if workers else []:
             if raw:
                 report["workers"].append(worker_entry(json.loads(raw)))
-        report["queue_depth"] = await client.llen(keys.REFLECTION_QUEUE)
-        leases = [key async for key in client.scan_iter(match=keys.LEASE_PATTERN)]
+        report["queue_depth"] = await client.llen(redis_keys.REFLECTION_QUEUE)
+        leases = [key async for key in client.scan_iter(match=redis_keys.LEASE_PATTERN)]
         report["reflections_running"] = sorted(k.decode().rsplit(":", 1)[-1] for k in leases)
     except Exception as exc:  # unreachable Redis is a status, not an error
         report["error"] = str(exc)

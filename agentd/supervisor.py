@@ -13,19 +13,11 @@ however often it happens. A second ``agentd up`` on the same home refuses to sta
 so does one on a home a standalone ``agentd serve`` already serves, with the same words,
 before it starts anything: ``run/up.lock`` is held for the run, which also tells
 ``agentctl status`` that a stack is alive. ``agentctl shutdown`` (the daemon exiting
-cleanly) stops the whole stack.
-
-What it prints depends on who reads it. On a terminal (or ``AGENTD_LOG_FORMAT=console``)
-each line is a readable one, prefixed by the process it came from (``agentd |``,
-``reflector-1 |``, ``valkey |``, and ``up |`` for its own): the children are told to log
-for a console. Anywhere else (or ``AGENTD_LOG_FORMAT=json``) every line is one JSON object
-with a ``process`` field, for a log collector: the children's JSON lines get the field, a
-line that is not JSON (a traceback) is wrapped, and the supervisor's own messages are
-events like theirs.
+cleanly) stops the whole stack. What it prints is :mod:`agentd.stack_output`'s.
 
 No process of the stack holds a provider key in the environment it was started with
 (``/proc/<pid>/environ``, which anything running as the same user reads): ``agentd up``
-itself runs again without them first (:mod:`shared.providers.keys`), keeps them in
+itself runs again without them first (:mod:`shared.providers.credentials`), keeps them in
 memory, and hands the daemon and each worker theirs on a descriptor they read and close
 at start; Valkey gets none.
 
@@ -33,8 +25,9 @@ The children die with ``agentd up`` even when it cannot stop them (``kill -9``, 
 kill): each is started with a parent-death signal (Linux ``PR_SET_PDEATHSIG``), so none
 lives on in its own session holding the Valkey socket or the daemon's. The daemon and
 Valkey get SIGTERM (the daemon stops its turns in order, Valkey syncs its append-only
-file); a worker gets SIGKILL, as in any crash of a worker: its job is redelivered and its
-worktree swept, where a SIGTERM would have it finish a job nobody supervises. The kernel
+file); a worker gets SIGKILL, as in any crash of a worker: the daemon sends its job again
+once its lease's holder is known dead and the next worker sweeps its scratch, where a
+SIGTERM would have it finish a job nobody supervises. The kernel
 sends the signal when the *thread* that started the child exits, so every child is
 started from the main thread.
 """
@@ -42,8 +35,6 @@ started from the main thread.
 from __future__ import annotations
 
 import ctypes
-import io
-import json
 import os
 import signal
 import subprocess
@@ -53,16 +44,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import IO, Any
 
 from agentd import instance
 from agentd.effective_config import redact_url
+from agentd.stack_output import COLORS, VALKEY_COLOR, StackOutput, console_output
 from agentd.up_web import announce_when_served, check_address
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import locate
 from shared.coordination.embedded import EmbeddedRedis, RedisUnavailable, remember_password
-from shared.providers.keys import HANDOFF_VARIABLE, ProviderKeys, hand_over, is_key_name
+from shared.providers.credentials import HANDOFF_VARIABLE, ProviderKeys, hand_over, is_key_name
 from shared.settings import Settings
 from shared.store.layout import Layout
 
@@ -72,8 +63,6 @@ EARLY_DEATH_S = 10.0
 """A child that dies sooner than this after starting counts toward the crash-loop limit."""
 STOP_GRACE_S = 20.0
 _PR_SET_PDEATHSIG = 1
-_COLORS = ("36", "33", "35", "32", "34", "31")
-_VALKEY_COLOR = "37"
 SUPERVISOR = "up"
 """The prefix, or ``process``, of what ``agentd up`` itself says."""
 
@@ -108,14 +97,6 @@ def already_running(settings: Settings) -> str:
         f"agentd is already running for {settings.home}; stop it first with "
         "`agentctl shutdown` (or Ctrl-C in its terminal)"
     )
-
-
-def console_output(settings: Settings) -> bool:
-    """Readable lines rather than JSON: ``AGENTD_LOG_FORMAT``, else whether stdout is a
-    terminal."""
-    if settings.log_format == "auto":
-        return sys.stdout.isatty()
-    return settings.log_format == "console"
 
 
 def worker_name(number: int) -> str:
@@ -155,7 +136,7 @@ def worker_command(name: str, log_level: str = "INFO", concurrency: int = 1) -> 
         "--concurrency",
         str(concurrency),
         "-Q",
-        keys.REFLECTION_QUEUE,
+        redis_keys.REFLECTION_QUEUE,
         "-n",
         f"{name}@%h",
         "--without-gossip",
@@ -175,24 +156,20 @@ class Stack:
         self.keys = ProviderKeys()
         """Handed to the daemon and each worker on a descriptor, never in an environment:
         Valkey gets none, and no child's ``/proc/<pid>/environ`` shows one. Taken (from
-        ``os.environ``, :func:`~shared.providers.keys.take_provider_keys`) once the
+        ``os.environ``, :func:`~shared.providers.credentials.take_provider_keys`) once the
         stack is sure to run."""
         self.redis: EmbeddedRedis | None = None
         self.valkey: Child | None = None
         self.children: list[Child] = []
         """The daemon and the workers; stopped before Valkey, which they need to the end."""
         self._stopping = threading.Event()
-        self._print_lock = threading.Lock()
-        self._tty = sys.stdout.isatty()
-        self._console = console_output(settings)
         names = [SUPERVISOR, "valkey", "agentd", worker_name(settings.workers)]
-        self._width = max(len(name) for name in names)
+        self.output = StackOutput(console_output(settings), names)
 
     def log_stream(self) -> IO[str]:
         """Where the supervisor's own log lines go (``configure(console=…)``): out with
         the children's, as the ``up`` process."""
-        readable = self._console and self._tty
-        return _Lines(lambda line: self._relay(SUPERVISOR, line, _VALKEY_COLOR), tty=readable)
+        return self.output.stream(SUPERVISOR, VALKEY_COLOR)
 
     def run(self) -> int:
         """Run the stack until it is stopped: 0 when asked to stop, 1 when it could not
@@ -252,7 +229,7 @@ class Stack:
         self.redis.start()  # a failure here stops `agentd up` before anything else starts
         self.valkey = Child(
             "valkey",
-            _VALKEY_COLOR,
+            VALKEY_COLOR,
             self._restart_valkey,
             self.redis.process,
             started_at=time.monotonic(),
@@ -303,11 +280,11 @@ class Stack:
     def _spawn_all(self) -> None:
         python = sys.executable
         daemon = [python, "-m", "agentd.cli", "serve"]
-        self._add("agentd", daemon, _COLORS[0], signal.SIGTERM)
+        self._add("agentd", daemon, COLORS[0], signal.SIGTERM)
         for number in range(1, self.settings.workers + 1):
             name = worker_name(number)
             worker = worker_command(name, self.settings.log_level)
-            self._add(name, worker, _COLORS[number % len(_COLORS)], signal.SIGKILL)
+            self._add(name, worker, COLORS[number % len(COLORS)], signal.SIGKILL)
 
     def _add(self, name: str, argv: list[str], color: str, on_our_death: signal.Signals) -> None:
         child = Child(name, color, lambda: self._spawn(name, argv, color, on_our_death))
@@ -317,7 +294,7 @@ class Stack:
     def child_env(self) -> dict[str, str]:
         """The children's environment: ours without a key, with how to log and, when
         ``agentd up --web`` turned it on, where the daemon serves the web view."""
-        log_format = "console" if self._console else "json"
+        log_format = "console" if self.output.console else "json"
         ours = {name: value for name, value in os.environ.items() if not is_key_name(name)}
         env = {**ours, "PYTHONUNBUFFERED": "1", "AGENTD_LOG_FORMAT": log_format}
         if self.settings.web:
@@ -347,50 +324,12 @@ class Stack:
     def _pump(self, name: str, color: str, stream: IO[bytes] | None) -> None:
         assert stream is not None
         for raw in stream:
-            self._relay(name, raw.decode(errors="replace").rstrip("\n"), color)
-
-    def _relay(self, name: str, line: str, color: str) -> None:
-        """A line a process wrote, told apart from the others' (module docstring)."""
-        if self._console:
-            self._print(self._prefixed(name, line, color))
-            return
-        if not line.strip():
-            return
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        if not isinstance(record, dict):
-            record = {"event": "output", "text": line, "timestamp": _now()}
-        self._print(json.dumps({"process": name, **record}, ensure_ascii=False))
+            self.output.relay(name, raw.decode(errors="replace").rstrip("\n"), color)
 
     def _say(self, name: str, event: str, text: str, level: str = "info", **fields: Any) -> None:
-        """The supervisor's own news about process ``name``: ``text`` on a console, an
-        ``event`` with ``fields`` in JSON."""
-        color = next((c.color for c in self.children if c.name == name), _VALKEY_COLOR)
-        if self._console:
-            self._print(self._prefixed(name, text, color))
-            return
-        record = {
-            "process": name,
-            "event": event,
-            "message": text,
-            **fields,
-            "service": "agentd-up",
-            "level": level,
-            "timestamp": _now(),
-        }
-        self._print(json.dumps(record, ensure_ascii=False))
-
-    def _prefixed(self, name: str, line: str, color: str) -> str:
-        prefix = f"{name:<{self._width}} |"
-        if self._tty:
-            prefix = f"\033[{color}m{prefix}\033[0m"
-        return f"{prefix} {line}"
-
-    def _print(self, line: str) -> None:
-        with self._print_lock:
-            print(line, flush=True)
+        """The supervisor's own news about process ``name``, in its colour."""
+        color = next((c.color for c in self.children if c.name == name), VALKEY_COLOR)
+        self.output.say(name, color, event, text, level, **fields)
 
     def _watch(self) -> bool:
         """Reap and restart every child that exited (polling also reaps: no zombies).
@@ -453,30 +392,3 @@ class Stack:
         if self.redis is not None:
             self.redis.stop()
             self._say("valkey", "valkey_stopped", "stopped")
-
-
-def _now() -> str:
-    """A timestamp like structlog's (ISO 8601, UTC, ``Z``)."""
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-
-
-class _Lines(io.TextIOBase):
-    """A text stream that hands each complete line to ``emit``."""
-
-    def __init__(self, emit: Callable[[str], None], *, tty: bool) -> None:
-        self._emit = emit
-        self._tty = tty
-        self._pending = ""
-
-    def writable(self) -> bool:
-        return True
-
-    def isatty(self) -> bool:
-        """Whether the lines end on a terminal (the console renderer colours them then)."""
-        return self._tty
-
-    def write(self, text: str) -> int:
-        *lines, self._pending = (self._pending + text).split("\n")
-        for line in lines:
-            self._emit(line)
-        return len(text)

@@ -11,7 +11,7 @@ nothing of the daemon's home.
 The worker process is Celery itself, executed in place of this one (one process for a
 service manager to watch). Provider keys do not go with it in the environment, where
 ``/proc/<pid>/environ`` shows them: they are handed over on a descriptor, as ``agentd up``
-hands them to its workers (:mod:`shared.providers.keys`).
+hands them to its workers (:mod:`shared.providers.credentials`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 
 from agentd.supervisor import worker_command
 from shared.coordination.broker import locate, reach
-from shared.providers.keys import HANDOFF_VARIABLE, hand_over, is_key_name
+from shared.providers.credentials import HANDOFF_VARIABLE, hand_over, is_key_name
 from shared.settings import Settings
 
 DEFAULT_NAME = "reflector"

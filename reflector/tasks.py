@@ -8,26 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
 import structlog
 from celery import Celery
 
 from reflector.gates import model_setup
 from reflector.work import RedisTransfer, WorkerContext, run_work
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import RedisLocation
 from shared.providers.base import Provider
+from shared.providers.credentials import ProviderKeys
 from shared.providers.factory import ProviderFactory
-from shared.providers.keys import ProviderKeys
 from shared.providers.latency import WithLatency
 from shared.providers.mock import MOCK_MODEL
 from shared.reflection.job import JobInput
 from shared.settings import Settings
 
 log = structlog.get_logger(__name__)
-
-REDIS_TIMEOUT_S = 10.0
-"""A Redis that stops answering fails the job's next call instead of hanging the worker."""
 
 
 class Reflect:
@@ -76,11 +72,7 @@ class Reflect:
         return model_setup(self.settings, model, window, credentials)
 
     def __call__(self, job: dict[str, Any]) -> dict[str, Any] | None:
-        client = redis.Redis.from_url(
-            self.location.redis_url,
-            socket_connect_timeout=REDIS_TIMEOUT_S,
-            socket_timeout=REDIS_TIMEOUT_S,
-        )
+        client = self.location.client()  # a Redis that hangs fails a call, not the worker
         context = WorkerContext(
             settings=self.settings,
             redis=client,
@@ -99,10 +91,10 @@ class Reflect:
 def register_reflect(
     app: Celery, settings: Settings, location: RedisLocation, provider_keys: ProviderKeys | None
 ) -> None:
-    """Register :data:`keys.REFLECT_TASK` on ``app``: the name the daemon sends by."""
+    """Register :data:`redis_keys.REFLECT_TASK` on ``app``: the name the daemon sends by."""
     reflect = Reflect(settings, location, provider_keys)
 
-    @app.task(name=keys.REFLECT_TASK, bind=True)
+    @app.task(name=redis_keys.REFLECT_TASK, bind=True)
     def _reflect(self: Any, job: dict[str, Any]) -> dict[str, Any] | None:
         reflect.worker = reflect.worker or str(getattr(self.request, "hostname", "") or "")
         return reflect(job)

@@ -64,10 +64,6 @@ from shared.store.layout import JobLayout
 
 log = structlog.get_logger(__name__)
 
-ANSWER_RETRY_S = 120.0
-"""How long a finished job keeps trying to store its answer while Redis is away (a
-restart): the answer is the job's whole result."""
-
 
 class Transfer(Protocol):
     """Where a worker's inputs come from and its answers go (Redis, in production)."""
@@ -381,11 +377,13 @@ class _Work:
 
     def deliver(self, answer: JobAnswer) -> None:
         """Store the answer (or, for a busy agent, only announce it), trying through a
-        Redis restart for a while."""
+        Redis restart for as long as a lease lasts: the answer is the job's whole result,
+        and past that the daemon owns the job again (it finds the lease gone and sends the
+        job anew)."""
         bundle = None
         if answer.head is not None and self.scratch is not None:
             bundle = self.scratch.answer_bundle.read_bytes()
-        deadline = time.monotonic() + ANSWER_RETRY_S
+        deadline = time.monotonic() + self.ctx.settings.reflection_lease_s
         while True:
             try:
                 if answer.reason == "already_active":

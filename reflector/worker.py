@@ -23,7 +23,7 @@ from celery.exceptions import SecurityWarning
 from reflector.app import create_app
 from shared.logging import configure, file_only
 from shared.priority import lower_this_thread
-from shared.providers.keys import receive_keys, take_provider_keys
+from shared.providers.credentials import receive_keys, take_provider_keys
 from shared.settings import Settings
 from shared.store.permissions import private_umask
 
@@ -66,6 +66,6 @@ configure(
 )
 logging.getLogger("py.warnings").addFilter(_RootWarningToDebug())
 file_only(BANNER_LOGGER)
-# Out of the environment before a sub-agent's shell can start (shared/providers/keys.py).
+# Out of the environment before a sub-agent's shell can start (shared/providers/credentials.py).
 app = create_app(settings, provider_keys=take_provider_keys())
 signals.celeryd_after_setup.connect(_banner_to_the_log, weak=False)

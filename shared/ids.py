@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 
 from shared.errors import AmbiguousMessage, InvalidId, UnknownMessage
-from shared.protocol import names_message
+from shared.message_refs import names_message
 
 ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 REFLECTION_SUFFIX = "~reflection"

@@ -31,10 +31,12 @@ from pydantic_settings import (
 )
 
 from shared.errors import InvalidSettings
+from shared.home import agentd_home
 from shared.memory.content import DEFAULT_FILE_MAX_BYTES, DEFAULT_MEMORY_MAX_BYTES, MemoryLimits
 from shared.models.agents import MAX_CONTEXT_WINDOW
-from shared.protocol import MAX_REQUEST_BYTES, MergeMode, ReflectionTrigger, agentd_home
-from shared.reflection.settings import DEFAULT_MERGE, DEFAULT_STEP_COUNT, DEFAULT_TRIGGER
+from shared.protocol import MAX_REQUEST_BYTES
+from shared.reflection.policy import DEFAULT_MERGE, DEFAULT_STEP_COUNT, DEFAULT_TRIGGER
+from shared.setting_choices import MergeMode, ReflectionTrigger
 from shared.store.layout import Layout
 
 DEFAULT_MODEL = "mock"
@@ -147,7 +149,7 @@ class Settings(BaseSettings):
     """The largest memory bundle a reflection job may carry to a worker, and the largest
     bundle of commits a worker may send back."""
     reflection_trigger: ReflectionTrigger = DEFAULT_TRIGGER
-    """Default reflection trigger for agents that set none (``agentctl sleeptime``)."""
+    """Default reflection trigger for agents that set none (``agentctl reflection-settings``)."""
     reflection_step_count: int = Field(default=DEFAULT_STEP_COUNT, ge=1, le=100_000)
     reflection_merge: MergeMode = DEFAULT_MERGE
     reflection_model: str | None = None
@@ -155,7 +157,32 @@ class Settings(BaseSettings):
     reflection_context_window: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_WINDOW)
     """The sub-agent's own window: a tiny shared window makes it forget the payload."""
     reflection_lease_s: int = Field(default=60, ge=2, le=86_400)
-    """How long a dead worker keeps its agent's reflection lease (renewed while alive)."""
+    """How long a worker that stops renewing (killed, its host gone) keeps its agent's
+    reflection lease: the longest a lost job waits before the daemon sends it again. Its
+    holder renews it every quarter of that. It also bounds two other waits of the same
+    question, "is that job's worker alive?": the time a job taken off the queue may take to
+    show its lease, and how long a finished job keeps trying to store its answer through a
+    Redis restart (past it, the daemon owns the job again)."""
+    reflection_time_limit_s: int = Field(default=20 * 60, ge=120, le=7 * 86_400)
+    """The longest one job may run on a worker (Celery's hard time limit; a minute before
+    it the job stops with ``failed: time_limit``): a hung sub-agent, which would hold its
+    agent's lease forever while the lease thread renews it, is killed, so the lease alone
+    decides when a job is lost."""
+    redis_timeout_s: float = Field(default=5.0, gt=0, le=600)
+    """How long any Redis call of agentd (daemon, workers, doctor, status) may go
+    unanswered before it fails. Above Valkey's own stall under a busy disk (up to 2 s with
+    ``appendfsync everysec``: at 0.5 s a loaded machine's Redis was called unreachable); a
+    Redis that is down refuses at once, so only a hung or distant one costs the wait.
+    Sending a job's memory bundle must fit in it too: raise it for big memories over a slow
+    link."""
+    reflection_reconcile_s: float = Field(default=5.0, gt=0, le=3_600)
+    """How often the daemon asks Redis about each sent job (and how long one read of the
+    answer stream blocks): the most a missed answer, a lost job or a request that waited for
+    Redis waits before the daemon acts."""
+    worker_heartbeat_s: float = Field(default=2.0, gt=0, le=3_600)
+    """How often a worker refreshes its entry in Redis; the entry lives four beats, so a
+    worker killed with -9 leaves ``agentctl status`` within that, and a live one survives
+    three missed beats."""
     reflection_max_tries: int = Field(default=3, ge=1, le=100)
     """Starts of one reflection job before it is recorded ``failed: redelivered``: a job
     that keeps killing its worker must not be redelivered forever."""
@@ -175,10 +202,6 @@ class Settings(BaseSettings):
     workers: int = Field(default=2, ge=0, le=64)
     """Reflection worker processes ``agentd up`` starts; the jobs ``agentd worker`` runs at
     once (its default ``--concurrency``)."""
-    restore_unacked: bool = True
-    """A starting worker requeues the jobs a dead worker left unacked. Right while one
-    host runs every worker; with several hosts set it false and let the visibility
-    timeout hand out what a dead worker held."""
     block_remote_models: bool = False
     """Refuse model requests to anything but a loopback address (the test suite sets it,
     so no test can reach a real provider)."""

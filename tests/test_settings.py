@@ -97,4 +97,4 @@ def test_no_module_reads_an_agentd_setting_from_the_environment_but_settings() -
         for path in sorted((root / package).rglob("*.py"))
         for name in _environment_reads(ast.parse(path.read_text()))
     }
-    assert reads == {"shared/protocol.py: AGENTD_HOME"}
+    assert reads == {"shared/home.py: AGENTD_HOME"}

@@ -1,9 +1,10 @@
 """agentctl: the thin client. Parse arguments, send one request, print, exit.
 
-Imports only the standard library and ``shared.protocol`` (never pydantic, litellm,
-Celery or git) so it starts in tens of milliseconds. Exit codes: 0 ok (also when whoever
-reads stdout stops reading, as ``agentctl messages | head -1`` does), 1 error (the
-daemon's typed error is printed as ``code: message``), 2 usage, 130 interrupted.
+Imports only the standard library and ``shared``'s standard-library modules (the wire
+format, the home, message refs, setting choices; never pydantic, litellm, Celery or git)
+so it starts in tens of milliseconds. Exit codes: 0 ok (also when whoever reads stdout
+stops reading, as ``agentctl messages | head -1`` does), 1 error (the daemon's typed error
+is printed as ``code: message``), 2 usage, 130 interrupted.
 
 Its parts: :mod:`.parser` (the command line), :mod:`.connection` (the socket),
 :mod:`.commands` (the request each command sends), :mod:`.chat` (one streamed turn),

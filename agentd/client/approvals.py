@@ -18,7 +18,7 @@ from agentd.client.chat import EXIT_WAITING, ended, stream
 from agentd.client.connection import Connection
 from agentd.client.terminal_modes import discard_typeahead
 from agentd.client.times import shown
-from shared.protocol import short_id
+from shared.message_refs import short_id
 
 YES = ("y", "yes")
 NO = ("", "n", "no")

@@ -126,7 +126,7 @@ def cmd_messages(conn: Connection, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sleeptime(conn: Connection, args: argparse.Namespace) -> int:
+def cmd_reflection_settings(conn: Connection, args: argparse.Namespace) -> int:
     params = {
         "agent": args.agent,
         "trigger": args.trigger,

@@ -15,7 +15,7 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
-from shared import protocol
+from shared import home, protocol
 
 NOT_RUNNING = "not_running"
 DISCONNECTED = "disconnected"
@@ -38,7 +38,7 @@ class Connection:
     def _open(self) -> None:
         """Connect, or raise ``not_running``; a failed attempt leaves the connection
         closed, so the next request tries again instead of using a dead socket."""
-        path = protocol.socket_path()
+        path = home.socket_path()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.connect(str(path))

@@ -22,10 +22,10 @@ from agentd.client.commands import (
     cmd_memory,
     cmd_messages,
     cmd_reflect,
+    cmd_reflection_settings,
     cmd_reflections,
     cmd_search,
     cmd_shutdown,
-    cmd_sleeptime,
     cmd_status,
     cmd_web,
 )
@@ -33,7 +33,7 @@ from agentd.client.delete import cmd_agent_delete
 from agentd.client.mcp import cmd_mcp
 from agentd.client.notes import cmd_forget, cmd_remember
 from agentd.client.repl import cmd_chat
-from shared import protocol
+from shared import setting_choices
 
 JSON_HELP = "print the daemon's answer as JSON (times in ISO 8601 with an offset)"
 
@@ -114,8 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"agentctl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, handler: Any, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
+    def command(
+        name: str, handler: Any, help_text: str, aliases: tuple[str, ...] = ()
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text, aliases=aliases)
         p.set_defaults(handler=handler, usage_of=p)
         return p
 
@@ -155,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     update.add_argument("--name", help="a new name")
     update.add_argument(
         "--model",
-        help=f"litellm model string; {protocol.DEFAULT_MODEL!r}: back to AGENTD_MODEL",
+        help=f"litellm model string; {setting_choices.DEFAULT_MODEL!r}: back to AGENTD_MODEL",
     )
     update.add_argument(
         "--context-window",
@@ -249,23 +251,23 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_argument("--limit", type=count(1), default=10, help="at most this many hits")
     search.add_argument("--json", action="store_true", help=JSON_HELP)
 
-    sleeptime = command(
-        "sleeptime",
-        cmd_sleeptime,
+    # ``sleeptime`` is the name the seeds' walkthrough (mini-letta) used: kept as an alias.
+    settings = command(
+        "reflection-settings",
+        cmd_reflection_settings,
         "Show or set when an agent reflects (prints the resolved settings).",
+        aliases=("sleeptime",),
     )
-    agent_flag(sleeptime)
-    sleeptime.add_argument(
+    agent_flag(settings)
+    settings.add_argument(
         "--trigger",
-        choices=get_args(protocol.ReflectionTrigger),
+        choices=get_args(setting_choices.ReflectionTrigger),
         help="off; step-count: every --steps assistant steps; compaction-event: after a compaction",
     )
-    sleeptime.add_argument(
-        "--steps", type=count(1), help="with step-count: assistant steps between"
-    )
-    sleeptime.add_argument(
+    settings.add_argument("--steps", type=count(1), help="with step-count: assistant steps between")
+    settings.add_argument(
         "--merge",
-        choices=get_args(protocol.MergeMode),
+        choices=get_args(setting_choices.MergeMode),
         help="auto: merge a reflection at once; explicit: wait for the agent's review",
     )
 

@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from agentd.client.times import shown
-from shared import protocol
+from shared import message_refs, protocol
 
 _PREVIEW_CHARS = 200
 
@@ -48,7 +48,7 @@ def print_event(event: str, data: dict[str, Any]) -> None:
     as it streams, by :mod:`.live`)."""
     if event == protocol.EVENT_TOOL_CALL:
         waits = data.get("awaiting_approval")
-        suffix = f"  (awaiting approval {protocol.short_id(waits)})" if waits else ""
+        suffix = f"  (awaiting approval {message_refs.short_id(waits)})" if waits else ""
         print(f"  ⚙ {data['name']}({data['arguments']}){suffix}", flush=True)
     elif event == protocol.EVENT_TOOL_RESULT:
         mark = "✗" if data.get("is_error") else "✓"
@@ -211,9 +211,9 @@ def print_messages(messages: list[dict[str, Any]], around: str | None) -> None:
             text = (text + " " if text else "") + " ".join(
                 f"⚙ {c['name']}({c.get('arguments', '{}')})" for c in calls
             )
-        marker = "◀ " if around and protocol.names_message(around, message["id"]) else ""
+        marker = "◀ " if around and message_refs.names_message(around, message["id"]) else ""
         print(
-            f"{shown(message['created_at'])}  {protocol.short_id(message['id'])}  "
+            f"{shown(message['created_at'])}  {message_refs.short_id(message['id'])}  "
             f"{label:<9} {marker}{one_line(text)}"
         )
 
@@ -226,7 +226,7 @@ def print_hits(hits: list[dict[str, Any]]) -> None:
     for hit in hits:
         print(
             f"{hit['score']:.2f}\t{shown(hit['created_at'])}\t"
-            f"{protocol.short_id(hit['message_id'])}\t{hit['role']}\t{one_line(hit['text'])}"
+            f"{message_refs.short_id(hit['message_id'])}\t{hit['role']}\t{one_line(hit['text'])}"
         )
 
 
@@ -269,9 +269,9 @@ def commit_label(commit: dict[str, Any]) -> str:
     if provenance.get("reverts"):
         source = f"reverts {provenance['reverts'][:7]}"
     elif provenance.get("job_id"):
-        source = f"job {protocol.short_id(provenance['job_id'])}"
+        source = f"job {message_refs.short_id(provenance['job_id'])}"
     elif provenance.get("message_id"):
-        source = f"msg {protocol.short_id(provenance['message_id'])}"
+        source = f"msg {message_refs.short_id(provenance['message_id'])}"
     elif provenance.get("via"):
         source = f"via {provenance['via']}"
     else:
@@ -309,7 +309,7 @@ def print_why(matches: list[dict[str, Any]], more: int) -> None:
             print(f"  {_remembered(provenance)}")
         for said in match["evidence"]:
             print(
-                f"    {shown(said['created_at'])}  {protocol.short_id(said['message_id'])}  "
+                f"    {shown(said['created_at'])}  {message_refs.short_id(said['message_id'])}  "
                 f"{one_line(said['text'])}"
             )
     if more:
@@ -390,7 +390,7 @@ def _calls(count: int) -> str:
 def print_waiting(waiting: list[dict[str, Any]]) -> None:
     """How to answer each waiting call (stderr: stdout stays the turn's)."""
     for call in waiting:
-        short = protocol.short_id(call["id"])
+        short = message_refs.short_id(call["id"])
         print(
             f"  ■ {call['name']} waits for your approval: agentctl approve {short}   "
             f"(or: agentctl deny {short} --reason TEXT)",

@@ -36,7 +36,7 @@ from agentd.client.approvals import ask
 from agentd.client.chat import EXIT_WAITING, ended, stream, stream_turn
 from agentd.client.connection import DISCONNECTED, NOT_RUNNING, ClientError, Connection
 from agentd.client.terminal_modes import keys_wait_for_prompt
-from shared import protocol
+from shared import home
 
 PROMPT = "› "
 HISTORY_LINES = 1_000
@@ -119,7 +119,7 @@ class Repl:
         try:
             if sys.stdin.isatty():
                 self.interactive = True
-                return self._interactive(LineEditor(protocol.history_path()))
+                return self._interactive(LineEditor(home.history_path()))
             return self._script()
         finally:
             if self.conn is not None:

@@ -51,7 +51,7 @@ from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.reflection import backoff
 from shared.reflection.failures import failure_reason
 from shared.reflection.job import JOB_FORMAT, JobAnswer, stated_format
-from shared.reflection.settings import configured_defaults, resolve
+from shared.reflection.policy import configured_defaults, resolve
 from shared.reflection.slices import Slice
 from shared.reflection.state import advance
 from shared.reflection.verdict import final_report, judge

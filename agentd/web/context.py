@@ -13,7 +13,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 
 from agentd.web.guard import session_of
 from shared.clock import user_zone
-from shared.protocol import short_id
+from shared.message_refs import short_id
 
 if TYPE_CHECKING:
     from agentd.handlers import Handlers

@@ -28,8 +28,9 @@ from aiohttp import web
 
 from agentd.web.openai_errors import answer, stream_error, turn_error_status
 from agentd.web.openai_wire import Completion, CompletionRequest, extra, finish_reason, usage
+from shared.message_refs import short_id
 from shared.models.turns import TurnResult
-from shared.protocol import EVENT_ASSISTANT, EVENT_ASSISTANT_DELTA, short_id
+from shared.protocol import EVENT_ASSISTANT, EVENT_ASSISTANT_DELTA
 
 log = structlog.get_logger(__name__)
 

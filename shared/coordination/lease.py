@@ -1,16 +1,14 @@
-"""The reflection lease: one reflection per agent across every worker and host.
+"""The reflection lease: one reflection per agent across every worker and host, and the one
+answer to "is this job's worker still alive?".
 
-A Redis lock with a TTL that its holder renews from a background thread. A worker that
-dies (even ``kill -9``) stops renewing, and the agent is free again within
-:data:`~shared.coordination.keys.LEASE_TTL_S`. ``thread_local=False`` because the renewal
-runs in another thread than the acquire (redis-py's default thread-local token breaks
-exactly that). A renewal that fails for any reason — the lock taken over, or Redis gone —
-marks the lease lost: the holder may no longer be the only reflection of its agent, so it
-must not merge. Merges into the parent repo are additionally serialised by the agent's
-memory *file* lock, which the daemon shares; the lease is not a fence by itself.
-
-The holder may name a key to keep alive with the lease (its worktree's liveness marker),
-so that others can tell its work from a dead job's leftovers.
+A Redis lock with a TTL (``AGENTD_REFLECTION_LEASE_S``) that its holder renews from a
+background thread. A worker that dies (even ``kill -9``, or its host gone) stops renewing,
+and the agent is free again within the TTL; the daemon then finds the job lost
+(:func:`shared.coordination.jobs.status`) and sends it again. ``thread_local=False``
+because the renewal runs in another thread than the acquire (redis-py's default
+thread-local token breaks exactly that). A renewal is retried through a Redis that is
+away for a moment; one that finds the lock gone or taken stops. The lease is no fence for
+memory: a worker merges nothing, and the daemon, the one writer, takes the first answer.
 
 The lease's value names its holder's host and process. Redis persists the lease, so after
 a crash of every process at once it would outlive its dead holder by up to its TTL and
@@ -31,7 +29,7 @@ import redis
 import structlog
 from redis.exceptions import LockError, LockNotOwnedError
 
-from shared.coordination import keys
+from shared.coordination import redis_keys
 
 log = structlog.get_logger(__name__)
 
@@ -47,13 +45,13 @@ class ReflectionLease:
         client: redis.Redis,
         agent_id: str,
         owner: str,
-        ttl_s: int = keys.LEASE_TTL_S,
+        ttl_s: int,
     ) -> None:
         self._client = client
         self._lock = client.lock(
-            keys.lease(agent_id), timeout=ttl_s, blocking=False, thread_local=False
+            redis_keys.lease(agent_id), timeout=ttl_s, blocking=False, thread_local=False
         )
-        self._key = keys.lease(agent_id)
+        self._key = redis_keys.lease(agent_id)
         self._ttl_s = ttl_s
         self._renew_every_s = max(1.0, ttl_s / 4)
         self._owner = f"{owner} {socket.gethostname()} {os.getpid()}"
@@ -124,7 +122,7 @@ class ReflectionLease:
 
 def holder_alive(client: redis.Redis, agent_id: str) -> bool:
     """Whether someone holds the agent's lease who may still be alive."""
-    token = client.get(keys.lease(agent_id))
+    token = client.get(redis_keys.lease(agent_id))
     return token is not None and not _dead(token)
 
 

@@ -1,7 +1,7 @@
 """A job's inputs and its answer, held in Redis between the daemon and a worker.
 
 The daemon puts a job's :class:`~shared.reflection.job.JobInput` and memory bundle under
-keys named by the input's id (:data:`~shared.coordination.keys.JOB_BLOB_TTL_S`), then
+keys named by the input's id (:data:`~shared.coordination.redis_keys.JOB_BLOB_TTL_S`), then
 sends the Celery message that names them. The worker that runs the job stores its
 :class:`~shared.reflection.job.JobAnswer` and bundle the same way: the first answer for an
 input wins (``SET NX``), so two copies of one job (a redelivery while the first still
@@ -17,7 +17,7 @@ import secrets
 
 import redis
 
-from shared.coordination import jobs, keys
+from shared.coordination import jobs, redis_keys
 from shared.reflection.job import JobAnswer, JobInput
 
 ANSWER_STREAM = "agentd:reflection-answers"
@@ -29,19 +29,23 @@ answer that is only a notice (``skipped: already_active``, never stored)."""
 
 def put_input(client: redis.Redis, job: JobInput, bundle: bytes) -> None:
     pipe = client.pipeline()
-    pipe.set(keys.job_input_bundle(job.input_id), bundle, ex=keys.JOB_BLOB_TTL_S)
-    pipe.set(keys.job_input(job.input_id), job.model_dump_json(), ex=keys.JOB_BLOB_TTL_S)
+    pipe.set(redis_keys.job_input_bundle(job.input_id), bundle, ex=redis_keys.JOB_BLOB_TTL_S)
+    pipe.set(
+        redis_keys.job_input(job.input_id), job.model_dump_json(), ex=redis_keys.JOB_BLOB_TTL_S
+    )
     pipe.execute()
 
 
 def has_input(client: redis.Redis, input_id: str) -> bool:
-    return bool(client.exists(keys.job_input(input_id), keys.job_input_bundle(input_id)) == 2)
+    return bool(
+        client.exists(redis_keys.job_input(input_id), redis_keys.job_input_bundle(input_id)) == 2
+    )
 
 
 def get_input(client: redis.Redis, input_id: str) -> tuple[bytes, bytes] | None:
     """The input's JSON (parsed by the caller, who checks its format first) and bundle;
     None when Redis no longer holds them."""
-    raw, bundle = client.mget(keys.job_input(input_id), keys.job_input_bundle(input_id))
+    raw, bundle = client.mget(redis_keys.job_input(input_id), redis_keys.job_input_bundle(input_id))
     if raw is None or bundle is None:
         return None
     return raw, bundle
@@ -52,10 +56,13 @@ def put_answer(client: redis.Redis, answer: JobAnswer, bundle: bytes | None) -> 
     nonce = secrets.token_hex(6)
     stored = answer.model_dump(mode="json")
     if bundle is not None:
-        stored["bundle_key"] = keys.job_answer_bundle(answer.input_id, nonce)
-        client.set(stored["bundle_key"], bundle, ex=keys.JOB_BLOB_TTL_S)
+        stored["bundle_key"] = redis_keys.job_answer_bundle(answer.input_id, nonce)
+        client.set(stored["bundle_key"], bundle, ex=redis_keys.JOB_BLOB_TTL_S)
     if not client.set(
-        keys.job_answer(answer.input_id), json.dumps(stored), nx=True, ex=keys.JOB_BLOB_TTL_S
+        redis_keys.job_answer(answer.input_id),
+        json.dumps(stored),
+        nx=True,
+        ex=redis_keys.JOB_BLOB_TTL_S,
     ):
         if bundle is not None:
             client.delete(stored["bundle_key"])
@@ -91,7 +98,7 @@ def notice(answer: JobAnswer) -> str:
 def get_answer(client: redis.Redis, input_id: str) -> tuple[bytes, bytes | None] | None:
     """The stored answer's JSON and its bundle (None when it committed nothing); None when
     there is no answer, or its bundle is gone."""
-    raw = client.get(keys.job_answer(input_id))
+    raw = client.get(redis_keys.job_answer(input_id))
     if raw is None:
         return None
     bundle_key = _bundle_key(raw, input_id)
@@ -108,13 +115,17 @@ def _bundle_key(raw: bytes, input_id: str) -> str | None:
         named = json.loads(raw).get("bundle_key")
     except (ValueError, AttributeError):
         return None
-    ours = keys.job_answer_bundle(input_id, "")
+    ours = redis_keys.job_answer_bundle(input_id, "")
     return named if isinstance(named, str) and named.startswith(ours) else None
 
 
 def drop(client: redis.Redis, input_id: str) -> None:
     """Forget a job's inputs and answer (its outcome is recorded)."""
-    doomed = [keys.job_input(input_id), keys.job_input_bundle(input_id), keys.job_answer(input_id)]
-    raw = client.get(keys.job_answer(input_id))
+    doomed = [
+        redis_keys.job_input(input_id),
+        redis_keys.job_input_bundle(input_id),
+        redis_keys.job_answer(input_id),
+    ]
+    raw = client.get(redis_keys.job_answer(input_id))
     bundle_key = _bundle_key(raw, input_id) if raw is not None else None
     client.delete(*doomed, *([bundle_key] if bundle_key else []))

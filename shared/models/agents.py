@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
 
 from shared.clock import utc_now
 from shared.models.migrations import StateKind, current_version, migration
-from shared.protocol import MergeMode, ReflectionTrigger
+from shared.setting_choices import MergeMode, ReflectionTrigger
 
 
 @migration("agent")
@@ -51,7 +51,7 @@ def trimmed(value: str | None) -> str | None:
 
 class ReflectionOverrides(BaseModel):
     """The reflection settings an agent overrides; a field left ``None`` inherits the
-    daemon's default (:mod:`shared.reflection.settings` resolves them). Unknown keys (a
+    daemon's default (:mod:`shared.reflection.policy` resolves them). Unknown keys (a
     setting an older version stored) are ignored."""
 
     model_config = ConfigDict(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from shared.providers.base import AGENT_WINDOW_SETTING, GLOBAL_WINDOW_SETTING, Provider
-from shared.providers.keys import ProviderKeys
+from shared.providers.credentials import ProviderKeys
 from shared.providers.latency import WithLatency
 from shared.providers.mock import DEFAULT_MOCK_CONTEXT_WINDOW, MOCK_MODEL, MockProvider
 from shared.settings import Settings

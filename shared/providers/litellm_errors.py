@@ -37,7 +37,7 @@ from shared.errors import (
     ProviderTimeout,
     ProviderUnreachable,
 )
-from shared.providers.keys import is_key_name
+from shared.providers.credentials import is_key_name
 from shared.providers.litellm_import import import_litellm
 
 MODEL_STRING_HINT = "e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5 or ollama/llama3.1"

@@ -31,7 +31,7 @@ import structlog
 
 from shared.errors import ProviderConfigError
 from shared.providers.base import ModelRequest, ModelResponse, Provider
-from shared.providers.keys import ProviderKeys
+from shared.providers.credentials import ProviderKeys
 from shared.providers.litellm_errors import map_litellm_errors
 from shared.providers.litellm_import import import_litellm
 from shared.providers.litellm_retry import call_with_retries
@@ -74,7 +74,7 @@ class LiteLLMProvider(Provider):
             self.context_window_source = "model map" if known else "default"
         self._credentials = _credentials(self._litellm, model, api_base, api_key, keys)
         """Passed on every call: litellm must not look for keys in the environment, which
-        the daemon emptied of them (:mod:`shared.providers.keys`)."""
+        the daemon emptied of them (:mod:`shared.providers.credentials`)."""
         self._timeout_s = timeout_s
         self._attempts = attempts
         self._block_remote = block_remote

@@ -26,7 +26,7 @@ import structlog
 
 from shared.errors import CorruptStateFile
 from shared.models.agents import CompactionEvent
-from shared.reflection.settings import ReflectionSettings
+from shared.reflection.policy import ReflectionSettings
 from shared.reflection.state import TranscriptState, record_turn
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.layout import ConversationFiles

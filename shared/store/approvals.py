@@ -17,8 +17,8 @@ from typing import Any
 import structlog
 
 from shared.errors import CorruptStateFile
+from shared.message_refs import names_message
 from shared.models.approvals import PendingCall, WaitingStep
-from shared.protocol import names_message
 from shared.store.atomic import read_model, write_model_atomic
 from shared.store.layout import ConversationFiles, Layout
 

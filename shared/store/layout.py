@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.home import socket_path
 from shared.ids import validate_agent_id, validate_id
-from shared.protocol import socket_path
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
-"""Advisory file locks (``flock``) for counters and for an agent's memory checkout.
+"""Advisory file locks (``flock``): for counters and an agent's memory checkout held for
+a block, and for a process that holds its home for as long as it runs
+(:mod:`agentd.instance`). The one place agentd takes a ``flock``.
 
 A file lock, not Redis: chat must never depend on Redis, and the kernel releases a
 ``flock`` when its holder dies, so a crashed process never leaves a lock behind.
-Both forms poll a non-blocking ``flock``: the async one sleeps between tries without
-blocking the event loop.
+Every form polls a non-blocking ``flock`` (the async one sleeps between tries without
+blocking the event loop), with the lock file open from the first try to the release: a
+waiter is an open descriptor on the file, which tests count to order their steps.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ class _Attempt:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
 
     def try_acquire(self) -> bool:
-        """True once held; raises ``LockTimeout`` when the deadline has passed."""
+        """True once held; raises ``LockTimeout`` when the deadline has passed (the
+        descriptor stays open: :meth:`release` closes it)."""
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
@@ -75,3 +79,50 @@ async def async_file_lock(
         yield
     finally:
         attempt.release()
+
+
+class HeldFile:
+    """A lock held until :meth:`close`, or until the process ends, however it ends."""
+
+    def __init__(self, attempt: _Attempt) -> None:
+        self._attempt: _Attempt | None = attempt
+
+    def close(self) -> None:
+        if self._attempt is not None:
+            self._attempt.release()
+            self._attempt = None
+
+    def __enter__(self) -> HeldFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def hold(path: Path, timeout_s: float) -> HeldFile | None:
+    """The exclusive lock on ``path`` (created if missing), held until the result is
+    closed; None when another process still holds it after ``timeout_s``."""
+    attempt = _Attempt(path, timeout_s)
+    try:
+        while not attempt.try_acquire():
+            time.sleep(_POLL_S)
+    except LockTimeout:
+        attempt.release()
+        return None
+    return HeldFile(attempt)
+
+
+def held(path: Path) -> bool:
+    """True while some process holds the lock on ``path``; a missing file is not held (and
+    is not created: asking changes nothing)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing drops the probe's own shared lock, if it got one
+    return False

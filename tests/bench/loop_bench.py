@@ -26,7 +26,7 @@ interpreter-lock switch interval and ``gc.freeze`` once the daemon is ready
 a process of its own (``agentd/recall_process.py``) and gives each phase its own
 conversations, three runs on a quiet machine (runs beside other engineers' benchmarks and
 tests reached 90-190 ms worst under load); "GC by hand" makes full garbage collections
-the daemon's own (``agentd/quiet_collection.py``) and trims what each turn costs the loop,
+the daemon's own (``agentd/garbage_collection.py``) and trims what each turn costs the loop,
 five runs on a quiet machine:
 
 | stage | lag idle: worst / p99 | lag loaded: worst / p99 | chat p99 ratio | turns idle/loaded |

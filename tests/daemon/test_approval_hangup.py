@@ -11,7 +11,8 @@ import socket
 import threading
 from typing import Any
 
-from shared.protocol import request, socket_path
+from shared.home import socket_path
+from shared.protocol import request
 from shared.providers.base import Provider
 from shared.providers.factory import ProviderFactory
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from shared.protocol import short_id
+from shared.message_refs import short_id
 from shared.store.layout import Layout
 from tests.support.memory_lock import wait_for
 from tests.support.openai_server import FakeOpenAIServer, chat_completion, tool_call

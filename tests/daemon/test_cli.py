@@ -113,6 +113,15 @@ def test_an_option_may_stand_between_an_action_and_its_argument() -> None:
         assert result.returncode == 2 and "unrecognized arguments: " in result.stderr, extra
 
 
+def test_reflection_settings_keeps_its_old_name_sleeptime_as_an_alias() -> None:
+    argv = ["--agent", "ada", "--trigger", "step-count", "--steps", "3", "--merge", "explicit"]
+    new, old = parse_args(["reflection-settings", *argv]), parse_args(["sleeptime", *argv])
+    assert new.handler is old.handler
+    assert (new.agent, new.trigger, new.steps, new.merge) == ("ada", "step-count", 3, "explicit")
+    assert (old.agent, old.trigger, old.steps, old.merge) == ("ada", "step-count", 3, "explicit")
+    assert "reflection-settings (sleeptime)" in build_parser().format_help()
+
+
 def test_version_prints_the_version() -> None:
     result = run_agentctl("--version")
     assert (result.returncode, result.stdout) == (0, f"agentctl {__version__}\n")
@@ -123,7 +132,12 @@ def test_every_flag_and_argument_in_every_help_says_what_it_is() -> None:
         for action in parser._actions:
             if isinstance(action, argparse._SubParsersAction):
                 described = {choice.dest for choice in action._choices_actions if choice.help}
+                commands: dict[int, str] = {}
                 for name, subparser in action.choices.items():
+                    commands.setdefault(id(subparser), name)
+                for name, subparser in action.choices.items():
+                    if commands[id(subparser)] != name:
+                        continue  # an alias: its command is checked under its own name
                     if name not in described:
                         yield f"{path} {name}"
                     yield from undescribed(subparser, f"{path} {name}")

@@ -20,8 +20,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from shared.home import socket_path
 from shared.models.reflection import ReflectionOutcome
-from shared.protocol import socket_path
 from shared.reflection import events
 from shared.store.layout import Layout
 from tests.support.clock import FakeClock

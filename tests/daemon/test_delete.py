@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from agentd.outbox import OutboxEntry
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.providers.base import ModelRequest, ModelResponse
 from shared.providers.scripted import ScriptedProvider, text_reply
 from shared.store.layout import Layout
@@ -71,12 +71,12 @@ def test_a_deleted_agent_is_moved_to_the_trash_whole_and_its_redis_keys_dropped(
     }
     request = daemon.result("reflection.request", {"agent": "ada"})["request_id"]
     client = redis_server.client
-    client.set(keys.job_tries(request), 1)
+    client.set(redis_keys.job_tries(request), 1)
     sent = Layout(agentd_home).reflection_files(ada["id"]).outbox / f"{request}.json"
     ticket = OutboxEntry.model_validate_json(sent.read_text()).ticket
-    assert ticket is not None and client.exists(keys.job_input(ticket.input_id))
+    assert ticket is not None and client.exists(redis_keys.job_input(ticket.input_id))
     others = {"headers": {"id": "rq-someone-else"}}
-    client.rpush(keys.REFLECTION_QUEUE, json.dumps(others))
+    client.rpush(redis_keys.REFLECTION_QUEUE, json.dumps(others))
 
     deleted = run_agentctl("agents", "delete", "ada", "--yes")
 
@@ -87,12 +87,12 @@ def test_a_deleted_agent_is_moved_to_the_trash_whole_and_its_redis_keys_dropped(
     assert not agent_dir.exists()
     assert {p.relative_to(trashed) for p in trashed.rglob("*")} >= files_before
     assert "5432" in next(trashed.glob("conversations/*/messages.jsonl")).read_text()
-    remaining = {key.decode() for key in client.keys(f"{keys.PREFIX}:*")}
+    remaining = {key.decode() for key in client.keys(f"{redis_keys.PREFIX}:*")}
     assert not [key for key in remaining if ada["id"] in key or request in key]
     assert not client.exists(
-        keys.job_input(ticket.input_id), keys.job_input_bundle(ticket.input_id)
+        redis_keys.job_input(ticket.input_id), redis_keys.job_input_bundle(ticket.input_id)
     )
-    assert [json.loads(m) for m in client.lrange(keys.REFLECTION_QUEUE, 0, -1)] == [others]
+    assert [json.loads(m) for m in client.lrange(redis_keys.REFLECTION_QUEUE, 0, -1)] == [others]
     assert daemon.result("agent.list")["agents"] == []
     search = run_agentctl("search", "5432", "--agent", "ada")
     assert search.returncode == 1 and search.stderr.startswith("unknown_agent: ")
@@ -162,7 +162,7 @@ def test_a_delete_is_refused_while_a_turn_or_a_reflection_of_the_agent_runs(
     provider.release.set()
     turn.join(60)
     redis_server.client.set(
-        keys.lease(ada["id"]), f"reflector {socket.gethostname()} {os.getpid()}"
+        redis_keys.lease(ada["id"]), f"reflector {socket.gethostname()} {os.getpid()}"
     )
     during_reflection = run_agentctl("agents", "delete", "ada", "--yes")
 

@@ -13,8 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from shared.providers.credentials import ProviderKeys
 from shared.providers.factory import ProviderFactory
-from shared.providers.keys import ProviderKeys
 from shared.settings import Settings
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner

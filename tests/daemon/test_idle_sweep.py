@@ -10,12 +10,12 @@ import json
 from pathlib import Path
 
 from agentd.reflections import Reflections
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import locate
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
-from shared.reflection.settings import ReflectionOverrides
+from shared.reflection.policy import ReflectionOverrides
 from shared.reflection.state import record_turn
 from shared.settings import Settings
 from shared.store.agents import AgentStore
@@ -60,7 +60,7 @@ def _reflections(home: Path, clock: FakeClock) -> Reflections:
 
 
 def _queued_jobs(redis_server: RedisForTests) -> list[str]:
-    messages = redis_server.client.lrange(keys.REFLECTION_QUEUE, 0, -1)
+    messages = redis_server.client.lrange(redis_keys.REFLECTION_QUEUE, 0, -1)
     return [json.loads(m)["headers"]["id"] for m in reversed(messages)]
 
 

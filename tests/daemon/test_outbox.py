@@ -18,19 +18,21 @@ import pytest
 from structlog.testing import capture_logs
 
 from agentd.reflections import Reflections
-from shared.coordination import jobs, keys
+from shared.coordination import jobs, redis_keys
 from shared.coordination.broker import locate
-from shared.coordination.jobs import LOST_AFTER_S, JobState
+from shared.coordination.jobs import JobState
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
+from shared.providers.mock_reflector import MockReflector
 from shared.reflection import events
-from shared.reflection.settings import ReflectionOverrides
+from shared.reflection.policy import ReflectionOverrides
 from shared.reflection.state import record_turn
 from shared.settings import Settings
 from shared.store.agents import AgentStore
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
+from tests.support.reflection import work_sent_job
 from tests.support.transcripts import say
 from tests.support.workers import RedisForTests
 
@@ -75,8 +77,12 @@ async def _send(
     return request
 
 
+LEASE_S = 3
+"""The lease's TTL in these tests, and so the grace a queued job has to show its lease."""
+
+
 def _reflections(home: Path) -> Reflections:
-    settings = Settings(home=home, reflection_lease_s=3)
+    settings = Settings(home=home, reflection_lease_s=LEASE_S)
     layout = Layout(home)
     return Reflections(settings, layout, locate(settings), AgentStore(layout))
 
@@ -92,7 +98,7 @@ def _chat(home: Path, agent: AgentRecord, turns: int = 1) -> Conversation:
 
 def _queued_jobs(redis_server: RedisForTests) -> list[str]:
     """Task ids of the jobs waiting in the Celery queue, oldest first."""
-    messages = redis_server.client.lrange(keys.REFLECTION_QUEUE, 0, -1)
+    messages = redis_server.client.lrange(redis_keys.REFLECTION_QUEUE, 0, -1)
     return [json.loads(m)["headers"]["id"] for m in reversed(messages)]
 
 
@@ -243,10 +249,10 @@ def test_a_busy_skip_settles_nothing_and_the_job_is_not_sent_while_its_copy_runs
 
     async def scenario() -> None:
         running = await _send(reflections, chat)
-        client.delete(keys.REFLECTION_QUEUE)  # the copy took the message and runs
-        started = JobState(state="running", at=time.time() - LOST_AFTER_S - 1)
-        client.set(keys.job_state(running.request_id), started.model_dump_json())
-        client.set(keys.lease(agent.id), f"{running.request_id} elsewhere 1")
+        client.delete(redis_keys.REFLECTION_QUEUE)  # the copy took the message and runs
+        started = JobState(state="running", at=time.time() - LEASE_S - 1)
+        client.set(redis_keys.job_state(running.request_id), started.model_dump_json())
+        client.set(redis_keys.lease(agent.id), f"{running.request_id} elsewhere 1")
 
         await reflections._on_outcome(_outcome(running, "skipped", reason="already_active"))
         await reflections.reconcile()
@@ -275,7 +281,7 @@ def test_a_sent_job_redis_no_longer_knows_is_sent_again_at_the_first_reconcile(
         await _reflections(agentd_home).reconcile()  # a new daemon
 
         assert _queued_jobs(redis_server) == [running.request_id]
-        assert jobs.status(redis_server.client, running.request_id, agent.id) == "queued"
+        assert jobs.status(redis_server.client, running.request_id, agent.id, LEASE_S) == "queued"
 
     asyncio.run(scenario())
 
@@ -311,8 +317,10 @@ def test_a_running_job_whose_lease_holder_died_is_sent_again_at_once(
     reflections: Reflections,
     chat: Conversation,
 ) -> None:
-    """Celery strands a job in its unacked set when Redis goes away mid-job, and kills the
-    pool process that ran it: marked running, its lease's holder dead, the queue empty."""
+    """The worker running the job died (its pool process, the whole worker, or its host):
+    marked running, its lease's holder dead, the queue empty. Only the lease decides: a
+    job whose holder lives is never sent again, however long ago it was sent (its worker's
+    time limit bounds it)."""
     client = redis_server.client
     dead = subprocess.Popen(["true"])
     dead.wait()
@@ -320,14 +328,21 @@ def test_a_running_job_whose_lease_holder_died_is_sent_again_at_once(
 
     async def scenario() -> None:
         running = await _send(reflections, chat)
-        client.delete(keys.REFLECTION_QUEUE)  # a worker took it and started it
+        client.delete(redis_keys.REFLECTION_QUEUE)  # a worker took it and started it
         started = JobState(state="running", at=time.time()).model_dump_json()
-        client.set(keys.job_state(running.request_id), started)
-        client.set(keys.lease(agent.id), f"{running.request_id} {socket.gethostname()} {live.pid}")
+        client.set(redis_keys.job_state(running.request_id), started)
+        client.set(
+            redis_keys.lease(agent.id), f"{running.request_id} {socket.gethostname()} {live.pid}"
+        )
+        (entry,) = reflections.outbox.entries(agent.id)
+        entry.sent_at = time.time() - 7 * 24 * 3600  # sent a week ago
+        reflections.outbox.save(entry)
         await reflections.reconcile()
         assert _queued_jobs(redis_server) == []  # its holder lives: it is running
 
-        client.set(keys.lease(agent.id), f"{running.request_id} {socket.gethostname()} {dead.pid}")
+        client.set(
+            redis_keys.lease(agent.id), f"{running.request_id} {socket.gethostname()} {dead.pid}"
+        )
         await reflections.reconcile()
         assert _queued_jobs(redis_server) == [running.request_id]
 
@@ -345,12 +360,12 @@ def test_a_queued_job_that_never_got_going_is_sent_again_after_a_grace(
 
     async def scenario() -> None:
         queued = await _send(reflections, chat)
-        client.delete(keys.REFLECTION_QUEUE)  # taken by a worker, which then died
+        client.delete(redis_keys.REFLECTION_QUEUE)  # taken by a worker, which then died
         await reflections.reconcile()
         assert _queued_jobs(redis_server) == []  # on its way to the lease, maybe
 
-        late = JobState(state="queued", at=time.time() - LOST_AFTER_S - 1).model_dump_json()
-        client.set(keys.job_state(queued.request_id), late)
+        late = JobState(state="queued", at=time.time() - LEASE_S - 1).model_dump_json()
+        client.set(redis_keys.job_state(queued.request_id), late)
         await reflections.reconcile()
         assert _queued_jobs(redis_server) == [queued.request_id]
 
@@ -367,7 +382,7 @@ def test_a_finished_job_settles_its_entry_from_redis_when_the_stream_was_missed(
     async def scenario() -> None:
         running = await _send(reflections, chat)
         outcome = _outcome(running)
-        redis_server.client.set(keys.job_state(running.request_id), outcome.model_dump_json())
+        redis_server.client.set(redis_keys.job_state(running.request_id), outcome.model_dump_json())
         waiting = asyncio.create_task(reflections.wait(running.request_id, 10))
 
         await reflections.reconcile()
@@ -429,7 +444,7 @@ def test_the_reconcile_loop_survives_a_failing_pass(
             raise RuntimeError("one bad pass")
 
     monkeypatch.setattr(reflections, "reconcile", flaky)
-    monkeypatch.setattr("agentd.reflections.RECONCILE_EVERY_S", 0.01)
+    monkeypatch.setattr(reflections.settings, "reflection_reconcile_s", 0.01)
 
     async def scenario() -> None:
         with capture_logs() as logs:
@@ -460,7 +475,7 @@ def test_an_answered_job_whose_answer_redis_lost_goes_again_with_new_inputs(
         pipe = client.pipeline()
         jobs.mark_answered(pipe, running.request_id, old_input)  # and the answer is gone
         pipe.execute()
-        client.delete(keys.REFLECTION_QUEUE)
+        client.delete(redis_keys.REFLECTION_QUEUE)
 
         await reflections.reconcile()  # finds the answer gone: the job's state goes too
         await asyncio.gather(*reflections.answers._tasks)
@@ -468,8 +483,8 @@ def test_an_answered_job_whose_answer_redis_lost_goes_again_with_new_inputs(
 
         (again,) = reflections.outbox.entries(agent.id)
         assert again.ticket is not None and again.ticket.input_id != old_input
-        assert not client.exists(keys.job_input(old_input))
-        assert client.exists(keys.job_input(again.ticket.input_id))
+        assert not client.exists(redis_keys.job_input(old_input))
+        assert client.exists(redis_keys.job_input(again.ticket.input_id))
         assert _queued_jobs(redis_server) == [running.request_id]
 
     asyncio.run(scenario())
@@ -529,6 +544,62 @@ def test_an_answered_mark_a_stale_copy_left_for_old_inputs_queues_the_job_again(
 
         (kept,) = reflections.outbox.entries(agent.id)
         assert kept.ticket == sent.ticket
-        assert jobs.status(redis_server.client, running.request_id, agent.id) == "queued"
+        assert jobs.status(redis_server.client, running.request_id, agent.id, LEASE_S) == "queued"
+
+    asyncio.run(scenario())
+
+
+def test_a_request_a_daemon_died_before_sending_goes_out_at_the_next_daemons_first_pass(
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
+) -> None:
+    """The outbox on disk is what a daemon killed between recording a request and sending
+    it leaves; the next daemon sends it, once."""
+
+    async def scenario() -> None:
+        request = reflections.outbox.submit(agent.id, "step-count", [chat.id])  # then killed
+
+        await _reflections(agentd_home).reconcile()  # a new daemon
+
+        assert _queued_jobs(redis_server) == [request.request_id]
+        (entry,) = reflections.outbox.entries(agent.id)
+        assert (entry.request.request_id, entry.state) == (request.request_id, "sent")
+
+    asyncio.run(scenario())
+
+
+def test_a_job_answered_while_the_daemon_was_down_is_settled_at_the_next_daemons_first_pass(
+    agentd_home: Path,
+    agent: AgentRecord,
+    redis_server: RedisForTests,
+    reflections: Reflections,
+    chat: Conversation,
+) -> None:
+    """The answer's announcement on the stream went to nobody: the new daemon asks Redis
+    about its sent job, finds it answered and settles it, with one outcome."""
+
+    async def scenario() -> None:
+        running = await _send(reflections, chat)
+        answer = await asyncio.to_thread(  # a worker, in a thread: it runs a loop of its own
+            work_sent_job,
+            agentd_home,
+            agent.id,
+            running.request_id,
+            MockReflector(),
+            redis_server.client,
+        )
+        assert answer is not None and answer.status == "ran"
+        restarted = _reflections(agentd_home)
+
+        await restarted.reconcile()
+        await asyncio.gather(*restarted.answers._tasks)
+
+        assert restarted.outbox.entries(agent.id) == []
+        logged = events.read(Layout(agentd_home).reflections_dir(agent.id))
+        assert [o.request_id for o in logged] == [running.request_id]
+        assert jobs.finished(redis_server.client, running.request_id) is not None
 
     asyncio.run(scenario())

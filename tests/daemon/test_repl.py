@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from agentd.client.repl import HISTORY_LINES, PROMPT
+from shared.home import history_path
 from shared.models.messages import Message, StopRecord
-from shared.protocol import history_path
 from shared.providers.base import ModelRequest, ModelResponse, Provider
 from shared.providers.mock import MockProvider
 from shared.store.layout import Layout

@@ -11,7 +11,8 @@ import pytest
 
 from agentd.requests import PARAMS
 from agentd.server import SocketPathTooLong
-from shared.protocol import MAX_REQUEST_BYTES, socket_path
+from shared.home import socket_path
+from shared.protocol import MAX_REQUEST_BYTES
 from tests.support.bounds import bounds, is_numeric
 from tests.support.daemon import DaemonRunner
 

@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from agentd.listener import listen_at
+from shared.home import socket_path
 from shared.models.agents import MAX_CONTEXT_WINDOW
-from shared.protocol import request, socket_path
+from shared.protocol import request
 from shared.providers.scripted import ScriptedProvider, text_reply
 from tests.daemon.test_chat import SlowProvider, _last_logged
 from tests.support.daemon import DaemonRunner

@@ -106,9 +106,9 @@ def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30) -
 
 
 def test_the_seed_walkthrough_through_agentctl_then_a_clean_stop(up: Up, agentd_home: Path) -> None:
-    assert run_agentctl("sleeptime", "--trigger", "step-count", "--steps", "3").stdout == (
-        '{"trigger":"step-count","stepCount":3,"merge":"auto"}\n'
-    )
+    assert run_agentctl(
+        "reflection-settings", "--trigger", "step-count", "--steps", "3"
+    ).stdout == ('{"trigger":"step-count","stepCount":3,"merge":"auto"}\n')
     assert (
         run_agentctl("chat", "-p", "帮我看下这个报错").stdout
         == "（mock）我听到了：帮我看下这个报错\n"

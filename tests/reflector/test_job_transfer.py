@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentd.jobs.prepare import Prepared
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import locate
 from shared.providers.mock_reflector import MockReflector
 from shared.reflection.backoff import load_backoff
@@ -145,10 +145,10 @@ def test_a_worker_of_an_older_agentd_is_listed_as_taking_no_jobs(
     daemon: DaemonRunner, redis_server: RedisForTests
 ) -> None:
     announced = {"name": "reflector-1@old-host", "host": "old-host", "pid": 7}  # no format
-    redis_server.client.set(keys.worker("reflector-1@old-host:7"), json.dumps(announced))
+    redis_server.client.set(redis_keys.worker("reflector-1@old-host:7"), json.dumps(announced))
     current = {**announced, "name": "reflector-2@new-host", "host": "new-host", "pid": 8}
     current["format"] = JOB_FORMAT
-    redis_server.client.set(keys.worker("reflector-2@new-host:8"), json.dumps(current))
+    redis_server.client.set(redis_keys.worker("reflector-2@new-host:8"), json.dumps(current))
     daemon.start()
 
     workers = daemon.result("status")["redis"]["workers"]

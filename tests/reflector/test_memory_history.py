@@ -10,7 +10,7 @@ import pytest
 
 from agentd.client.connection import ClientError
 from shared.clock import user_zone
-from shared.protocol import short_id
+from shared.message_refs import short_id
 from shared.providers.mock_reflector import MockReflector
 from tests.reflector.conftest import World, watermark
 from tests.support.daemon import DaemonRunner

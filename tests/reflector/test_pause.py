@@ -14,7 +14,7 @@ import pytest
 
 from reflector.tasks import Reflect
 from shared.coordination.broker import locate
-from shared.providers.keys import ProviderKeys
+from shared.providers.credentials import ProviderKeys
 from shared.providers.litellm_provider import LiteLLMProvider
 from shared.providers.mock_reflector import MockReflector
 from shared.reflection.backoff import load_backoff

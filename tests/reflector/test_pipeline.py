@@ -16,7 +16,7 @@ from agentd.agents import Agents
 from reflector import work
 from shared import sandbox
 from shared.clock import user_zone
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.lease import ReflectionLease
 from shared.errors import ProviderAuthError
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest
@@ -24,7 +24,7 @@ from shared.providers.base import ModelRequest, ModelResponse, Provider
 from shared.providers.mock_reflector import MockReflector
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.reflection.backoff import load_backoff
-from shared.reflection.settings import ReflectionOverrides
+from shared.reflection.policy import ReflectionOverrides
 from shared.reflection.state import load_state, record_turn
 from shared.settings import Settings
 from shared.store.agents import AgentStore
@@ -237,7 +237,7 @@ def test_a_copy_of_a_job_that_holds_the_lease_records_nothing(
 
     assert copy is None
     assert not (world.reflections / "log.jsonl").exists()
-    held = client.get(keys.lease(world.agent.id))
+    held = client.get(redis_keys.lease(world.agent.id))
     assert held is not None and held.startswith(b"rq-same ")  # the copy left its job's lease
     running.release()
 

@@ -15,7 +15,7 @@ import pytest
 from agentd.agents import Agents
 from agentd.requests import AgentCreate
 from shared.models.reflection import ReflectionOutcome
-from shared.reflection.settings import ReflectionOverrides
+from shared.reflection.policy import ReflectionOverrides
 from shared.reflection.state import load_state, record_turn
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner

@@ -15,7 +15,7 @@ import pytest
 
 from agentd.status import redis_status
 from reflector.app import create_app
-from shared.coordination import keys
+from shared.coordination import redis_keys
 from shared.coordination.broker import locate
 from shared.settings import Settings
 from shared.store.layout import Layout
@@ -24,12 +24,31 @@ from tests.support.workers import RedisForTests, WorkerProcess
 
 
 def test_the_app_follows_the_settings_it_is_given(agentd_home: Path) -> None:
-    settings = Settings(home=agentd_home, redis_url="redis://127.0.0.1:6390/3")
+    settings = Settings(
+        home=agentd_home,
+        redis_url="redis://127.0.0.1:6390/3",
+        reflection_time_limit_s=600,
+        redis_timeout_s=7,
+    )
 
     app = create_app(settings)
 
     assert app.conf.broker_url == "redis://127.0.0.1:6390/3"
-    assert keys.REFLECT_TASK in app.tasks
+    assert redis_keys.REFLECT_TASK in app.tasks
+    assert (app.conf.task_time_limit, app.conf.task_soft_time_limit) == (600, 540)
+    assert app.conf.broker_connection_timeout == 7
+
+
+def test_celery_hands_out_a_job_once_and_only_to_a_free_process(agentd_home: Path) -> None:
+    """Celery is the transport, not an owner of recovery: it acknowledges a message as the
+    job starts and never restores one to the queue (the daemon alone sends a lost job
+    again, by the lease), and a busy worker reserves nothing behind its running job."""
+    app = create_app(Settings(home=agentd_home))
+
+    assert app.conf.task_acks_late is False
+    assert app.conf.task_reject_on_worker_lost is not True
+    assert app.conf.worker_disable_prefetch is True
+    assert "visibility_timeout" not in (app.conf.broker_transport_options or {})
 
 
 def test_importing_the_worker_code_reads_no_settings(agentd_home: Path) -> None:
@@ -69,7 +88,7 @@ def test_a_worker_is_listed_while_it_runs_and_leaves_status_when_it_dies(
         while len(_listed(agentd_home)) < 2:
             assert time.monotonic() < deadline, "the workers never announced themselves"
             time.sleep(0.1)
-        (announcement,) = redis.client.keys(keys.worker("killed@*"))
+        (announcement,) = redis.client.keys(redis_keys.worker("killed@*"))
         assert stopped.proc is not None
         for pid in _process_tree(stopped.proc.pid):
             assert CANARY_KEY.encode() not in Path(f"/proc/{pid}/environ").read_bytes()

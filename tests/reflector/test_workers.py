@@ -12,11 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from celery import Celery
 
 from shared.clock import user_zone
-from shared.coordination import keys
+from shared.coordination import redis_keys
+from shared.coordination.broker import locate
 from shared.models.reflection import ReflectionOutcome
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
+from shared.reflection.job import JobMessage
+from shared.settings import Settings
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
 from tests.support.workers import RedisForTests, WorkerProcess
@@ -61,7 +65,7 @@ def _running(home: Path, client: Any) -> bool:
     """Whether the agent's sent job is running in a worker (it holds the agent's lease)."""
     sent = list(home.glob("agents/*/reflections/outbox/*.json"))
     return bool(sent) and any(
-        (state := client.get(keys.job_state(path.stem))) is not None and b'"running"' in state
+        (state := client.get(redis_keys.job_state(path.stem))) is not None and b'"running"' in state
         for path in sent
     )
 
@@ -147,6 +151,7 @@ def test_a_worker_killed_mid_job_is_redelivered_and_the_memory_ends_right(
     assert any(scratch.iterdir()), "the job runs in the worker's own scratch"
 
     slow.kill_hard()
+    assert client.hlen("unacked") == 0, "Celery keeps no copy to hand out: the daemon resends"
     worktrees = next(agentd_home.glob("agents/*")) / "reflections" / "worktrees"
     assert not worktrees.exists() or not any(worktrees.iterdir()), "the worker wrote the home"
     stack["workers"].append(
@@ -217,9 +222,11 @@ def test_turns_that_edit_memory_while_a_reflection_runs_both_land(
 def test_a_copy_of_a_running_job_records_no_outcome_of_its_own(
     daemon: DaemonRunner, agentd_home: Path, stack: dict[str, Any]
 ) -> None:
-    """A worker that starts requeues every unacked message (``restore_unacked``), the one
-    a live worker is running included: the copy finds its own job holding the agent's
-    lease, and the request still gets exactly one outcome."""
+    """A job delivered twice while it runs (the daemon sent it again while a worker cut
+    off from Redis still ran it; Redis handed out one message twice): the copy finds its
+    own job holding the agent's lease and does nothing, and the request still gets
+    exactly one outcome. The copy reaches the idle worker: a busy one reserves no message
+    behind the job it runs."""
     stack["redis"] = RedisForTests(agentd_home).start()
     stack["workers"].append(WorkerProcess(agentd_home, "first", AGENTD_MOCK_LATENCY_S="3").start())
     daemon.start(reflection_wait_s=0)
@@ -230,6 +237,21 @@ def test_a_copy_of_a_running_job_records_no_outcome_of_its_own(
     _wait_for(lambda: _running(agentd_home, stack["redis"].client), 30, "the job to start")
     (sent,) = (agent_dir / "reflections" / "outbox").glob("*.json")
     job = f"reflector.reflect[{sent.stem}]"
+    ticket = json.loads(sent.read_text())["ticket"]
+    copy = JobMessage(
+        job_id=sent.stem,
+        input_id=ticket["input_id"],
+        agent_id=agent_dir.name,
+        input_bytes=ticket["bundle_bytes"],
+    )
+    sender = Celery("copy", broker=locate(Settings(home=agentd_home)).celery_url)
+    sender.send_task(
+        redis_keys.REFLECT_TASK,
+        kwargs={"job": copy.model_dump(mode="json")},
+        queue=redis_keys.REFLECTION_QUEUE,
+        task_id=sent.stem,
+    )
+    sender.close()
 
     second = WorkerProcess(agentd_home, "second").start()
     stack["workers"].append(second)

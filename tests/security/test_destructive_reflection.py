@@ -28,7 +28,7 @@ from shared.models.reflection import ReflectionOutcome
 from shared.providers.mock_reflector import MockReflector
 from shared.providers.scripted import ScriptedProvider
 from shared.reflection.backoff import load_backoff
-from shared.reflection.settings import ReflectionOverrides
+from shared.reflection.policy import ReflectionOverrides
 from shared.store.agents import AgentStore
 from shared.store.layout import Layout
 from tests.reflector.conftest import READ, World, watermark

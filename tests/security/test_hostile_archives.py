@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
+from shared.home import socket_path
 from shared.ids import new_id
 from shared.models.messages import Message
-from shared.protocol import socket_path
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
 from tests.support.memory_lock import wait_for

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from shared.protocol import socket_path
-from shared.providers.keys import is_key_name
+from shared.home import socket_path
+from shared.providers.credentials import is_key_name
 from tests.faults.stack import cmdline, descendants
 from tests.support.memory_lock import wait_for
 from tests.support.openai_server import FakeOpenAIServer
@@ -116,7 +116,7 @@ def test_no_process_of_agentd_up_is_started_with_a_key_and_the_keys_still_work(
 ) -> None:
     tree = [stack.pid, *descendants(stack.pid)]
     names = " | ".join(cmdline(pid) for pid in tree)
-    for part in ("agentd.cli up", "valkey", "agentd.cli serve", "recall_process", "celery"):
+    for part in ("agentd.cli up", "valkey", "agentd.cli serve", "agentd.recall_process", "celery"):
         assert part in names, f"{part} is not in the stack: {names}"
     assert len([pid for pid in tree if "celery" in cmdline(pid)]) == 2, "a worker and its child"
     assert leaks(tree) == []

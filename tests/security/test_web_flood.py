@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from shared.protocol import socket_path
+from shared.home import socket_path
 from tests.support.daemon import DaemonRunner
 from tests.support.memory_lock import wait_for
 from tests.support.processes import AgentdProcess, final_answer, run_agentctl

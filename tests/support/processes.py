@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shared.protocol import request, socket_path
+from shared.home import socket_path
+from shared.protocol import request
 
 
 class AgentdProcess:

@@ -112,7 +112,6 @@ class RemoteWorker:
             "HOME": "/tmp/worker-home",
             "AGENTD_REDIS_URL": redis_url,
             "AGENTD_WORKER_DIR": "/tmp/worker",
-            "AGENTD_RESTORE_UNACKED": "0",
             "AGENTD_BLOCK_REMOTE_MODELS": "1",
             "AGENTD_LOG_FORMAT": "console",
             "PYTHONUNBUFFERED": "1",

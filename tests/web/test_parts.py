@@ -18,7 +18,7 @@ from agentd.web.charts import CHART_DAYS, outcomes_per_day
 from agentd.web.markdown import render_blocks
 from agentd.web.sessions import LOGIN_TOKEN_TTL_S, SESSION_TTL_S, Sessions
 from shared.models.reflection import ReflectionOutcome
-from shared.providers import keys
+from shared.providers import credentials
 from shared.settings import Settings
 from tests.support.daemon import DaemonRunner
 from tests.web.site import WebClient
@@ -139,7 +139,7 @@ def test_up_with_web_has_its_daemon_serve_the_view_on_loopback_by_default(
     monkeypatch.setattr(cli, "_up", lambda settings: started.append(settings) or 0)
     # cli.main runs in this worker, which must not execute itself again: a key-shaped
     # variable (litellm sets TIKTOKEN_CACHE_DIR once another test imported it) would.
-    monkeypatch.setattr(keys, "without_keys_in_the_environment", lambda: None)
+    monkeypatch.setattr(credentials, "without_keys_in_the_environment", lambda: None)
 
     assert cli.main(["up"]) == 0
     assert cli.main(["up", "--web"]) == 0

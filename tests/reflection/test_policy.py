@@ -8,7 +8,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from shared.reflection.settings import ReflectionOverrides, ReflectionSettings, resolve
+from shared.reflection.policy import ReflectionOverrides, ReflectionSettings, resolve
 
 
 def test_the_defaults_are_compaction_event_25_steps_and_auto_merge() -> None:

@@ -13,8 +13,8 @@ import pytest
 from shared.errors import ProviderAuthError
 from shared.models.messages import Message
 from shared.providers.base import ModelRequest
+from shared.providers.credentials import ProviderKeys, take_provider_keys
 from shared.providers.factory import ProviderFactory
-from shared.providers.keys import ProviderKeys, take_provider_keys
 from shared.settings import Settings
 from tests.support.openai_server import FakeOpenAIServer
 
@@ -22,7 +22,7 @@ CANARY = "sk-canary-keys-7d2c"
 
 TAKE_THEN_LOOK = """
 import json, os, subprocess
-from shared.providers.keys import take_provider_keys
+from shared.providers.credentials import take_provider_keys
 keys = take_provider_keys()
 print(json.dumps({
     "taken": sorted(keys.values),
@@ -63,7 +63,7 @@ def test_taking_the_keys_empties_the_environment_its_proc_view_and_every_later_c
 
 REEXEC_THEN_LOOK = """
 import json, os, sys
-from shared.providers.keys import without_keys_in_the_environment
+from shared.providers.credentials import without_keys_in_the_environment
 without_keys_in_the_environment()
 print(json.dumps({
     "argv": sys.argv[1:],

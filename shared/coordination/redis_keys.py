@@ -1,4 +1,6 @@
-"""Every Redis key and TTL agentd uses, in one place, each with why it is what it is."""
+"""Every Redis key agentd uses and the lifetime of the keys a job leaves, in one place, each
+with why it is what it is. The lease's TTL and the heartbeat's are settings
+(:class:`~shared.settings.Settings`)."""
 
 from __future__ import annotations
 
@@ -10,21 +12,12 @@ inputs listened on ``reflector``: they take none of these jobs, which they could
 REFLECT_TASK = "reflector.reflect"
 """The task name the daemon sends by name: it never imports worker code."""
 
-LEASE_TTL_S = 60
-"""The reflection lease (``AGENTD_REFLECTION_LEASE_S``): how long a dead worker blocks its
-agent. The holder renews it every quarter of that; a worker killed with -9 stops renewing
-and the agent is free again at most this long after."""
-
 JOB_STATE_TTL_S = 7 * 24 * 3600
 """A job's state (queued, running, then its outcome) and its try count are kept a week:
 long enough to make any redelivery a no-op, and for the daemon to tell after a restart
-whether Redis still knows a job it sent."""
-
-WORKER_HEARTBEAT_S = 2
-WORKER_TTL_S = 8
-"""A worker refreshes its key every ``WORKER_HEARTBEAT_S``; gone after ``WORKER_TTL_S``:
-a worker killed with -9 leaves ``agentctl status`` within 8 s, and a live one survives
-three missed beats (a cheap SET from an otherwise idle main process)."""
+whether Redis still knows a job it sent. (Not a timeout anything waits on: a key's
+lifetime, like :data:`JOB_BLOB_TTL_S`. The timeouts are settings: the lease's, the
+worker heartbeat's and every client's, ``AGENTD_REDIS_TIMEOUT_S``.)"""
 
 
 def worker(name: str) -> str:

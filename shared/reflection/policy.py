@@ -15,7 +15,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, PositiveInt, field_validator
 
 from shared.models.agents import ReflectionOverrides, trimmed
-from shared.protocol import MergeMode, ReflectionTrigger
+from shared.setting_choices import MergeMode, ReflectionTrigger
 
 DEFAULT_TRIGGER: ReflectionTrigger = "compaction-event"
 DEFAULT_STEP_COUNT = 25
