@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from reflector.startup import Heartbeat
+from shared.coordination.broker import locate
+from shared.settings import Settings
 from tests.support.memory_lock import wait_for
 from tests.support.processes import AgentdProcess, run_agentctl
 from tests.support.workers import RedisForTests
@@ -106,7 +108,7 @@ def test_an_imported_agent_without_reflections_says_so(
 def test_status_gives_worker_start_times_in_iso_8601(
     redis_server: RedisForTests, agentd: AgentdProcess
 ) -> None:
-    heartbeat = Heartbeat(f"unix://{redis_server.server.socket_path}?db=0")
+    heartbeat = Heartbeat(locate(Settings()), every_s=1.0)  # the embedded Valkey's
     heartbeat.start("reflector-1@here", "test", 1)
     try:
 
