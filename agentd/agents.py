@@ -157,12 +157,12 @@ class Agents:
                 self.store.save(record)
                 return conversation
             conversation_id = record.default_conversation_id
-        conversation = self._conversations.get((record.id, conversation_id))
-        if conversation is None:
-            conversation = self._remember(
-                Conversation.open(self.layout, record.id, conversation_id, clock=self.clock)
-            )
-        return conversation
+        known = self._conversations.get((record.id, conversation_id))
+        if known is not None:
+            return known
+        return self._remember(
+            Conversation.open(self.layout, record.id, conversation_id, clock=self.clock)
+        )
 
     def new_conversation(self, record: AgentRecord) -> Conversation:
         conversation = Conversation.create(

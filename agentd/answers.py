@@ -29,6 +29,7 @@ from agentd.jobs.record import record
 from agentd.jobs.settle import read_answer, settle
 from agentd.outbox import Outbox
 from shared.coordination import transfer
+from shared.coordination.replies import range_entries, stream_entries
 from shared.errors import AgentdError, InvalidAnswer
 from shared.models.reflection import ReflectionOutcome
 from shared.reflection.job import JobAnswer
@@ -120,16 +121,15 @@ class Answers:
             client = self.outbox.location.async_client(blocks_s=every_s)
             try:
                 if last_id is None:
-                    newest = await client.xrevrange(transfer.ANSWER_STREAM, count=1)
+                    newest = range_entries(await client.xrevrange(transfer.ANSWER_STREAM, count=1))
                     last_id = newest[0][0] if newest else "0-0"
                 while True:
                     batches = await client.xread(
                         {transfer.ANSWER_STREAM: last_id}, block=round(every_s * 1000), count=100
                     )
-                    for _stream, entries in batches or []:
-                        for entry_id, fields in entries:
-                            last_id = entry_id
-                            await self._heard(fields)
+                    for entry_id, fields in stream_entries(batches):
+                        last_id = entry_id
+                        await self._heard(fields)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis down or restarted: reconcile asks later

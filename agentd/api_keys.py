@@ -28,7 +28,7 @@ import structlog
 from pydantic import BaseModel, Field
 
 from shared.clock import Clock, utc_now
-from shared.errors import AgentdError, CorruptStateFile, NameTaken, RequestError
+from shared.errors import CorruptStateFile, NameTaken, UnknownApiKey
 from shared.ids import new_id
 from shared.store.atomic import read_model, write_model_atomic
 
@@ -38,16 +38,6 @@ KEY_PREFIX = "agentd-"
 SHOWN_CHARS = 12
 """How much of a key ``list`` shows (``agentd-AbCd``): enough to tell keys apart."""
 BEARER = re.compile(r"Bearer[ \t]+(?P<key>\S+)[ \t]*", re.IGNORECASE)
-
-
-class UnknownApiKey(RequestError):
-    code = "unknown_api_key"
-
-
-class ApiKeyRefused(AgentdError):
-    """A request to the endpoint with no key, a wrong one or a revoked one (HTTP 401)."""
-
-    code = "invalid_api_key"
 
 
 class ApiKey(BaseModel):

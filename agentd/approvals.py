@@ -19,6 +19,7 @@ still waiting for an answer is left as it is: it is listed and answered as befor
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -56,7 +57,7 @@ class Approvals:
         calls = await asyncio.to_thread(stored_waiting_calls, self.agents.layout, agent_id)
         return {"approvals": [self._named(call) for call in calls]}
 
-    def waiting_in(self, agent_id: str, conversation_id: str) -> list[dict[str, Any]]:
+    def waiting_in(self, agent_id: str, conversation_id: str) -> builtins.list[dict[str, Any]]:
         """The calls of one conversation waiting for an answer (the web view's page)."""
         directory = self.agents.layout.conversation_dir(agent_id, conversation_id)
         step = load_step(directory)
@@ -96,10 +97,11 @@ class Approvals:
         approval_id = call.approval_id
         lock = self._answering.setdefault((record.id, conversation.id), asyncio.Lock())
         async with lock:
-            step = await asyncio.to_thread(load_step, directory)
-            call = step.call(approval_id) if step is not None and approval_id else None
-            if step is None or call is None:
+            reloaded = await asyncio.to_thread(load_step, directory)
+            again = reloaded.call(approval_id) if reloaded is not None and approval_id else None
+            if reloaded is None or again is None:
                 raise UnknownApproval(f"no tool call waits with approval id {ref!r}")
+            step, call = reloaded, again
             if call.state != "waiting" or step.finished_at is not None:
                 was = "denied" if call.state == "denied" else "approved"
                 raise AlreadyAnswered(

@@ -116,4 +116,5 @@ class _BoundedTarInfo(tarfile.TarInfo):
                 f"a {self.size:,}-byte tar header record (an export writes none over "
                 f"{MAX_HEADER_RECORD_BYTES:,}); {_NOTHING}"
             )
-        return super()._proc_member(tarfile)  # tarfile's hook for every header it reads
+        # tarfile's hook for every header it reads: private, so typeshed does not list it
+        return super()._proc_member(tarfile)  # type: ignore[misc]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import select
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Literal
 
 import structlog
@@ -28,7 +28,7 @@ from shared.protocol import MAX_REQUEST_BYTES, encode
 log = structlog.get_logger(__name__)
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
-Handle = Callable[[bytes | object, Send], Awaitable[None]]
+Handle = Callable[[bytes | object, Send], Coroutine[Any, Any, None]]
 
 TOO_LONG = object()
 """Stands in for a request line over ``MAX_REQUEST_BYTES``, which was discarded unread."""
@@ -65,6 +65,7 @@ class Connection:
     async def serve(self) -> None:
         """Read and start requests until the client is done, gone or idle; then answer
         what is pending (unless the client is gone) and close."""
+        ended: Literal["eof", "idle", "done", "gone"]
         try:
             ended = await self._read_requests()
         except (ConnectionError, OSError):

@@ -193,5 +193,7 @@ def _drop_keys(client: redis.Redis, agent_id: str, jobs: _Jobs) -> None:
         except (ValueError, KeyError, TypeError):
             continue
         if task_id in request_ids:
-            client.lrem(redis_keys.REFLECTION_QUEUE, 1, raw)
+            # redis-py types LREM's value as str; it sends bytes as they are, and the
+            # element must be matched byte for byte
+            client.lrem(redis_keys.REFLECTION_QUEUE, 1, raw)  # type: ignore[arg-type]
     log.info("agent_redis_keys_dropped", agent_id=agent_id, jobs=len(request_ids))

@@ -27,8 +27,8 @@ from agentd.doctor_memory import check_memory_sizes, check_memory_walls, fix_mem
 from agentd.doctor_service import service_findings
 from agentd.effective_config import redact_url
 from shared.coordination.broker import locate
-from shared.coordination.embedded import RedisUnavailable, ping, server_binary
-from shared.errors import AgentdError, MemoryDamaged, MemoryRepoError
+from shared.coordination.embedded import ping, server_binary
+from shared.errors import AgentdError, MemoryDamaged, MemoryRepoError, RedisUnavailable
 from shared.logging import configure
 from shared.memory import git
 from shared.memory.hand_edits import commit_command, files_named

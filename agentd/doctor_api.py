@@ -11,8 +11,8 @@ from __future__ import annotations
 from agentd.api_keys import ApiKeyFile
 from agentd.doctor_findings import Finding
 from agentd.effective_config import EffectiveConfig
-from agentd.web.address import WebAddress, WebAddressError
-from shared.errors import CorruptStateFile
+from agentd.web.address import WebAddress
+from shared.errors import CorruptStateFile, WebAddressError
 from shared.settings import Settings
 from shared.store.atomic import read_model
 

@@ -25,6 +25,7 @@ from agentd.effective_config import EffectiveConfig
 from agentd.model_api_probe import KNOWN_BASES, probe
 from agentd.progress import progress
 from shared import protocol
+from shared.errors import NoAnswer, NotRunning
 from shared.providers.credentials import KEY_NAME_PARTS
 from shared.providers.loopback import is_loopback
 from shared.providers.mock import MOCK_MODEL
@@ -32,14 +33,6 @@ from shared.settings import Settings
 
 DAEMON_TIMEOUT_S = 10.0
 """How long doctor waits for the daemon's answers (``status`` reads every agent's files)."""
-
-
-class NotRunning(Exception):
-    """No daemon accepts connections on the socket."""
-
-
-class NoAnswer(Exception):
-    """A daemon took the connection but gave no usable answer."""
 
 
 def ask(path: Path, op: str) -> dict[str, Any]:

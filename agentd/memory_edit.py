@@ -34,6 +34,7 @@ import structlog
 
 from shared.errors import (
     DiskFull,
+    FrontmatterError,
     MalformedRequest,
     MemoryConflict,
     MemoryPathError,
@@ -189,7 +190,7 @@ def write_by_hand(repo: MemoryRepo, path: str, text: str, base: str | None) -> W
         )
     try:
         meta, _body = frontmatter.parse(text)
-    except frontmatter.FrontmatterError as exc:
+    except FrontmatterError as exc:
         raise MalformedRequest(f"{path}: {exc}; nothing was written") from None
     if not meta and base is None:
         text = _new_file(path, text)

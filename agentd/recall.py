@@ -26,9 +26,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import json
 import queue
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,13 +36,12 @@ from typing import Any, TypeVar
 
 import structlog
 
-from agentd.recall_catchup import Uncovered, lines_in, plan_of, read_around, read_hit
+from agentd.recall_catchup import Uncovered, lines_in, opened, plan_of, read_around, read_hit
 from agentd.recall_frames import WRITE_AT_STOP_S
 from shared.priority import lower_this_thread
 from shared.recall.documents import Document, read_documents
 from shared.recall.index import AgentIndex
 from shared.recall.ranking import Found, Hit, SearchRequest
-from shared.recall.text import ANALYZER_VERSION
 from shared.store.layout import Layout, RecallFiles
 
 log = structlog.get_logger(__name__)
@@ -64,8 +61,6 @@ search finds everything, while a large one rebuilds in the background."""
 COMMIT_DELAY_S = 0.2
 """How long after an append the writer thread commits it (appends in between join the
 same commit; a search commits at once what it must see)."""
-FORMAT = {"engine": "tantivy", "analyzer": ANALYZER_VERSION}
-"""What ``format.json`` says of an index this code can read."""
 
 T = TypeVar("T")
 
@@ -234,7 +229,7 @@ class RecallService:
         says "catching up", not even for a moment."""
         started = time.perf_counter()
         try:
-            state.index, state.rebuilding = _opened(state.files)
+            state.index, state.rebuilding = opened(state.files)
             plan = plan_of(self.layout, agent_id, state.index)
             state.work = plan.work
             state.rebuilding = state.rebuilding or plan.rebuilding
@@ -412,35 +407,6 @@ class RecallService:
         return await self._in_thread(
             read_around, self.layout, agent_id, state.index, message_id, before, after
         )
-
-
-def _opened(files: RecallFiles) -> tuple[AgentIndex, str | None]:
-    """The agent's index, and why it is rebuilt (None when it is not): one of another
-    format or analyzer, or that tantivy cannot open, is removed and made anew."""
-    directory = files.directory
-    try:
-        found = json.loads(files.format.read_text())
-    except FileNotFoundError:
-        found = None
-    except ValueError:
-        found = {}
-    why = None
-    if found is None:
-        why = "no index on disk"
-    elif found.get("engine") != FORMAT["engine"]:
-        why = "format changed"
-    elif found.get("analyzer") != FORMAT["analyzer"]:
-        why = "analyzer changed"
-    if why is None:
-        try:
-            return AgentIndex(directory), None
-        except (OSError, ValueError) as exc:
-            log.warning("recall_index_unreadable", path=str(directory), error=str(exc))
-            why = "index unreadable"
-    shutil.rmtree(directory, ignore_errors=True)
-    index = AgentIndex(directory)
-    files.format.write_text(json.dumps(FORMAT))
-    return index, why
 
 
 def _closer(state: _AgentRecall) -> Callable[[], None]:

@@ -8,6 +8,9 @@ log that is gone, shorter, or holds another message there (an agent restored fro
 export, say) has its conversation's messages dropped from the index and read again from
 the start; a conversation the index holds whose directory is gone is dropped.
 
+An index of another format or analyzer (``format.json`` says which), or one tantivy cannot
+open, is removed and made anew: :func:`opened`.
+
 Messages are read as JSON lines (never through the message models): this module runs in
 recall's process, whose start must not wait for pydantic.
 """
@@ -16,17 +19,26 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import structlog
 
 from shared.errors import AmbiguousMessage, UnknownMessage
 from shared.ids import ID_PATTERN
 from shared.message_refs import names_message
 from shared.recall.documents import Document, EchoTracker, lines_before, lines_from
 from shared.recall.index import AgentIndex
-from shared.recall.schema import conversation_hash
-from shared.store.layout import Layout
+from shared.recall.schema import SCHEMA_VERSION, conversation_hash
+from shared.recall.text import ANALYZER_VERSION
+from shared.store.layout import Layout, RecallFiles
+
+log = structlog.get_logger(__name__)
+
+FORMAT = {"engine": "tantivy", "schema": SCHEMA_VERSION, "analyzer": ANALYZER_VERSION}
+"""What ``format.json`` says of an index this code can read."""
 
 LOG_CHECKS = 16
 """Logs whose last indexed line is read at once when opening: after a reboot each read
@@ -216,3 +228,32 @@ def _scan(path: Path, message_id: str, before: int, after: int) -> list[bytes] |
         if isinstance(fields, dict) and names_message(message_id, str(fields.get("id"))):
             return lines[max(0, position - before) : position + after + 1]
     return None
+
+
+def opened(files: RecallFiles) -> tuple[AgentIndex, str | None]:
+    """The agent's index, and why it is rebuilt (None when it is not): one of another
+    format or analyzer, or that tantivy cannot open, is removed and made anew."""
+    directory = files.directory
+    try:
+        found = json.loads(files.format.read_text())
+    except FileNotFoundError:
+        found = None
+    except ValueError:
+        found = {}
+    why = None
+    if found is None:
+        why = "no index on disk"
+    elif (found.get("engine"), found.get("schema")) != (FORMAT["engine"], FORMAT["schema"]):
+        why = "format changed"
+    elif found.get("analyzer") != FORMAT["analyzer"]:
+        why = "analyzer changed"
+    if why is None:
+        try:
+            return AgentIndex(directory), None
+        except (OSError, ValueError) as exc:
+            log.warning("recall_index_unreadable", path=str(directory), error=str(exc))
+            why = "index unreadable"
+    shutil.rmtree(directory, ignore_errors=True)
+    index = AgentIndex(directory)
+    files.format.write_text(json.dumps(FORMAT))
+    return index, why

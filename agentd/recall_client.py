@@ -136,7 +136,7 @@ class RecallClient:
         recall process reads their lines; they are parsed here, a line that is not a
         message skipped)."""
         lines: list[bytes] = await self._call("around", agent_id, message_id, before, after)
-        messages = []
+        messages: list[Message] = []
         for line in lines:
             with contextlib.suppress(ValidationError):
                 messages.append(Message.parse_line(line))

@@ -52,10 +52,12 @@ from shared.clock import Clock, utc_now
 from shared.coordination.broker import locate
 from shared.errors import (
     AgentdError,
+    AlreadyRunning,
     Busy,
     MalformedRequest,
     PayloadTooLarge,
     ShuttingDown,
+    SocketPathTooLong,
     UnknownOp,
 )
 from shared.priority import favour_the_event_loop
@@ -65,14 +67,6 @@ from shared.settings import Settings
 from shared.store.layout import Layout
 
 log = structlog.get_logger(__name__)
-
-
-class AlreadyRunning(AgentdError):
-    code = "already_running"
-
-
-class SocketPathTooLong(AgentdError):
-    code = "socket_path_too_long"
 
 
 class Daemon:
@@ -240,6 +234,7 @@ class Daemon:
                     f"request line over {MAX_REQUEST_BYTES:,} bytes was discarded; send less "
                     "(long text belongs in a file)"
                 )
+            # any other line is the bytes the listener read (TOO_LONG is its one marker)
             envelope = _envelope(line)  # type: ignore[arg-type]
             request_id = envelope.id
             result = await self._dispatch(envelope, send)

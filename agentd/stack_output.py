@@ -17,7 +17,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import Any
 
 from shared.settings import Settings
 
@@ -45,7 +45,7 @@ class StackOutput:
         self._width = max(len(name) for name in names)
         self._lock = threading.Lock()
 
-    def stream(self, name: str, color: str) -> IO[str]:
+    def stream(self, name: str, color: str) -> io.TextIOBase:
         """A text stream whose lines are relayed as process ``name``'s (where the
         supervisor's own structlog lines go)."""
         return _Lines(lambda line: self.relay(name, line, color), tty=self.console and self._tty)

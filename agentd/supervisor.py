@@ -52,7 +52,9 @@ from agentd.stack_output import COLORS, VALKEY_COLOR, StackOutput, console_outpu
 from agentd.up_web import announce_when_served, check_address
 from shared.coordination import redis_keys
 from shared.coordination.broker import locate
-from shared.coordination.embedded import EmbeddedRedis, RedisUnavailable, remember_password
+from shared.coordination.embedded import EmbeddedRedis, remember_password
+from shared.errors import RedisUnavailable
+from shared.logging import Console
 from shared.providers.credentials import HANDOFF_VARIABLE, ProviderKeys, hand_over, is_key_name
 from shared.settings import Settings
 from shared.store.layout import Layout
@@ -166,7 +168,7 @@ class Stack:
         names = [SUPERVISOR, "valkey", "agentd", worker_name(settings.workers)]
         self.output = StackOutput(console_output(settings), names)
 
-    def log_stream(self) -> IO[str]:
+    def log_stream(self) -> Console:
         """Where the supervisor's own log lines go (``configure(console=…)``): out with
         the children's, as the ``up`` process."""
         return self.output.stream(SUPERVISOR, VALKEY_COLOR)
@@ -252,7 +254,8 @@ class Stack:
     def _listen(self) -> tuple[str, int] | None:
         """Where the embedded Valkey listens over TCP (``AGENTD_REDIS_LISTEN``), with a
         password made into ``agentd.toml`` first if none is set: never without one."""
-        if self.settings.redis_listen is None:
+        listen = self.settings.redis_listen
+        if listen is None:
             return None
         if self.settings.redis_password is None:
             password = remember_password(self.settings.layout.config_file)
@@ -262,7 +265,7 @@ class Stack:
                 "redis_password_made",
                 f"made a password for the embedded Valkey in {self.settings.layout.config_file}",
             )
-        host, _, port = self.settings.redis_listen.rpartition(":")
+        host, _, port = listen.rpartition(":")
         return host.strip("[]"), int(port)
 
     def _restart_valkey(self) -> subprocess.Popen[bytes]:

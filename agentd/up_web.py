@@ -19,8 +19,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress, WebAddressError
+from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress
 from shared import protocol
+from shared.errors import WebAddressError
 from shared.settings import Settings
 
 Say = Callable[[str, str, str], None]

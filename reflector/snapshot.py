@@ -13,7 +13,8 @@ from pathlib import Path
 
 import structlog
 
-from shared.memory.frontmatter import FrontmatterError, parse
+from shared.errors import FrontmatterError
+from shared.memory.frontmatter import parse
 
 log = structlog.get_logger(__name__)
 

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import redis
 import structlog
@@ -270,7 +270,7 @@ class _Work:
                 f"{self.message.input_bytes:,} it was sent as"
             )
 
-    def _take_lease(self) -> JobAnswer | bool | None:
+    def _take_lease(self) -> JobAnswer | Literal[False] | None:
         """The agent's lease; False once held, else what the job answers instead."""
         assert self.ctx.redis is not None and self.job is not None
         lease = ReflectionLease(

@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol
 
 import structlog
 from structlog.tracebacks import ExceptionDictTransformer
@@ -52,13 +52,22 @@ def _add_static(service: str) -> Any:
     return add
 
 
+class Console(Protocol):
+    """A text stream console lines can go to: a terminal, or ``agentd up``'s relay of
+    lines (which is no file)."""
+
+    def write(self, text: str, /) -> int: ...
+    def flush(self) -> None: ...
+    def isatty(self) -> bool: ...
+
+
 def configure(
     service: str,
     *,
     level: str = "INFO",
     console_format: str = "auto",
     log_dir: Path | None = None,
-    console: TextIO | None = None,
+    console: Console | None = None,
 ) -> None:
     """Set up logging for ``service``; ``log_dir`` adds a rotating JSON file of this
     process's own (``<service>.log``, or ``<service>-<n>.log`` while that one is taken).

@@ -1,5 +1,7 @@
 """Every test gets its own short ``AGENTD_HOME`` (and a reflection worker's directory,
-``AGENTD_WORKER_DIR``, outside it) and an environment without our settings.
+``AGENTD_WORKER_DIR``, outside it) and an environment without our settings (but the
+suite's own ``AGENTD_TEST_TIMEOUT_SCALE``, which the processes it starts read too: see
+``tests/support/waiting.py``).
 
 Unix socket paths are limited to ~107 bytes, and pytest's ``tmp_path`` can be longer, so
 the home lives in a short directory under /tmp. Remote model calls are refused
@@ -22,6 +24,7 @@ import pytest
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
 from tests.support.small_disk import SmallDisk, mounted_small_disk
+from tests.support.waiting import SCALE_VARIABLE
 from tests.support.workers import RedisForTests
 
 LOGIN_UMASK = 0o022
@@ -37,7 +40,7 @@ def login_umask() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def agentd_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for name in list(os.environ):
-        if name.startswith("AGENTD_"):
+        if name.startswith("AGENTD_") and name != SCALE_VARIABLE:
             monkeypatch.delenv(name)
     home = Path(tempfile.mkdtemp(prefix="agentd-t-", dir="/tmp"))
     worker_dir = Path(tempfile.mkdtemp(prefix="agentd-w-", dir="/tmp"))

@@ -19,8 +19,9 @@ from __future__ import annotations
 import os
 import sys
 
-from agentd.client.connection import ClientError, Connection
+from agentd.client.connection import Connection
 from agentd.client.parser import parse_args
+from shared.errors import ClientError
 
 
 def main(argv: list[str] | None = None) -> int:

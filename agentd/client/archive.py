@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from agentd.client.connection import ClientError, Connection, unwrap
+from agentd.client.connection import Connection, unwrap
 from shared import protocol
+from shared.errors import ClientError
 
 
 def cmd_export(conn: Connection, args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ EXIT_WAITING = 3
 
 def stream(conn: Connection, op: str, params: dict[str, Any], *, as_json: bool) -> dict[str, Any]:
     """Send one request, print its events as they come (not with ``--json``), return its
-    result; a typed error is raised (:class:`~.connection.ClientError`). The reply's text
+    result; a typed error is raised (:class:`~.ClientError`). The reply's text
     is printed as it is written, and a terminal is shown how long the model is waited on
     (:mod:`.live`)."""
     view = None if as_json else TurnView(show_waiting=sys.stderr.isatty())

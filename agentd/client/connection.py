@@ -16,18 +16,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from shared import home, protocol
+from shared.errors import ClientError
 
 NOT_RUNNING = "not_running"
 DISCONNECTED = "disconnected"
-
-
-class ClientError(Exception):
-    """An error to print as ``code: message`` with exit status 1."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 class Connection:

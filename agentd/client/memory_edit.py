@@ -17,7 +17,8 @@ import sys
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from agentd.client.connection import ClientError, Connection
+from agentd.client.connection import Connection
+from shared.errors import ClientError
 
 FALLBACK_EDITOR = "vi"
 

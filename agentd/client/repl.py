@@ -34,9 +34,10 @@ from pathlib import Path
 from agentd.client import render
 from agentd.client.approvals import ask
 from agentd.client.chat import EXIT_WAITING, ended, stream, stream_turn
-from agentd.client.connection import DISCONNECTED, NOT_RUNNING, ClientError, Connection
+from agentd.client.connection import DISCONNECTED, NOT_RUNNING, Connection
 from agentd.client.terminal_modes import keys_wait_for_prompt
 from shared import home
+from shared.errors import ClientError
 
 PROMPT = "› "
 HISTORY_LINES = 1_000

@@ -36,8 +36,10 @@ from shared.store.locks import DEFAULT_LOCK_TIMEOUT_S, file_lock
 class HoldContext(Protocol):
     """What the check needs of the job's context (:class:`agentd.jobs.settle.Desk`)."""
 
-    settings: Settings
-    clock: Clock
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def clock(self) -> Clock: ...
 
 
 def hold_if_destructive(

@@ -109,6 +109,8 @@ class Desk:
             agent_id=request.agent_id,
             conversation_ids=request.conversation_ids,
             trigger=request.trigger,
+            # callers pass a worker's answer status or a run's, wider Literals than an
+            # outcome's; ReflectionOutcome validates the value it is given
             status=status,  # type: ignore[arg-type]
             reason=reason,
             message=message,

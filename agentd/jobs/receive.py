@@ -23,6 +23,7 @@ A bundle git cannot read is :class:`~shared.errors.BundleError`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from agentd.jobs.checkout import Worktree, create_worktree
@@ -43,7 +44,7 @@ def receive(
     *,
     base_head: str,
     author_email: str,
-    trailers: dict[str, str | None],
+    trailers: Mapping[str, str | None],
     limits: MemoryLimits,
 ) -> Worktree:
     """A clone of memory at ``base_head`` holding the answer's commits on its branch,

@@ -202,7 +202,7 @@ class _Settling:
     def _transcript(self, answer: JobAnswer) -> list[Message]:
         """The sub-agent's messages, kept under ``reflections/subagents/``."""
         try:
-            messages = [Message.parse_line(line) for line in answer.transcript]
+            messages: list[Message] = [Message.parse_line(line) for line in answer.transcript]
         except ValidationError as exc:
             raise InvalidAnswer(f"the sub-agent's transcript could not be read: {exc}") from exc
         child = f"{self.request.agent_id}{REFLECTION_SUFFIX}"

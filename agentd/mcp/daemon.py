@@ -20,15 +20,8 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from agentd.client.connection import ClientError, Connection
-
-
-class DaemonError(Exception):
-    """A request the daemon refused or could not take: ``code: message``."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
+from agentd.client.connection import Connection
+from shared.errors import ClientError, DaemonError
 
 
 class Daemon:

@@ -27,9 +27,10 @@ from mcp_types import ToolAnnotations
 from pydantic import ValidationError
 
 from agentd import __version__
-from agentd.client.connection import ClientError, Connection
-from agentd.mcp.daemon import Daemon, DaemonError
+from agentd.client.connection import Connection
+from agentd.mcp.daemon import Daemon
 from agentd.mcp.tools import RESOURCE_PREFIX, Tools, description, resource_uri
+from shared.errors import ClientError, DaemonError
 
 INSTRUCTIONS = (
     "agentd hosts stateful agents: each has a memory (markdown files in a git repo, the "

@@ -25,7 +25,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from agentd.mcp.daemon import Daemon, DaemonError
+from agentd.mcp.daemon import Daemon
 from agentd.mcp.models import (
     Agent,
     AgentArg,
@@ -44,6 +44,7 @@ from agentd.mcp.models import (
     Why,
     WhyLine,
 )
+from shared.errors import DaemonError, FrontmatterError
 from shared.memory import frontmatter
 from shared.memory.notes import MAX_NOTE_CHARS
 
@@ -59,7 +60,7 @@ def description(text: str) -> str:
     """A memory file's frontmatter description ("" when it has none or cannot be read)."""
     try:
         described = frontmatter.parse(text)[0].get("description", "")
-    except frontmatter.FrontmatterError:
+    except FrontmatterError:
         return ""
     return " ".join(described.split()) if isinstance(described, str) else ""
 

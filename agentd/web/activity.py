@@ -9,13 +9,10 @@ in the middle of their replies (tests/bench/stream_bench.py).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from agentd.web.guard import Handler
-
-Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 
 class Activity:

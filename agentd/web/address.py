@@ -12,6 +12,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from shared.errors import WebAddressError
+
 DEFAULT_WEB_ADDRESS = "127.0.0.1:8765"
 """What ``agentd up --web`` serves on when ``AGENTD_WEB`` names nothing else."""
 
@@ -19,10 +21,6 @@ _HOST = r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9.-]+))"
 _ADDRESS = re.compile(rf"^{_HOST}:(?P<port>\d{{1,5}})$")
 _HOST_HEADER = re.compile(rf"^{_HOST}(?::(?P<port>\d{{1,5}}))?$")
 """A Host header: the port may be left out when it is HTTP's own (80)."""
-
-
-class WebAddressError(ValueError):
-    """``AGENTD_WEB`` is not ``host:port``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,8 @@ belong to the conversation in the URL: a page never answers for another one.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from aiohttp import web
 
 from agentd.requests import ApprovalDeny, ConversationTarget, parse_params
@@ -41,7 +43,7 @@ async def _answer(request: web.Request, *, approve: bool) -> web.StreamResponse:
     assert isinstance(answer, ApprovalDeny)
     record = await ctx.handlers.agents.resolve(where.agent)
     within = (record.id, where.conversation)
-    decision = "approved" if approve else "denied"
+    decision: Literal["approved", "denied"] = "approved" if approve else "denied"
     return await streamed(
         request,
         f"web.{decision}",

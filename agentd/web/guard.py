@@ -24,9 +24,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
-from agentd.api_keys import ApiKey, ApiKeyRefused, ApiKeys
+from agentd.api_keys import ApiKey, ApiKeys
 from agentd.web.sessions import Session, Sessions
+from shared.errors import ApiKeyRefused
 
 CSRF_HEADER = "X-CSRF-Token"
 SESSION_KEY = web.RequestKey("agentd_session", Session)
@@ -66,7 +68,7 @@ def guard(
     accepts_host: Callable[[str | None], bool],
     port: Callable[[], int],
     api_keys: ApiKeys,
-) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
+) -> Middleware:
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not accepts_host(request.headers.get("Host")):

@@ -48,7 +48,7 @@ def render_blocks(text: str) -> list[Block]:
     while position < len(tokens):
         first = tokens[position]
         after = position + 1
-        depth = first.nesting
+        depth: int = first.nesting
         while depth > 0:
             depth += tokens[after].nesting
             after += 1

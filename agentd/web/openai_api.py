@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -29,10 +30,17 @@ from pydantic import ValidationError
 from agentd.requests import describe
 from agentd.web.context import WebContext
 from agentd.web.guard import API_KEY, API_PREFIX
-from agentd.web.openai_errors import ModelNotFound
 from agentd.web.openai_reply import CompletionReply
-from agentd.web.openai_wire import BadCompletionRequest, Completion, CompletionRequest
-from shared.errors import AgentdError, InvalidId, MalformedRequest, ShuttingDown, UnknownAgent
+from agentd.web.openai_wire import Completion, CompletionRequest
+from shared.errors import (
+    AgentdError,
+    BadCompletionRequest,
+    InvalidId,
+    MalformedRequest,
+    ModelNotFound,
+    ShuttingDown,
+    UnknownAgent,
+)
 from shared.ids import new_id
 from shared.models.agents import AgentRecord
 
@@ -81,7 +89,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
     with structlog.contextvars.bound_contextvars(op="api.chat"):
         try:
             gone = ctx.server.gone(request.transport)
-            watched = {turn} if gone is None else {turn, gone}
+            watched: set[asyncio.Future[Any]] = {turn} if gone is None else {turn, gone}
             await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
         finally:  # the client went away, or agentd is stopping: the turn ends cancelled
             if not turn.done():

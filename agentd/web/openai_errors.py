@@ -19,11 +19,11 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from agentd.api_keys import ApiKeyRefused
 from agentd.web.guard import Handler, is_api
 from agentd.web.openai_wire import ErrorType, error_body
 from shared.errors import (
     AgentdError,
+    ApiKeyRefused,
     ApprovalPending,
     MemoryBusy,
     RequestError,
@@ -33,13 +33,6 @@ from shared.errors import (
 )
 
 log = structlog.get_logger(__name__)
-
-
-class ModelNotFound(UnknownAgent):
-    """The ``model`` names no agent."""
-
-    code = "model_not_found"
-    param = "model"
 
 
 @web.middleware

@@ -21,20 +21,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shared.errors import MalformedRequest
+from shared.errors import BadCompletionRequest
 from shared.models.messages import Usage
 from shared.models.turns import TurnResult
 
 MAX_USER_CHARS = 256
 """The longest ``user`` (client id) taken."""
-
-
-class BadCompletionRequest(MalformedRequest):
-    """A chat-completions request the endpoint cannot take (HTTP 400), naming the field."""
-
-    def __init__(self, message: str, *, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 class ContentPart(BaseModel):

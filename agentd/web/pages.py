@@ -26,6 +26,7 @@ from agentd.web.guard import FAVICON_PATH, LOGIN_PATH, cookie_name
 from agentd.web.memory_file import read_memory_file
 from agentd.web.sessions import SESSION_TTL_S
 from agentd.web.timeline import read_timeline
+from shared.errors import FrontmatterError
 from shared.ids import find_message
 from shared.memory import frontmatter
 from shared.memory.repo import MemoryRepo
@@ -274,7 +275,7 @@ def _described_files(repo: MemoryRepo) -> list[tuple[str, str]]:
 
 
 def _description(text: str) -> str:
-    with contextlib.suppress(frontmatter.FrontmatterError):
+    with contextlib.suppress(FrontmatterError):
         described = frontmatter.parse(text)[0].get("description", "")
         return described if isinstance(described, str) else ""
     return ""

@@ -31,9 +31,9 @@ import structlog
 from agentd.api_clients import ApiConversations
 from agentd.listener import Listener, Slots, connection_cap
 from agentd.web.activity import Activity
-from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress, WebAddressError
+from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress
 from agentd.web.sessions import LOGIN_TOKEN_TTL_S, Sessions
-from shared.errors import AgentdError
+from shared.errors import WebAddressError, WebViewOff
 from shared.settings import Settings
 
 if TYPE_CHECKING:
@@ -54,12 +54,6 @@ BUSY_RESPONSE = (
     b"Connection: close\r\n\r\n%s"
 ) % (len(_BUSY_TEXT), _BUSY_TEXT)
 """What a connection over the cap is told before it is closed."""
-
-
-class WebViewOff(AgentdError):
-    """``agentctl web`` on a daemon that serves no web view."""
-
-    code = "web_off"
 
 
 class WebServer:
@@ -273,6 +267,7 @@ class _Watched(asyncio.Protocol):
     def _too_slow(self, transport: asyncio.BaseTransport) -> None:
         self._deadline = None
         log.debug("web_request_head_timed_out", timeout_s=self._header_timeout_s)
+        assert isinstance(transport, asyncio.Transport)  # a stream server's connection
         transport.abort()
 
     def eof_received(self) -> bool | None:

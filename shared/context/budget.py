@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.errors import AgentdError
+from shared.errors import PromptFloorError
 from shared.models.messages import AssistantMessage, Message
 from shared.providers.base import AGENT_WINDOW_SETTING, ModelRequest, WindowSource
 from shared.providers.tokens import message_tokens, text_tokens, tools_tokens
@@ -33,12 +33,6 @@ OUTPUT_RESERVE_TOKENS = 16_384
 SMALL_WINDOW_RESERVE_RATIO = 0.2
 OLLAMA_MIN_SUGGESTED_WINDOW = 8_192
 OLLAMA_MAX_SUGGESTED_WINDOW = 1_048_576
-
-
-class PromptFloorError(AgentdError):
-    """The system prompt and tools alone leave no room for messages and a reply."""
-
-    code = "prompt_floor"
 
 
 def scaled(tokens: int, token_ratio: float) -> int:

@@ -117,7 +117,7 @@ class CalibratedProvider(Provider):
         self.context_window_source = inner.context_window_source
         self.context_window_setting = inner.context_window_setting
 
-    @property  # type: ignore[override]
+    @property
     def token_ratio(self) -> float:
         return self.ratios.ratio(self.model)
 

@@ -32,10 +32,11 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import structlog
 
-from shared.errors import AgentdError
+from shared.errors import RedisUnavailable
 from shared.store.atomic import write_bytes_atomic
 
 log = structlog.get_logger(__name__)
@@ -45,10 +46,6 @@ AOF_DIRNAME = "appendonlydir"
 CONFIG_NAME = "agentd-valkey.conf"
 """The server's config file in its data directory, written when it has a password."""
 """Valkey's multi-part AOF (a base file, increments and a manifest) in the data dir."""
-
-
-class RedisUnavailable(AgentdError):
-    code = "redis_unavailable"
 
 
 def _quoted(value: str) -> str:
@@ -171,7 +168,11 @@ class EmbeddedRedis:
         self.socket_path.unlink(missing_ok=True)  # left by a server killed with -9
         self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        output = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        output: IO[bytes] | int = (
+            open(self.log_path, "ab")  # noqa: SIM115
+            if self.log_path
+            else subprocess.DEVNULL
+        )
         self.process = subprocess.Popen(
             [str(server_binary()), *self._arguments()],
             stdout=output,
@@ -182,7 +183,7 @@ class EmbeddedRedis:
             start_new_session=True,
             preexec_fn=self.preexec_fn,
         )
-        if output is not subprocess.DEVNULL:
+        if not isinstance(output, int):
             output.close()
         deadline = time.monotonic() + START_TIMEOUT_S
         while not ping(self.socket_path, password=self.password):

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from shared.coordination import redis_keys
 from shared.coordination.lease import holder_alive
+from shared.coordination.replies import as_bytes
 from shared.models.reflection import ReflectionOutcome
 
 log = structlog.get_logger(__name__)
@@ -50,7 +51,7 @@ class JobState(BaseModel):
 def mark(client: redis.Redis, job_id: str, state: Literal["queued", "running"]) -> None:
     """Record a job as queued or running unless it already finished."""
     key = redis_keys.job_state(job_id)
-    if isinstance(_parse(client.get(key)), ReflectionOutcome):
+    if isinstance(_parse(as_bytes(client.get(key))), ReflectionOutcome):
         return
     value = JobState(state=state, at=time.time()).model_dump_json()
     client.set(key, value, ex=redis_keys.JOB_STATE_TTL_S)
@@ -71,12 +72,12 @@ def record_outcome(client: redis.Redis, job_id: str, outcome: ReflectionOutcome)
 
 def answered(client: redis.Redis, job_id: str) -> str | None:
     """The inputs a stored answer of the job is for, if it was answered."""
-    found = _parse(client.get(redis_keys.job_state(job_id)))
+    found = _parse(as_bytes(client.get(redis_keys.job_state(job_id))))
     return found.input_id if isinstance(found, JobState) and found.state == "answered" else None
 
 
 def finished(client: redis.Redis, job_id: str) -> ReflectionOutcome | None:
-    found = _parse(client.get(redis_keys.job_state(job_id)))
+    found = _parse(as_bytes(client.get(redis_keys.job_state(job_id))))
     return found if isinstance(found, ReflectionOutcome) else None
 
 
@@ -86,7 +87,7 @@ def status(
     """The job's outcome if it finished, else what Redis knows of it (see the module);
     ``grace_s`` is how long a queued job may be neither in the queue nor holding its lease
     (a worker took its message and is on its way to the lease) before it counts as lost."""
-    found = _parse(client.get(redis_keys.job_state(job_id)))
+    found = _parse(as_bytes(client.get(redis_keys.job_state(job_id))))
     if found is None:
         return "unknown"
     if isinstance(found, ReflectionOutcome):

@@ -30,6 +30,7 @@ import structlog
 from redis.exceptions import LockError, LockNotOwnedError
 
 from shared.coordination import redis_keys
+from shared.coordination.replies import as_bytes
 
 log = structlog.get_logger(__name__)
 
@@ -94,7 +95,7 @@ class ReflectionLease:
         """The owner named by whoever holds the agent's lease now (a job id, for a job),
         or None when it is free: a job that finds itself the holder is a redelivered copy
         of a job that is still running."""
-        token = self._client.get(self._key)
+        token = as_bytes(self._client.get(self._key))
         return token.decode(errors="replace").split(" ", 1)[0] if token else None
 
     def release(self) -> None:
@@ -122,12 +123,12 @@ class ReflectionLease:
 
 def holder_alive(client: redis.Redis, agent_id: str) -> bool:
     """Whether someone holds the agent's lease who may still be alive."""
-    token = client.get(redis_keys.lease(agent_id))
+    token = as_bytes(client.get(redis_keys.lease(agent_id)))
     return token is not None and not _dead(token)
 
 
 def _take_from_dead_holder(client: redis.Redis, key: str) -> bool:
-    token = client.get(key)
+    token = as_bytes(client.get(key))
     if token is None or not _dead(token):
         return False
     taken = bool(client.eval(_DELETE_IF_EQUAL, 1, key, token))

@@ -18,6 +18,7 @@ import secrets
 import redis
 
 from shared.coordination import jobs, redis_keys
+from shared.coordination.replies import all_bytes, as_bytes
 from shared.reflection.job import JobAnswer, JobInput
 
 ANSWER_STREAM = "agentd:reflection-answers"
@@ -45,7 +46,9 @@ def has_input(client: redis.Redis, input_id: str) -> bool:
 def get_input(client: redis.Redis, input_id: str) -> tuple[bytes, bytes] | None:
     """The input's JSON (parsed by the caller, who checks its format first) and bundle;
     None when Redis no longer holds them."""
-    raw, bundle = client.mget(redis_keys.job_input(input_id), redis_keys.job_input_bundle(input_id))
+    raw, bundle = all_bytes(
+        client.mget(redis_keys.job_input(input_id), redis_keys.job_input_bundle(input_id))
+    )
     if raw is None or bundle is None:
         return None
     return raw, bundle
@@ -98,13 +101,13 @@ def notice(answer: JobAnswer) -> str:
 def get_answer(client: redis.Redis, input_id: str) -> tuple[bytes, bytes | None] | None:
     """The stored answer's JSON and its bundle (None when it committed nothing); None when
     there is no answer, or its bundle is gone."""
-    raw = client.get(redis_keys.job_answer(input_id))
+    raw = as_bytes(client.get(redis_keys.job_answer(input_id)))
     if raw is None:
         return None
     bundle_key = _bundle_key(raw, input_id)
     if bundle_key is None:
         return raw, None
-    bundle = client.get(bundle_key)
+    bundle = as_bytes(client.get(bundle_key))
     return None if bundle is None else (raw, bundle)
 
 
@@ -126,6 +129,6 @@ def drop(client: redis.Redis, input_id: str) -> None:
         redis_keys.job_input_bundle(input_id),
         redis_keys.job_answer(input_id),
     ]
-    raw = client.get(redis_keys.job_answer(input_id))
+    raw = as_bytes(client.get(redis_keys.job_answer(input_id)))
     bundle_key = _bundle_key(raw, input_id) if raw is not None else None
     client.delete(*doomed, *([bundle_key] if bundle_key else []))

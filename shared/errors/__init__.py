@@ -1,6 +1,7 @@
 """The one error tree of agentd, drawn here; each branch lives in a module of its own
-(:mod:`.requests`, :mod:`.store`, :mod:`.providers`, :mod:`.service`, :mod:`.reflection`;
-the root in :mod:`.root`) and is imported from here: ``from shared.errors import X``.
+(:mod:`.requests`, :mod:`.store`, :mod:`.providers`, :mod:`.service`, :mod:`.reflection`,
+:mod:`.setup`, :mod:`.content`, :mod:`.clients`, :mod:`.tools`; the root in :mod:`.root`)
+and is imported from here: ``from shared.errors import X``.
 
 Every error that may cross the socket derives from :class:`AgentdError` and carries a
 stable ``code`` (what scripts match on) and a message that says what to do::
@@ -8,10 +9,12 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     AgentdError
     ├── RequestError                 the caller sent something we refuse; nothing changed
     │   ├── MalformedRequest         not JSON, not an object, missing or mistyped fields
+    │   │   └── BadCompletionRequest an OpenAI-style request the endpoint cannot take (HTTP 400)
     │   ├── UnknownOp
     │   ├── InvalidId                an id that is not [A-Za-z0-9_-]{1,64} (path tricks included)
     │   ├── PayloadTooLarge          a request line or a message over its limit
     │   ├── UnknownAgent
+    │   │   └── ModelNotFound        the endpoint's ``model`` names no agent
     │   ├── UnknownConversation
     │   ├── UnknownMessage
     │   ├── AmbiguousMessage         a short message id that names more than one message
@@ -33,7 +36,8 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   ├── UnknownTool              a tool name no agent has (``--approve``)
     │   ├── UnknownApproval          no tool call waits with that approval id
     │   ├── AlreadyAnswered          the call was approved or denied already
-    │   └── ApprovalPending          a message sent while a call of the conversation waits
+    │   ├── ApprovalPending          a message sent while a call of the conversation waits
+    │   └── UnknownApiKey            no API key has that id
     ├── StoreError                   the data directory is not as we left it
     │   ├── CorruptStateFile
     │   │   └── StateFileTooNew      written by a newer agentd (a later schema_version)
@@ -51,19 +55,51 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   ├── ProviderHTTPError        any other HTTP failure, after our retries
     │   │   └── ProviderTimeout      nothing from the provider for the configured timeout
     │   └── ProviderMisbehaved       a response we cannot use (no choices, bad shape)
+    ├── PromptFloorError             the system prompt and tools alone fill the window
     ├── ShuttingDown                 the daemon is stopping and takes no new turns
     ├── Busy                         every connection the daemon allows is open; retry
     ├── RecallUnavailable            recall's process stopped mid-request; it restarts: retry
+    ├── ReflectionError
+    │   ├── TooManyCommits           a branch with more commits than one reflection may land
+    │   ├── BundleError              a git bundle that is damaged or not what it says it holds
+    │   ├── JobTooLarge              a job's memory or an answer over its size limit
+    │   ├── InvalidAnswer            a worker's answer that does not hold together
+    │   └── WorkerOutdated           a job in a format the worker does not know
     ├── InvalidSettings              agentd.toml or an AGENTD_* variable refused at start
-    └── ReflectionError
-        └── TooManyCommits           a branch with more commits than one reflection may land
+    ├── RedisUnavailable             Redis cannot be started or reached
+    ├── AlreadyRunning               a daemon already answers on this AGENTD_HOME's socket
+    ├── SocketPathTooLong            the socket's path is over a Unix socket address's limit
+    ├── WebViewOff                   ``agentctl web`` on a daemon that serves no web view
+    ├── WebAddressError              AGENTD_WEB is not host:port
+    ├── ApiKeyRefused                the endpoint's key is missing, wrong or revoked (HTTP 401)
+    ├── FrontmatterError             a memory file's frontmatter that cannot be read
+    ├── DaemonUnanswered             ``agentd doctor`` got no usable answer from the daemon
+    │   ├── NotRunning               nothing accepts connections on the socket
+    │   └── NoAnswer                 it took the connection and answered nothing usable
+    ├── ClientError                  what agentctl prints as ``code: message`` (exit 1)
+    │   └── DaemonError              the same, met by a tool or resource of ``agentctl mcp``
+    └── ToolError                    a tool's failure, handed back to the model as its result
 
-Tool failures are not daemon errors: a tool raises :class:`ToolError`, which the agent
+Tool failures never reach the socket: a tool raises :class:`ToolError`, which the agent
 loop hands back to the model as the tool's result (the turn goes on).
+
+The tree is closed: every exception class of ``agentd``, ``reflector`` and ``shared`` is
+defined here and drawn above, under its parent (``tests/test_error_tree.py`` checks both).
 """
 
 from __future__ import annotations
 
+from shared.errors.clients import (
+    ClientError,
+    DaemonError,
+    DaemonUnanswered,
+    NoAnswer,
+    NotRunning,
+)
+from shared.errors.content import (
+    FrontmatterError,
+    PromptFloorError,
+)
 from shared.errors.providers import (
     ContextOverflowError,
     ProviderAuthError,
@@ -87,6 +123,7 @@ from shared.errors.requests import (
     AlreadyAnswered,
     AmbiguousMessage,
     ApprovalPending,
+    BadCompletionRequest,
     InUse,
     InvalidArchive,
     InvalidId,
@@ -95,6 +132,7 @@ from shared.errors.requests import (
     MemoryContentError,
     MemoryPathError,
     MemoryTooLarge,
+    ModelNotFound,
     NameTaken,
     NestedRepository,
     NothingToForget,
@@ -104,6 +142,7 @@ from shared.errors.requests import (
     RequestError,
     RevertConflict,
     UnknownAgent,
+    UnknownApiKey,
     UnknownApproval,
     UnknownConversation,
     UnknownMessage,
@@ -120,6 +159,14 @@ from shared.errors.service import (
     InvalidSettings,
     RecallUnavailable,
     ShuttingDown,
+)
+from shared.errors.setup import (
+    AlreadyRunning,
+    ApiKeyRefused,
+    RedisUnavailable,
+    SocketPathTooLong,
+    WebAddressError,
+    WebViewOff,
 )
 from shared.errors.store import (
     AgentRecordMissing,
@@ -141,13 +188,20 @@ __all__ = [
     "AgentRecordMissing",
     "AgentdError",
     "AlreadyAnswered",
+    "AlreadyRunning",
     "AmbiguousMessage",
+    "ApiKeyRefused",
     "ApprovalPending",
+    "BadCompletionRequest",
     "BundleError",
     "Busy",
+    "ClientError",
     "ContextOverflowError",
     "CorruptStateFile",
+    "DaemonError",
+    "DaemonUnanswered",
     "DiskFull",
+    "FrontmatterError",
     "InUse",
     "InvalidAnswer",
     "InvalidArchive",
@@ -163,10 +217,14 @@ __all__ = [
     "MemoryPathError",
     "MemoryRepoError",
     "MemoryTooLarge",
+    "ModelNotFound",
     "NameTaken",
     "NestedRepository",
+    "NoAnswer",
+    "NotRunning",
     "NothingToForget",
     "PayloadTooLarge",
+    "PromptFloorError",
     "ProposalAnswered",
     "ProposalConflict",
     "ProviderAuthError",
@@ -177,15 +235,18 @@ __all__ = [
     "ProviderTimeout",
     "ProviderUnreachable",
     "RecallUnavailable",
+    "RedisUnavailable",
     "ReflectionError",
     "RequestError",
     "RevertConflict",
     "ShuttingDown",
+    "SocketPathTooLong",
     "StateFileTooNew",
     "StoreError",
     "TooManyCommits",
     "ToolError",
     "UnknownAgent",
+    "UnknownApiKey",
     "UnknownApproval",
     "UnknownConversation",
     "UnknownMessage",
@@ -193,5 +254,7 @@ __all__ = [
     "UnknownProposal",
     "UnknownRevision",
     "UnknownTool",
+    "WebAddressError",
+    "WebViewOff",
     "WorkerOutdated",
 ]

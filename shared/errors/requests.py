@@ -165,3 +165,24 @@ class ApprovalPending(RequestError):
     answer: the turn is not over, and the model would read the message as the answer."""
 
     code = "approval_pending"
+
+
+class UnknownApiKey(RequestError):
+    """``agentctl api-keys revoke`` of a key id no key has."""
+
+    code = "unknown_api_key"
+
+
+class BadCompletionRequest(MalformedRequest):
+    """A chat-completions request the endpoint cannot take (HTTP 400), naming the field."""
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class ModelNotFound(UnknownAgent):
+    """The OpenAI-compatible endpoint's ``model`` names no agent."""
+
+    code = "model_not_found"
+    param = "model"

@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from shared.memory.frontmatter import FrontmatterError, Meta, parse
+from shared.errors import FrontmatterError
+from shared.memory.frontmatter import Meta, parse
 
 PERSONA_PATH = "system/persona.md"
 HUMAN_PATH = "system/human.md"

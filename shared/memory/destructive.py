@@ -30,6 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from shared.errors import FrontmatterError
 from shared.memory import frontmatter, git
 from shared.memory.compile import SYSTEM_DIR
 
@@ -151,7 +152,7 @@ def _has_body(repo_dir: Path, blob: str) -> bool:
     text = git.run(repo_dir, "cat-file", "blob", blob).stdout
     try:
         _meta, body = frontmatter.parse(text)
-    except frontmatter.FrontmatterError:
+    except FrontmatterError:
         body = text
     return bool(body.strip())
 

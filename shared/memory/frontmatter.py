@@ -12,13 +12,11 @@ from typing import Any
 
 import yaml
 
+from shared.errors import FrontmatterError
+
 Meta = dict[str, str | list[str]]
 
 _DELIMITER = "---"
-
-
-class FrontmatterError(ValueError):
-    """The file starts a frontmatter block that cannot be read."""
 
 
 def parse(text: str) -> tuple[Meta, str]:

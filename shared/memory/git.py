@@ -39,7 +39,7 @@ import stat
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
-from typing import overload
+from typing import Literal, overload
 
 import structlog
 
@@ -112,7 +112,7 @@ def run(
     stdin: str | None = ...,
     env: Mapping[str, str] | None = ...,
     timeout: float = ...,
-    binary: bool = False,
+    binary: Literal[False] = False,
 ) -> subprocess.CompletedProcess[str]: ...
 @overload
 def run(
@@ -122,7 +122,7 @@ def run(
     stdin: bytes | None = ...,
     env: Mapping[str, str] | None = ...,
     timeout: float = ...,
-    binary: bool,
+    binary: Literal[True],
 ) -> subprocess.CompletedProcess[bytes]: ...
 def run(
     cwd: Path,
@@ -141,8 +141,8 @@ def run(
     """
     removed: set[Path] = set()
     while True:
-        proc = run_once(cwd, *args, stdin=stdin, env=env, timeout=timeout, binary=binary)
-        stderr = proc.stderr.decode("utf-8", "replace") if binary else proc.stderr
+        proc = _once(cwd, args, stdin=stdin, env=env, timeout=timeout, binary=binary)
+        stderr = _text(proc.stderr)
         lock = git_locks.blocking_lock(stderr) if proc.returncode != 0 else None
         if lock is None:
             break
@@ -153,6 +153,24 @@ def run(
     return proc
 
 
+@overload
+def run_once(
+    cwd: Path,
+    *args: str,
+    stdin: str | None = ...,
+    env: Mapping[str, str] | None = ...,
+    timeout: float = ...,
+    binary: Literal[False] = False,
+) -> subprocess.CompletedProcess[str]: ...
+@overload
+def run_once(
+    cwd: Path,
+    *args: str,
+    stdin: bytes | None = ...,
+    env: Mapping[str, str] | None = ...,
+    timeout: float = ...,
+    binary: Literal[True],
+) -> subprocess.CompletedProcess[bytes]: ...
 def run_once(
     cwd: Path,
     *args: str,
@@ -164,6 +182,18 @@ def run_once(
     """Run ``git -C cwd args`` once, hardened: for a command that must not be repeated
     after a lock failure (a merge may have stopped halfway). The repository at ``cwd`` is
     pinned first (:func:`pin`)."""
+    return _once(cwd, args, stdin=stdin, env=env, timeout=timeout, binary=binary)
+
+
+def _once(
+    cwd: Path,
+    args: tuple[str, ...],
+    *,
+    stdin: str | bytes | None,
+    env: Mapping[str, str] | None,
+    timeout: float,
+    binary: bool,
+) -> subprocess.CompletedProcess[str] | subprocess.CompletedProcess[bytes]:
     pin(cwd)
     argv = ["-C", str(cwd.absolute()), *args]
     return _spawn(argv, cwd, stdin=stdin, env=env, timeout=timeout, binary=binary)
@@ -182,7 +212,7 @@ def pin(repo_dir: Path) -> list[str]:
         return []
     restored = []
     entries = config_entries(git_dir / "config") if config is not None else None
-    if unexpected := git_pin.unexpected(entries):
+    if (unexpected := git_pin.unexpected(entries)) or config is None:
         config = git_pin.canonical(entries)
         git_pin.replace_file(git_dir / "config", config)
         restored.append(f".git/config (it held {', '.join(unexpected)})")
@@ -274,6 +304,7 @@ def _spawn(
             env=clean_env(env),
             timeout=timeout,
             check=False,
+            # the mode is chosen at run time, where run's overloads want it spelled out
             **text_mode,  # type: ignore[call-overload]
         )
     except subprocess.TimeoutExpired as exc:
@@ -281,6 +312,11 @@ def _spawn(
         raise MemoryRepoError(f"git {command} timed out after {timeout:.0f} s in {cwd}") from exc
     except OSError as exc:
         raise MemoryRepoError(f"git could not be run: {exc}; is git installed?") from exc
+
+
+def _text(output: str | bytes) -> str:
+    """Git's output as text, whichever mode it ran in (for reading its messages)."""
+    return output.decode("utf-8", "replace") if isinstance(output, bytes) else output
 
 
 def first_line(text: str) -> str:

@@ -127,11 +127,10 @@ class Provenance(BaseModel):
             "reflected_first": first,
             "reflected_last": last,
             "reverts": _sha(trailers.get(REVERTS)),
-            "via": _via(trailers.get(VIA)),
             "client": mcp_client(trailers.get(MCP_CLIENT)),
         }
         kind = _kind(trailers, parents, author_name, author_email, subject, fields)
-        return cls(kind=kind, **fields)
+        return cls(kind=kind, via=_via(trailers.get(VIA)), **fields)
 
 
 class CommitProvenance(BaseModel):

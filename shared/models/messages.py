@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, TypeAdapter
 from pydantic_core import core_schema
@@ -157,6 +157,13 @@ class Message(BaseModel):
     kind: MessageKind
     content: str = ""
 
+    if TYPE_CHECKING:
+        # Every kind has these two, but each declares them itself, at the place its lines
+        # have them (a line re-encodes to its very bytes); declared here for the type
+        # checker only, so code that reads them off any message is checked.
+        created_at: datetime
+        turn_id: str | None
+
     @staticmethod
     def of(**fields: Any) -> AnyMessage:
         """The message of the kind ``fields`` say (``kind``, and ``role`` for ``message``)."""
@@ -212,17 +219,14 @@ _API_FIELDS = [
 ]
 _API_DEFAULTS: dict[str, Any] = {"tool_calls": [], "is_error": False, "metadata": {}}
 
-CreatedAt = Annotated[datetime, Field(default_factory=utc_now)]
-TurnId = str | None
-
 
 class UserMessage(Message):
     """What the user said."""
 
     role: Literal["user"]
     kind: Literal["message"] = "message"
-    created_at: CreatedAt
-    turn_id: TurnId = None
+    created_at: datetime = Field(default_factory=utc_now)
+    turn_id: str | None = None
 
 
 class AssistantMessage(Message):
@@ -231,8 +235,8 @@ class AssistantMessage(Message):
     role: Literal["assistant"]
     kind: Literal["message"] = "message"
     tool_calls: list[ToolCall] = Field(default_factory=list)
-    created_at: CreatedAt
-    turn_id: TurnId = None
+    created_at: datetime = Field(default_factory=utc_now)
+    turn_id: str | None = None
     model: str | None = None
     usage: Usage | None = None
     stop_reason: StopReason | None = None
@@ -256,8 +260,8 @@ class ToolResult(Message):
     """The tool's name."""
     is_error: bool = False
     """The tool failed (its content says why)."""
-    created_at: CreatedAt
-    turn_id: TurnId = None
+    created_at: datetime = Field(default_factory=utc_now)
+    turn_id: str | None = None
 
 
 class SummaryMessage(Message):
@@ -265,8 +269,8 @@ class SummaryMessage(Message):
 
     role: Literal["user"]
     kind: Literal["summary"]
-    created_at: CreatedAt
-    turn_id: TurnId = None
+    created_at: datetime = Field(default_factory=utc_now)
+    turn_id: str | None = None
     payload: SummaryPayload = Field(alias="metadata")
 
 
@@ -275,8 +279,8 @@ class ReminderMessage(Message):
 
     role: Literal["user"]
     kind: Literal["reminder"]
-    created_at: CreatedAt
-    turn_id: TurnId = None
+    created_at: datetime = Field(default_factory=utc_now)
+    turn_id: str | None = None
 
 
 class NoteMessage(Message):
@@ -284,8 +288,8 @@ class NoteMessage(Message):
 
     role: Literal["user"]
     kind: Literal["note"]
-    created_at: CreatedAt
-    turn_id: TurnId = None
+    created_at: datetime = Field(default_factory=utc_now)
+    turn_id: str | None = None
 
 
 class StopRecord(Message):
@@ -293,8 +297,8 @@ class StopRecord(Message):
 
     role: Literal["assistant"]
     kind: Literal["stop"]
-    created_at: CreatedAt
-    turn_id: TurnId = None
+    created_at: datetime = Field(default_factory=utc_now)
+    turn_id: str | None = None
     stop_reason: StopReason
     payload: StopPayload = Field(alias="metadata")
 
@@ -313,6 +317,7 @@ class _ByKindThenRole:
             "assistant": handler.generate_schema(AssistantMessage),
             "tool": handler.generate_schema(ToolResult),
         }
+        kind_then_role: list[list[str | int]] = [["kind"], ["role"]]
         return core_schema.tagged_union_schema(
             {
                 **by_role,
@@ -322,7 +327,7 @@ class _ByKindThenRole:
                 "note": handler.generate_schema(NoteMessage),
                 "stop": handler.generate_schema(StopRecord),
             },
-            discriminator=[["kind"], ["role"]],
+            discriminator=kind_then_role,
         )
 
 

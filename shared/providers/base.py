@@ -86,9 +86,12 @@ class Provider(abc.ABC):
     context_window_setting: str | None = None
     """The setting the window came from, when it came from one (``AGENTD_CONTEXT_WINDOW``,
     ``agent context_window``)."""
-    token_ratio: float = 1.0
-    """Provider tokens per estimated (four-characters) token: what the context budget
-    multiplies its estimates by (:mod:`shared.context.calibration` learns it)."""
+
+    @property
+    def token_ratio(self) -> float:
+        """Provider tokens per estimated (four-characters) token: what the context budget
+        multiplies its estimates by (:mod:`shared.context.calibration` learns it)."""
+        return 1.0
 
     @abc.abstractmethod
     async def complete(self, request: ModelRequest) -> ModelResponse:

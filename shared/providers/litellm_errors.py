@@ -1,21 +1,29 @@
 """The error boundary: every litellm/openai exception leaves as a ``ProviderError``.
 
-Apart from the provider because recognising an exception is most of the work (litellm
-reports some failures as a type, some only as a status or a sentence), and the retry
-policy asks the same question (:func:`failure_of`): an overflow, an unusable response or
-a missing key is never retried. Every message names the model and says what to do.
+Apart from the provider because recognising an exception is most of the work, and the
+retry policy asks the same question (:func:`failure_of`): an overflow, an unusable
+response or a missing key is never retried. Every message names the model and says what
+to do.
 
-litellm wraps two client-side failures as ``InternalServerError`` (HTTP 500) although no
-request was ever answered: a missing API key, and a connection that could not be opened.
-Only the exception chain tells them apart from a server's own 500, which matters twice:
-neither is worth four attempts, and "HTTP 500" sends the user looking in the wrong place.
+Exceptions are told apart by class (:func:`_by_class`, most specific first): litellm's
+own, and the openai SDK's it derives them from. ``tests/providers`` walks every exception
+class litellm defines and checks where each lands, so a class a new litellm adds is
+mapped on purpose. The exception chain is read by class too: litellm wraps two
+client-side failures as ``InternalServerError`` (HTTP 500) although no request was ever
+answered, a missing API key (the SDK's bare ``OpenAIError``) and a connection that could
+not be opened (``httpx.ConnectError`` and the OS errors under it); neither is worth four
+attempts, nor worth calling "HTTP 500". A class that says only a status (litellm's
+``APIError``) is told by that status. Two failures litellm says only in words, raising a
+bare ``Exception`` it then wraps as an HTTP error (a response it could not parse, a model
+string that names no provider), are read from those words (``_LITELLM_WORDS``).
 
 A refused request is a configuration error (``ProviderConfigError``) only when it says
 so: a 404 (no such model, or no such endpoint under the api_base), litellm's own refusals
-of a model string or parameter it cannot map, or a 400 whose code or text names an
-unknown model. Reflection pauses for an agent on a configuration error until the user
-fixes it, so any other 400 or 422 — a provider that refused one request for a reason of
-its own — stays an HTTP error: it is told as it is and retried later.
+of a model string or parameter it cannot map, or a 400 whose body names an unknown model
+(its ``code``, or the provider's own words for it: no class says that). Reflection pauses
+for an agent on a configuration error until the user fixes it, so any other 400 or 422 —
+a provider that refused one request for a reason of its own — stays an HTTP error: it is
+told as it is and retried later.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import re
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from typing import Literal
 
 from shared.errors import (
@@ -43,12 +52,6 @@ from shared.providers.litellm_import import import_litellm
 MODEL_STRING_HINT = "e.g. openai/gpt-4o, anthropic/claude-sonnet-4-5 or ollama/llama3.1"
 _DETAIL_CHARS = 300
 
-_OVERFLOW_TEXT = re.compile(
-    r"context[ _-]?(length|window)|too long|maximum\b.{0,80}?\btokens", re.IGNORECASE | re.DOTALL
-)
-_BAD_MODEL_TEXT = re.compile(
-    r"LLM Provider NOT provided|Unmapped LLM provider|isn't mapped yet", re.IGNORECASE
-)
 _UNKNOWN_MODEL_TEXT = re.compile(
     r"\b(unknown|invalid|unsupported|no such) model\b"
     r"|\bmodel\b[^\n]{0,120}?\b(does not exist|doesn't exist|not found|is not supported)"
@@ -59,15 +62,12 @@ _UNKNOWN_MODEL_TEXT = re.compile(
 Ollama ``model 'x' not found, try pulling it first``, ``… does not support tools``)."""
 _UNKNOWN_MODEL_CODES = frozenset({"model_not_found", "invalid_model", "unknown_model"})
 """The ``code`` of an OpenAI-style error body that names an unknown model."""
-_MISBEHAVED_TEXT = re.compile(r"Invalid response object|response with no 'choices'")
-"""litellm's words for a 200 response it could not parse (it reports them as 500s)."""
-_MISSING_KEY_TEXT = re.compile(
-    r"missing credentials|api_key client option must be set|no key is set"
-    r"|missing \w+ api key|api key (is )?(required|missing|not set)",
-    re.IGNORECASE,
+_LITELLM_WORDS: tuple[tuple[re.Pattern[str], Failure], ...] = (
+    (re.compile(r"Invalid response object|response with no 'choices'"), "misbehaved"),
+    (re.compile(r"LLM Provider NOT provided|Unmapped LLM provider|isn't mapped yet"), "bad_config"),
 )
-"""The SDKs' words for a call made without a key: the openai SDK raises a plain
-``OpenAIError`` before sending anything, which litellm then reports as a 500."""
+"""The two failures litellm says only in words, raising a bare ``Exception`` it then wraps
+as an HTTP error: a response it could not parse, a model string that names no provider."""
 
 Failure = Literal[
     "overflow",
@@ -105,31 +105,84 @@ def map_litellm_errors(
 
 
 def failure_of(exc: Exception) -> Failure:
-    """Classify one litellm/openai exception; the first question that matches wins."""
-    import openai
-
-    status = http_status(exc)
-    if is_overflow(exc):
-        return "overflow"
-    if is_misbehaved(exc):
-        return "misbehaved"
-    if any(_MISSING_KEY_TEXT.search(str(link)) for link in _chain(exc)):
+    """Classify one litellm/openai exception by its class (and its chain's classes)."""
+    if _missing_key(exc):
         return "missing_key"
-    if _is_auth_failure(exc, status):
-        return "auth"
     if _could_not_connect(exc):
         return "unreachable"
-    if isinstance(exc, openai.RateLimitError) or status == 429:
-        return "rate_limited"
-    if any(isinstance(link, openai.APITimeoutError) for link in _chain(exc)):
-        return "timeout"
-    if any(isinstance(link, openai.APIConnectionError) for link in _chain(exc)):
-        return "connection_lost"
-    if _is_refusal(exc, status):
-        return "refused"
-    if _is_bad_config(exc, status):
+    litellm = import_litellm()
+    if isinstance(exc, litellm.exceptions.MidStreamFallbackError) and isinstance(
+        exc.original_exception, Exception
+    ):  # a stream broke off: what broke it is the failure
+        return failure_of(exc.original_exception)
+    by_class = next((found for kinds, found in _by_class() if isinstance(exc, kinds)), None)
+    failure = by_class if by_class is not None else _by_status(http_status(exc))
+    if failure in ("bad_request", "server_error", "other"):
+        said = str(exc)
+        failure = next((found for words, found in _LITELLM_WORDS if words.search(said)), failure)
+    if failure == "bad_request" and _names_unknown_model(exc):
         return "bad_config"
-    if _is_bad_request(exc, status):
+    return failure
+
+
+@cache
+def _by_class() -> tuple[tuple[tuple[type[BaseException], ...], Failure], ...]:
+    """What each exception class means, the more specific classes first (litellm's derive
+    from the openai SDK's: a ``ContextWindowExceededError`` is a ``BadRequestError``)."""
+    import openai
+
+    x = import_litellm().exceptions
+    return (
+        ((x.ContextWindowExceededError,), "overflow"),
+        ((openai.APIResponseValidationError,), "misbehaved"),
+        ((openai.AuthenticationError, openai.PermissionDeniedError), "auth"),
+        ((openai.RateLimitError,), "rate_limited"),
+        ((openai.APITimeoutError,), "timeout"),
+        ((openai.APIConnectionError,), "connection_lost"),
+        (
+            (
+                x.ContentPolicyViolationError,
+                x.RejectedRequestError,
+                x.PaymentRequiredError,
+                x.BudgetExceededError,
+                x.BlockedPiiEntityError,
+                x.GuardrailRaisedException,
+                x.ModifyResponseException,
+                x.SensitiveDataRouteException,
+            ),
+            "refused",
+        ),
+        (
+            (
+                openai.NotFoundError,
+                x.ModelNotMappedError,
+                x.LiteLLMUnknownProvider,
+                x.UnsupportedParamsError,
+                x.UnsupportedEndpointError,
+                x.EndpointNotSupportedByModelError,
+            ),
+            "bad_config",
+        ),
+        ((openai.BadRequestError, openai.UnprocessableEntityError), "bad_request"),
+        (
+            (openai.InternalServerError, x.ServiceUnavailableError, x.BadGatewayError),
+            "server_error",
+        ),
+        ((x.OpenAIError,), "other"),  # litellm's wrapper of an exception it did not map
+    )
+
+
+def _by_status(status: int | None) -> Failure:
+    """For a class that says only its HTTP status (litellm's ``APIError``)."""
+    if status in (401, 403):
+        return "auth"
+    if status == 429:
+        return "rate_limited"
+    if status == 402:
+        return "refused"
+    if status == 404:
+        return "bad_config"
+    if status in (400, 422):
         return "bad_request"
     if status is not None and status >= 500:
         return "server_error"
@@ -214,13 +267,6 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         link = link.__cause__ or link.__context__
 
 
-def _is_auth_failure(exc: Exception, status: int | None) -> bool:
-    import openai
-
-    auth_errors = (openai.AuthenticationError, openai.PermissionDeniedError)
-    return isinstance(exc, auth_errors) or status in (401, 403)
-
-
 def _could_not_connect(exc: Exception) -> bool:
     """No connection was ever opened: refused, or a host that does not resolve. (A connect
     *timeout* stays a timeout: the host may only be slow.)"""
@@ -249,64 +295,20 @@ def endpoint(exc: Exception, api_base: str | None) -> str:
     return "the provider's default address"
 
 
-def _is_refusal(exc: Exception, status: int | None) -> bool:
-    """Valid request, valid model, but the provider will not serve it (policy, billing)."""
-    litellm = import_litellm()
-    refusals = (
-        litellm.ContentPolicyViolationError,
-        litellm.exceptions.RejectedRequestError,
-        litellm.PaymentRequiredError,
-    )
-    return isinstance(exc, refusals) or status == 402
-
-
-def _is_bad_config(exc: Exception, status: int | None) -> bool:
-    """The model string, a parameter or the api_base is wrong: no request will do until
-    the user changes the configuration (see the module docstring)."""
+def _missing_key(exc: Exception) -> bool:
+    """The SDK refused to send a call without a key: it raises its bare ``OpenAIError``
+    (every error of a call it sent is of a subclass), which litellm wraps."""
     import openai
 
-    litellm = import_litellm()
-    not_served = (
-        openai.NotFoundError,
-        litellm.exceptions.ModelNotMappedError,
-        litellm.exceptions.LiteLLMUnknownProvider,
-        litellm.exceptions.UnsupportedParamsError,
-        litellm.exceptions.UnsupportedEndpointError,
-        litellm.exceptions.EndpointNotSupportedByModelError,
-    )
-    if isinstance(exc, not_served) or status == 404 or _BAD_MODEL_TEXT.search(str(exc)):
-        return True
+    return any(type(link) is openai.OpenAIError for link in _chain(exc))
+
+
+def _names_unknown_model(exc: Exception) -> bool:
+    """A refused request whose body names a model the provider does not serve."""
     body = getattr(exc, "body", None)
     said = body.get("message") if isinstance(body, dict) else None
     return getattr(exc, "code", None) in _UNKNOWN_MODEL_CODES or any(
         isinstance(text, str) and _UNKNOWN_MODEL_TEXT.search(text) for text in (str(exc), said)
-    )
-
-
-def _is_bad_request(exc: Exception, status: int | None) -> bool:
-    """Any other request the provider refused as sent (400, 422)."""
-    import openai
-
-    refused = (openai.BadRequestError, openai.UnprocessableEntityError)
-    return isinstance(exc, refused) or status in (400, 422)
-
-
-def is_overflow(exc: Exception) -> bool:
-    """The request is larger than the model's context window."""
-    import openai
-
-    litellm = import_litellm()
-    if isinstance(exc, litellm.ContextWindowExceededError):
-        return True
-    return isinstance(exc, openai.BadRequestError) and bool(_OVERFLOW_TEXT.search(str(exc)))
-
-
-def is_misbehaved(exc: Exception) -> bool:
-    """The provider answered, with something that cannot be used."""
-    import openai
-
-    return isinstance(exc, openai.APIResponseValidationError) or bool(
-        _MISBEHAVED_TEXT.search(str(exc))
     )
 
 

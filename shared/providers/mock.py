@@ -35,8 +35,8 @@ import re
 from shared.errors import ContextOverflowError
 from shared.ids import new_id
 from shared.memory.compile import human_facts
-from shared.models.messages import Message, ToolCall, Usage
-from shared.providers.base import ModelRequest, ModelResponse, Provider
+from shared.models.messages import Message, ToolCall, ToolResult, Usage
+from shared.providers.base import FinishReason, ModelRequest, ModelResponse, Provider
 from shared.providers.streaming import pieces, text_listener
 from shared.providers.tokens import request_tokens, text_tokens
 
@@ -73,6 +73,7 @@ def admit(request: ModelRequest, context_window: int, who: str) -> int:
 
 def respond(prompt_tokens: int, action: str | list[ToolCall]) -> ModelResponse:
     """A mock's reply (an answer or tool calls) with usage, as a provider reports it."""
+    finish: FinishReason
     if isinstance(action, str):
         output, calls, finish = action, [], "stop"
     else:
@@ -81,7 +82,7 @@ def respond(prompt_tokens: int, action: str | list[ToolCall]) -> ModelResponse:
         text=action if isinstance(action, str) else "",
         tool_calls=calls,
         usage=Usage(input_tokens=prompt_tokens, output_tokens=text_tokens(output)),
-        finish_reason=finish,  # type: ignore[arg-type]
+        finish_reason=finish,
         model=MOCK_MODEL,
     )
 
@@ -105,9 +106,9 @@ class MockProvider(Provider):
             return _report_integration(request.messages[-1])
         user_text = _latest_user_speech(request.messages)
         last = request.messages[-1] if request.messages else None
-        if last is not None and last.role == "tool" and last.name == RECALL_TOOL:
+        if isinstance(last, ToolResult) and last.name == RECALL_TOOL:
             return _report_recall(last.content, user_text)
-        if last is not None and last.role == "tool" and last.name == BASH_TOOL:
+        if isinstance(last, ToolResult) and last.name == BASH_TOOL:
             said = " ".join(last.content.split())
             if last.is_error:
                 return f"The command did not run: {said}"
@@ -171,7 +172,7 @@ def _integration_call(request: ModelRequest) -> ToolCall | None:
 
 
 def _report_integration(result: Message) -> str:
-    if result.role != "tool":
+    if not isinstance(result, ToolResult):
         return f"（mock）I was offered no {MERGE_TOOL} tool, so I merged nothing."
     if result.is_error:
         return f"（mock）The merge failed: {result.content.strip()[:300]}"

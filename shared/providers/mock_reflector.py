@@ -136,7 +136,7 @@ def _next_action(request: ModelRequest, timezone_name: str | None) -> list[ToolC
     reads = [bash(f"cat {shlex.quote(path)}") for path in slice_paths if path not in seen.slices]
     if seen.human is None:
         reads.append(bash(READ_HUMAN))
-    if reads:
+    if reads or seen.human is None:
         return reads
     for path in slice_paths:
         try:

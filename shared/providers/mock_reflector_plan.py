@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, tzinfo
 from typing import Any
 
+from shared.errors import FrontmatterError
 from shared.ids import new_id
 from shared.memory import frontmatter
 from shared.models.messages import ToolCall
@@ -241,7 +242,7 @@ def _body_lines(text: str) -> list[str]:
     """The body lines of a memory file (frontmatter excluded), blank ones dropped."""
     try:
         _meta, body = frontmatter.parse(text)
-    except frontmatter.FrontmatterError:
+    except FrontmatterError:
         body = text
     return [line for line in body.split("\n") if line.strip()]
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from shared.ids import new_id
 from shared.models.messages import ToolCall, Usage
-from shared.providers.base import ModelRequest, ModelResponse, Provider
+from shared.providers.base import FinishReason, ModelRequest, ModelResponse, Provider
 
 Reply = ModelResponse | BaseException | Callable[[ModelRequest], ModelResponse]
 
@@ -50,12 +50,12 @@ class ScriptedProvider(Provider):
 
 
 def text_reply(
-    text: str, *, finish_reason: str = "stop", usage: Usage | None = None
+    text: str, *, finish_reason: FinishReason = "stop", usage: Usage | None = None
 ) -> ModelResponse:
     """A plain answer; no usage unless given (a made-up count would anchor the budget)."""
     return ModelResponse(
         text=text,
-        finish_reason=finish_reason,  # type: ignore[arg-type]
+        finish_reason=finish_reason,
         usage=usage or Usage(),
     )
 

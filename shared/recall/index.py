@@ -31,9 +31,12 @@ from shared.recall.documents import Document, EchoTracker
 from shared.recall.ranking import SearchRequest
 from shared.recall.schema import (
     ROLE_CODE,
+    SEQ_MASK,
     conversation_hash,
+    fast_ints,
     keys_of,
     message_key,
+    offsets_of,
     open_index,
     to_document,
 )
@@ -184,14 +187,14 @@ class AgentIndex:
             tantivy.Query.term_query(self._schema, "conv", conversation),
             1,
             count=False,
-            order_by_field="seq",
+            order_by_field="key",  # within one conversation: by seq
         ).hits
         if not found:
             return None
         address = found[0][1]
-        (seq,) = self._searcher.fast_field_values("seq", [address])
-        (offset,) = self._searcher.fast_field_values("offset", [address])
-        return Tail(seq, offset)
+        (key,) = keys_of(self._searcher, [address])
+        (offset,) = offsets_of(self._searcher, [address])
+        return Tail(key & SEQ_MASK, offset)
 
     def conversations(self) -> set[int]:
         """The hashes of the conversations the index holds messages of."""
@@ -219,8 +222,8 @@ class AgentIndex:
             query = tantivy.Query.term_query(self._schema, "id", message_id)
         hits = searcher.search(query, 1 << 16, count=False).hits
         addresses = [address for _, address in hits]
-        conversations = searcher.fast_field_values("conv", addresses)
-        offsets = searcher.fast_field_values("offset", addresses)
+        conversations = fast_ints(searcher, "conv", addresses)
+        offsets = offsets_of(searcher, addresses)
         return [
             (name, offset)
             for conversation, offset in zip(conversations, offsets, strict=True)
@@ -260,7 +263,7 @@ class AgentIndex:
                 for field, value in (("conv", conversation), ("role", ROLE_CODE["user"]))
             ]
             found = self._searcher.search(
-                tantivy.Query.boolean_query(users), 1, count=False, order_by_field="seq"
+                tantivy.Query.boolean_query(users), 1, count=False, order_by_field="key"
             ).hits
             if found:
                 (self._asking[conversation],) = keys_of(self._searcher, [found[0][1]])

@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 
 import tantivy
 
-from shared.recall.queries import key_ranges, restricted
+from shared.recall.queries import keys as with_keys
+from shared.recall.queries import restricted
 from shared.recall.ranking import NEIGHBOUR_SHARE
 from shared.recall.schema import keys_of, place
 
@@ -51,7 +52,8 @@ def lend(
     found, rather than by each search: a date range is a scan of a column)."""
     addresses = [address for _, address in hits]
     keys = keys_of(searcher, addresses)
-    among = key_ranges(schema, _merged(sorted(keys), REACH))
+    steps = range(-REACH, REACH + 1)
+    among = with_keys(schema, {k + step for k in keys for step in steps if k + step >= 0})
     room = len(keys) * (2 * REACH + 1)
     scores: list[dict[int, float]] = []
     found: dict[int, tantivy.DocAddress] = dict(zip(keys, addresses, strict=True))
@@ -87,15 +89,3 @@ def lend(
                 score += NEIGHBOUR_SHARE * loan
         ranked.append((score, found[key]))
     return ranked
-
-
-def _merged(keys: list[int], reach: int) -> list[tuple[int, int]]:
-    """The ranges ``[key - reach, key + reach]`` of sorted ``keys``, overlapping ones merged."""
-    ranges: list[tuple[int, int]] = []
-    for key in keys:
-        lo, hi = max(0, key - reach), key + reach
-        if ranges and lo <= ranges[-1][1] + 1:
-            ranges[-1] = (ranges[-1][0], hi)
-        else:
-            ranges.append((lo, hi))
-    return ranges

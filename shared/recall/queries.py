@@ -17,7 +17,7 @@ Terms are alternatives: without phrases a message must hold at least one of them
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 import tantivy
@@ -52,7 +52,8 @@ def _cjk(schema: tantivy.Schema, field: str, run: str) -> tantivy.Query:
         return tantivy.Query.regex_query(schema, field, re.escape(run) + ".?")
     if len(run) == 2:
         return tantivy.Query.term_query(schema, field, run)
-    return tantivy.Query.phrase_query(schema, field, bigrams(run))
+    pairs: list[str | tuple[int, str]] = [*bigrams(run)]
+    return tantivy.Query.phrase_query(schema, field, pairs)
 
 
 def _phrase(schema: tantivy.Schema, field: str, words: Sequence[str]) -> tantivy.Query:
@@ -72,9 +73,12 @@ def _phrase(schema: tantivy.Schema, field: str, words: Sequence[str]) -> tantivy
             if not last:
                 steps.append((False, word[-1]))
     if any(pattern for pattern, _ in steps):
-        patterns = [text if pattern else re.escape(text) for pattern, text in steps]
+        patterns: list[str | tuple[int, str]] = [
+            text if pattern else re.escape(text) for pattern, text in steps
+        ]
         return tantivy.Query.regex_phrase_query(schema, field, patterns)
-    return tantivy.Query.phrase_query(schema, field, [text for _, text in steps])
+    texts: list[str | tuple[int, str]] = [text for _, text in steps]
+    return tantivy.Query.phrase_query(schema, field, texts)
 
 
 def _term(schema: tantivy.Schema, field: str, text: str) -> tantivy.Query:
@@ -132,16 +136,11 @@ def restricted(
     return tantivy.Query.boolean_query([(Occur.Must, q) for q in (clause, keys, *scope)])
 
 
-def key_ranges(schema: tantivy.Schema, ranges: Sequence[tuple[int, int]]) -> tantivy.Query:
-    """The messages whose keys fall in these inclusive ranges (ranges of the indexed keys
-    are seeks in the term dictionary: a term set query builds a bit set of the whole
-    index, ten times slower for a hundred keys)."""
+def keys(schema: tantivy.Schema, wanted: Iterable[int]) -> tantivy.Query:
+    """The messages with these keys: one term query each (a single posting), so that a
+    search restricted to them steps through a hundred documents. A range of the keys is
+    not a seek but a bit set of the whole index per range (3–15 ms at a million messages
+    for twenty ranges, against 0.3 ms), and a term set query builds one too."""
     return tantivy.Query.const_score_query(
-        _any(
-            [
-                tantivy.Query.range_query(schema, "key", tantivy.FieldType.Unsigned, lo, hi)
-                for lo, hi in ranges
-            ]
-        ),
-        0.0,
+        _any([tantivy.Query.term_query(schema, "key", key) for key in wanted]), 0.0
     )

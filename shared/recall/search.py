@@ -27,7 +27,7 @@ import tantivy
 from shared.recall.lending import lend
 from shared.recall.queries import combine, filters, phrase_clauses, term_clauses
 from shared.recall.ranking import CANDIDATES, ECHO_FACTOR, PHRASE_BONUS, SearchRequest
-from shared.recall.schema import ECHO, ROLE_CODE, microseconds, place
+from shared.recall.schema import ECHO, ROLE_CODE, fast_ints, microseconds, offsets_of, place
 from shared.recall.text import Query
 
 Scored = tuple[float, tantivy.DocAddress]
@@ -87,20 +87,20 @@ def _in_scope(
     neighbours of its matches) the request's role and dates let in."""
     inside = [True] * len(addresses)
     if request.role is not None:
-        roles = searcher.fast_field_values("role", addresses)
+        roles = fast_ints(searcher, "role", addresses)
         wanted = ROLE_CODE[request.role]
         inside = [ok and role == wanted for ok, role in zip(inside, roles, strict=True)]
     if request.since is not None or request.until is not None:
         since = microseconds(request.since.timestamp()) if request.since else 0
         until = microseconds(request.until.timestamp()) if request.until else 1 << 64
-        dates = searcher.fast_field_values("created", addresses)
+        dates = fast_ints(searcher, "created", addresses)
         inside = [ok and since <= at <= until for ok, at in zip(inside, dates, strict=True)]
     return inside
 
 
 def _best(searcher: tantivy.Searcher, scored: list[Scored], limit: int) -> list[Ranked]:
     if len({score for score, _ in scored}) < len(scored):  # ties: the newer first
-        created = searcher.fast_field_values("created", [address for _, address in scored])
+        created = fast_ints(searcher, "created", [address for _, address in scored])
     else:  # (read only then: a fast field read costs what a small search does)
         created = [0] * len(scored)
     order = sorted(
@@ -109,8 +109,8 @@ def _best(searcher: tantivy.Searcher, scored: list[Scored], limit: int) -> list[
         reverse=True,
     )[:limit]
     best = [address for (_, address), _ in order]
-    conversations = searcher.fast_field_values("conv", best)
-    offsets = searcher.fast_field_values("offset", best)
+    conversations = fast_ints(searcher, "conv", best)
+    offsets = offsets_of(searcher, best)
     return [
         Ranked(conversation, offset, score)
         for ((score, _), _), conversation, offset in zip(order, conversations, offsets, strict=True)

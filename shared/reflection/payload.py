@@ -213,6 +213,7 @@ def _cut(log_path: Path, slice: Slice, budget_chars: int, text_limit: int) -> _C
             text = next((r["content"] for r in records if r.get("content") is not None), "")
             shown = ShownMessage(
                 id=found.message.id,
+                # is_eligible let only a user's or an assistant's message through
                 role=found.message.role,  # type: ignore[arg-type]
                 text=text,
                 end_offset=found.end,

@@ -89,7 +89,7 @@ class TranscriptState(BaseModel):
     last_reflection_started_at: datetime | None = None
     last_reflection_succeeded_at: datetime | None = None
 
-    @computed_field
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form; mypy reads no decorator over a property
     @property
     def steps_since_last_reflection(self) -> int:
         return max(0, self.total_completed_steps - self.reflected_completed_steps)

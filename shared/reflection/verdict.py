@@ -83,6 +83,6 @@ def _last_stop_reason(messages: list[Message]) -> StopReason | None:
 def final_report(messages: list[Message]) -> str:
     """The reply that ended the turn by itself; a stopped run has no report."""
     for message in reversed(messages):
-        if message.role == "assistant" and message.stop_reason is not None:
+        if isinstance(message, AssistantMessage | StopRecord) and message.stop_reason is not None:
             return message.content if message.stop_reason == "end_turn" else ""
     return ""

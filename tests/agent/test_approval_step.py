@@ -24,6 +24,7 @@ from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.store.approvals import load_step, save_step, unfinished_step
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
+from tests.support.waiting import ceiling
 
 
 class Note(Tool):
@@ -237,7 +238,7 @@ def test_a_cancel_while_an_approved_call_runs_settles_the_step_and_runs_nothing_
         task = asyncio.create_task(
             resume_turn(_turn(conversation, provider, turn_id=first.turn_id), step)
         )
-        await asyncio.wait_for(Wipe.started.wait(), 30)
+        await asyncio.wait_for(Wipe.started.wait(), ceiling(30))
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -24,6 +24,7 @@ from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.store.conversations import Conversation
 from shared.store.jsonl import MessageLog
 from shared.store.layout import Layout
+from tests.support.waiting import ceiling
 
 
 class Echo(Tool):
@@ -401,7 +402,9 @@ def _cancel_while_a_tool_hangs(conversation: Conversation, *, then: Any = None) 
             content="go",
         )
         task = asyncio.create_task(run_turn(turn, [user]))
-        await asyncio.wait_for(hang.started.wait(), 30)  # the first tool is done and logged
+        await asyncio.wait_for(
+            hang.started.wait(), ceiling(30)
+        )  # the first tool is done and logged
         if then is not None:
             then()
         task.cancel()

@@ -32,11 +32,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from shared.errors import ClientError
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script: the repository root is not on the path
     sys.path.insert(0, str(ROOT))
 
-from agentd.client.connection import ClientError, Connection  # noqa: E402
+from agentd.client.connection import Connection  # noqa: E402
 from agentd.recall import RecallService  # noqa: E402
 from agentd.recall_frames import encode, read_frame  # noqa: E402
 from shared.models.agents import BASE_SYSTEM_PROMPT, AgentRecord  # noqa: E402

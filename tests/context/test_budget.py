@@ -8,12 +8,12 @@ import pytest
 
 from shared.context.budget import (
     Budget,
-    PromptFloorError,
     check_floor,
     compaction_threshold,
     estimate_messages,
     suggested_window,
 )
+from shared.errors import PromptFloorError
 from shared.models.messages import Message, ToolCall, Usage
 from tests.support.messages import summary_payload
 
@@ -126,8 +126,14 @@ def test_for_ollama_the_floor_error_suggests_the_next_window() -> None:
         check_floor(_budget(2_048, 1_700), "ollama/llama3.1")
 
 
-def test_a_floor_below_the_threshold_passes() -> None:
-    check_floor(_budget(1_200, 567), "mock")
+def test_the_floor_is_refused_from_the_threshold_up_and_not_one_token_below() -> None:
+    window = 1_200
+    threshold = compaction_threshold(window)
+    assert threshold == 960  # 20% of a small window is kept for the reply
+
+    assert check_floor(_budget(window, threshold - 1), "mock") is None
+    with pytest.raises(PromptFloorError, match=f"~{threshold:,} tokens"):
+        check_floor(_budget(window, threshold), "mock")
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,8 @@ from tests.support.openai_server import (
     usage,
 )
 
+pytestmark = pytest.mark.slow  # imports litellm: seconds of CPU in each worker
+
 REPORTED_RATIO = 1.4
 TOPIC = "今天天气不错。" * 7
 

@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import run_agentctl
+from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +30,7 @@ def _doctor() -> list[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=ceiling(120),
     )
     return done.stdout.splitlines()
 

@@ -18,7 +18,7 @@ from shared.providers.factory import ProviderFactory
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.settings import Settings
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
+from tests.support.waiting import ceiling, wait_for
 
 SCRIPTED = ScriptedProvider()
 
@@ -63,7 +63,7 @@ def test_a_hang_up_before_the_step_is_carried_out_settles_it_and_runs_nothing(
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
         client.connect(str(socket_path()))
         client.sendall(request("r1", "approval.approve", {"approval": call["id"]}))
-        assert factory.holding.wait(30), "the answer never reached the turn"
+        assert factory.holding.wait(ceiling(30)), "the answer never reached the turn"
     # The client is gone: the daemon cancels its request while the provider is built.
 
     def messages() -> list[dict[str, Any]]:

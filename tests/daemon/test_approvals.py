@@ -17,9 +17,9 @@ import pytest
 
 from shared.message_refs import short_id
 from shared.store.layout import Layout
-from tests.support.memory_lock import wait_for
 from tests.support.openai_server import FakeOpenAIServer, chat_completion, tool_call
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import ceiling, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -215,7 +215,7 @@ def test_of_clients_approving_one_call_at_once_one_runs_it_and_the_others_are_to
         )
         for _ in range(4)
     ]
-    finished = [(racer.wait(120), *racer.communicate()) for racer in racers]
+    finished = [(racer.wait(ceiling(120)), *racer.communicate()) for racer in racers]
 
     assert sorted(status for status, _, _ in finished) == [0, 1, 1, 1]
     for status, _out, err in finished:
@@ -370,7 +370,7 @@ def test_after_kill_9_while_an_approved_call_runs_it_is_not_run_again_and_the_mo
     )
     wait_for(lambda: runs(agentd, ada) == 1, "the approved command to start", timeout_s=120)
     agentd.kill()
-    assert approving.wait(60) == 1
+    assert approving.wait(ceiling(60)) == 1
 
     restarted = start_agentd(server)
     try:
@@ -417,7 +417,7 @@ def test_of_an_approve_and_a_deny_at_once_the_one_that_won_is_what_happened(
         )
         for answer in answers
     ]
-    finished = [(racer.wait(120), *racer.communicate()) for racer in racers]
+    finished = [(racer.wait(ceiling(120)), *racer.communicate()) for racer in racers]
 
     winners = [
         answer for answer, (status, _, _) in zip(answers, finished, strict=True) if status == 0

@@ -18,6 +18,7 @@ from agentd import archive_members
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import run_agentctl
+from tests.support.waiting import ceiling
 
 IGNORED = {"id", "name", "updated_at", "memory_dir", "effective_model", "model_is_default"}
 
@@ -45,7 +46,7 @@ def _export(path: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
             stdout=out,
             stderr=subprocess.PIPE,
             env=dict(os.environ),
-            timeout=60,
+            timeout=ceiling(60),
         )
 
 
@@ -118,6 +119,7 @@ def test_an_export_is_never_written_to_a_terminal_and_an_import_needs_a_free_nam
     assert [a["name"] for a in daemon.result("agent.list")["agents"]] == ["ada"]
 
 
+@pytest.mark.slow
 def test_an_export_written_to_a_file_is_private_to_its_user(
     daemon: DaemonRunner, ada: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -128,7 +130,7 @@ def test_an_export_written_to_a_file_is_private_to_its_user(
         capture_output=True,
         env=dict(os.environ),
         umask=0o022,
-        timeout=60,
+        timeout=ceiling(60),
     )
 
     assert exported.returncode == 0, exported.stderr
@@ -166,6 +168,7 @@ def _replaced(valid: bytes, name: str, data: bytes) -> bytes:
     return out.getvalue()
 
 
+@pytest.mark.slow
 def test_an_archive_agentd_did_not_write_is_refused_and_changes_nothing(
     daemon: DaemonRunner,
     ada: dict[str, Any],

@@ -15,8 +15,9 @@ from shared.providers.base import ModelRequest, ModelResponse
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.store.locks import file_lock
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import descriptors_on, wait_for
+from tests.support.memory_lock import descriptors_on
 from tests.support.names import model_path
+from tests.support.waiting import ceiling, wait_for
 
 NOTE = "---\ndescription: p\n---\nx"
 
@@ -73,10 +74,12 @@ def test_agents_can_be_created_listed_renamed_and_names_stay_unique(
 
 def test_two_conversations_run_their_turns_at_the_same_time(daemon: DaemonRunner) -> None:
     calls: list[tuple[float, float]] = []
-    daemon.start(provider=SlowProvider(calls, delay_s=0.4))
+    provider = SlowProvider(calls, delay_s=0)
+    daemon.start(provider=provider)
     first = daemon.result("chat", {"text": "warm up"})["conversation_id"]
     second = daemon.result("conversation.create")["id"]
     calls.clear()
+    provider.together = 2  # each call now ends only once both have started (or at a ceiling)
 
     threads = [
         threading.Thread(target=daemon.result, args=("chat", {"text": "a", "conversation": c}))
@@ -85,7 +88,7 @@ def test_two_conversations_run_their_turns_at_the_same_time(daemon: DaemonRunner
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(10)
+        thread.join(ceiling(10))
 
     (_, end_a), (start_b, _) = sorted(calls)
     assert start_b < end_a, "the second conversation waited for the first"
@@ -93,7 +96,8 @@ def test_two_conversations_run_their_turns_at_the_same_time(daemon: DaemonRunner
 
 def test_a_second_request_to_one_conversation_waits_for_the_first(daemon: DaemonRunner) -> None:
     calls: list[tuple[float, float]] = []
-    daemon.start(provider=SlowProvider(calls, delay_s=0.3))
+    provider = SlowProvider(calls, delay_s=0.3)
+    daemon.start(provider=provider)
     conversation = daemon.result("chat", {"text": "warm up"})["conversation_id"]
     calls.clear()
     lines: dict[str, list[dict[str, Any]]] = {}
@@ -103,11 +107,11 @@ def test_a_second_request_to_one_conversation_waits_for_the_first(daemon: Daemon
 
     first = threading.Thread(target=chat, args=("first",))
     first.start()
-    time.sleep(0.1)
+    wait_for(lambda: len(provider.starts) == 2, "the first turn to reach the model")
     second = threading.Thread(target=chat, args=("second",))
     second.start()
-    first.join(10)
-    second.join(10)
+    first.join(ceiling(10))
+    second.join(ceiling(10))
 
     (_, end_first), (start_second, _) = sorted(calls)
     assert start_second >= end_first
@@ -213,7 +217,7 @@ def test_a_reflection_merged_while_an_edit_waits_for_the_memory_lock_is_announce
             "---\nname: human\ndescription: What I know about the user.\n---\n- prefers tabs\n"
         )
         _git(memory_dir, "commit", "-qam", "merge(reflection): remember tabs")
-    turn.join(30)
+    turn.join(ceiling(30))
 
     lines = daemon.call("chat", {"agent": "writer", "text": "what now?"})
 
@@ -248,32 +252,48 @@ def test_shutdown_lets_the_turn_in_flight_finish_and_removes_the_socket(
     daemon: DaemonRunner, agentd_home: Path
 ) -> None:
     calls: list[tuple[float, float]] = []
-    daemon.start(provider=SlowProvider(calls, delay_s=0.5))
+    provider = SlowProvider(calls, delay_s=0.5)
+    daemon.start(provider=provider)
     daemon.result("chat", {"text": "warm up"})
     results: list[dict[str, Any]] = []
     chat = threading.Thread(target=lambda: results.append(daemon.result("chat", {"text": "x"})))
     chat.start()
-    time.sleep(0.2)
+    wait_for(lambda: len(provider.starts) == 2, "the turn to reach the model")
     assert daemon.result("shutdown") == {"stopping": True}
-    chat.join(10)
-    daemon.thread.join(10)  # type: ignore[union-attr]
+    chat.join(ceiling(10))
+    daemon.thread.join(ceiling(10))  # type: ignore[union-attr]
     assert results and results[0]["stop_reason"] == "end_turn"
     assert not (agentd_home / "run" / "agentd.sock").exists()
 
 
 class SlowProvider(ScriptedProvider):
-    """Answers every request after a delay, recording when each call ran."""
+    """Answers every request after a delay, recording when each call started and ran.
+
+    With ``together`` set, a call also waits until that many calls have been in flight at
+    once (up to a ceiling): calls that can overlap then do, however slowly a busy machine
+    schedules them, and calls that cannot are seen not to."""
 
     def __init__(self, calls: list[tuple[float, float]], delay_s: float) -> None:
         super().__init__()
         self.calls = calls
         self.delay = delay_s
+        self.starts: list[float] = []
+        self.together = 0
+        self.in_flight = 0
+        self.most_in_flight = 0
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         import asyncio
 
         start = time.monotonic()
+        self.starts.append(start)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
         await asyncio.sleep(self.delay)
+        deadline = start + ceiling(10)
+        while self.most_in_flight < self.together and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        self.in_flight -= 1
         self.calls.append((start, time.monotonic()))
         return text_reply("slow answer")
 
@@ -293,7 +313,8 @@ def test_shutdown_cancels_a_turn_that_outlasts_the_grace_and_records_it(
     daemon: DaemonRunner, agentd_home: Path
 ) -> None:
     calls: list[tuple[float, float]] = []
-    daemon.start(provider=SlowProvider(calls, delay_s=30), shutdown_grace_s=0.3)
+    provider = SlowProvider(calls, delay_s=ceiling(3600))
+    daemon.start(provider=provider, shutdown_grace_s=0.3)
     memory_dir_ready = daemon.result("agent.show")  # creates the agent before the turn
     assert memory_dir_ready["name"] == "default"
     replies: list[list[dict[str, Any]]] = []
@@ -301,13 +322,12 @@ def test_shutdown_cancels_a_turn_that_outlasts_the_grace_and_records_it(
         target=lambda: replies.append(daemon.call("chat", {"text": "take your time"}))
     )
     chat.start()
-    time.sleep(0.3)
-    started = time.monotonic()
+    wait_for(lambda: provider.starts, "the turn to reach the model")
     daemon.result("shutdown")
-    daemon.thread.join(15)  # type: ignore[union-attr]
+    daemon.thread.join(ceiling(15))  # type: ignore[union-attr]
 
-    chat.join(10)
-    assert time.monotonic() - started < 10
+    chat.join(ceiling(10))
+    assert not chat.is_alive(), "the turn outlasted the shutdown"
     assert replies[0][-1]["error"]["code"] == "cancelled"
     last = _last_logged(agentd_home)
     assert (last["kind"], last["stop_reason"]) == ("stop", "cancelled")
@@ -316,15 +336,16 @@ def test_shutdown_cancels_a_turn_that_outlasts_the_grace_and_records_it(
 
 def test_closing_the_connection_cancels_its_turn(daemon: DaemonRunner, agentd_home: Path) -> None:
     calls: list[tuple[float, float]] = []
-    daemon.start(provider=SlowProvider(calls, delay_s=30))
+    provider = SlowProvider(calls, delay_s=ceiling(3600))
+    daemon.start(provider=provider)
     daemon.result("agent.show")
     connection = daemon.connect()
     connection.sock.sendall(protocol.request("r1", "chat", {"text": "never mind"}))
-    time.sleep(0.3)
+    wait_for(lambda: provider.starts, "the turn to reach the model")
     connection.close()
 
-    deadline = time.monotonic() + 5
-    while _last_logged(agentd_home).get("stop_reason") != "cancelled":
-        assert time.monotonic() < deadline, "the turn was not cancelled"
-        time.sleep(0.05)
+    wait_for(
+        lambda: _last_logged(agentd_home).get("stop_reason") == "cancelled",
+        "the turn to be cancelled",
+    )
     assert daemon.result("hello")["service"] == "agentd"

@@ -7,7 +7,6 @@ import fcntl
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,8 +15,8 @@ import pytest
 from agentd import __version__
 from agentd.client.parser import build_parser, parse_args
 from shared.store.layout import Layout
-from tests.support.memory_lock import wait_for
 from tests.support.processes import AgentdProcess, run_agentctl, socket_exists
+from tests.support.waiting import ceiling, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +61,7 @@ def test_interactive_chat_reads_lines_until_end_of_input(agentd: AgentdProcess) 
         input="first\nsecond\n",
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=ceiling(30),
     )
     assert result.returncode == 0
     assert "（mock）我听到了：first" in result.stdout
@@ -164,12 +163,15 @@ def test_sigterm_stops_the_daemon_cleanly_and_removes_its_socket(
 def test_shutdown_from_agentctl_exits_0(agentd: AgentdProcess) -> None:
     result = run_agentctl("shutdown")
     assert (result.returncode, result.stdout, result.stderr) == (0, "agentd is stopping\n", "")
-    assert agentd.proc is not None and agentd.proc.wait(10) == 0
+    assert agentd.proc is not None and agentd.proc.wait(ceiling(10)) == 0
 
 
 def test_a_second_daemon_on_the_same_home_refuses_to_start(agentd: AgentdProcess) -> None:
     second = subprocess.run(
-        [sys.executable, "-m", "agentd.cli", "serve"], capture_output=True, text=True, timeout=30
+        [sys.executable, "-m", "agentd.cli", "serve"],
+        capture_output=True,
+        text=True,
+        timeout=ceiling(30),
     )
     assert second.returncode == 1
     assert "already running" in second.stderr
@@ -248,10 +250,10 @@ def test_of_two_daemons_started_at_once_one_serves_and_the_other_says_it_is_runn
                 )
             )
     try:
-        deadline = time.monotonic() + 30
-        while all(racer.poll() is None for racer in racers):
-            assert time.monotonic() < deadline, "both daemons are running"
-            time.sleep(0.05)
+        wait_for(
+            lambda: any(racer.poll() is not None for racer in racers),
+            "one of the two daemons to give up",
+        )
         (loser,) = [n for n, racer in enumerate(racers) if racer.poll() is not None]
         assert racers[loser].returncode == 1
         assert "agentd serve is already running" in outputs[loser].read_text()
@@ -262,7 +264,7 @@ def test_of_two_daemons_started_at_once_one_serves_and_the_other_says_it_is_runn
         for racer in racers:
             if racer.poll() is None:
                 racer.terminate()
-                racer.wait(20)
+                racer.wait(ceiling(20))
 
 
 def test_a_daemon_still_starting_already_keeps_a_second_one_out(agentd_home: Path) -> None:
@@ -276,7 +278,7 @@ def test_a_daemon_still_starting_already_keeps_a_second_one_out(agentd_home: Pat
             [sys.executable, "-m", "agentd.cli", "serve"],
             capture_output=True,
             text=True,
-            timeout=30,
+            timeout=ceiling(30),
         )
     assert second.returncode == 1
     assert f"agentd serve is already running for {agentd_home}" in second.stderr

@@ -26,6 +26,7 @@ from shared.reflection import events
 from shared.store.layout import Layout
 from tests.support.clock import FakeClock
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +98,7 @@ def run_into_a_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
             stdout=write_end,
             stderr=subprocess.PIPE,
             text=True,
-            timeout=60,
+            timeout=ceiling(60),
         )
     finally:
         os.close(write_end)
@@ -130,7 +131,7 @@ def test_a_daemon_that_drops_the_connection_is_still_disconnected_and_1(reset: b
     try:
         result = run_into_a_closed_pipe("status")
     finally:
-        dropper.join(30)
+        dropper.join(ceiling(30))
         server.close()
     assert result.returncode == 1
     assert result.stderr.startswith("disconnected: agentd ")

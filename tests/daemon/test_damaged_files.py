@@ -8,12 +8,14 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import ceiling, wait_for
 
 
 def _doctor() -> subprocess.CompletedProcess[str]:
@@ -22,26 +24,27 @@ def _doctor() -> subprocess.CompletedProcess[str]:
         env=dict(os.environ),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(60),
     )
 
 
 def _recall_logged(home: Path, event: str) -> list[dict[str, Any]]:
-    """The ``event`` lines of the recall process's own log file, once there is one."""
-    deadline = time.monotonic() + 30
-    while True:
-        path = home / "logs" / "recall.log"
+    """The ``event`` lines of the recall process's own log file, once there are some."""
+    path = home / "logs" / "recall.log"
+
+    def logged() -> list[dict[str, Any]]:
         lines = path.read_text().splitlines() if path.exists() else []
-        found = [e for e in map(json.loads, lines) if e["event"] == event]
-        if found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
+        return [e for e in map(json.loads, lines) if e["event"] == event]
+
+    found: list[dict[str, Any]] = wait_for(logged, f"the recall process to log {event}")
+    return found
 
 
 def _agent_dir(home: Path, agent_id: str) -> Path:
     return home / "agents" / agent_id
 
 
+@pytest.mark.slow
 def test_an_agent_without_its_memory_repo_is_refused_while_the_others_serve(
     agentd_home: Path,
 ) -> None:
@@ -87,6 +90,7 @@ def test_a_memory_repo_restored_as_told_is_used_without_a_restart(daemon: Daemon
     assert answer["stop_reason"] == "end_turn"
 
 
+@pytest.mark.slow
 def test_a_garbled_conversation_record_hides_no_message_from_recall(
     daemon: DaemonRunner, agentd_home: Path
 ) -> None:

@@ -22,8 +22,8 @@ from shared.providers.base import ModelRequest, ModelResponse
 from shared.providers.scripted import ScriptedProvider, text_reply
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.processes import run_agentctl
+from tests.support.waiting import ceiling, wait_for
 from tests.support.workers import RedisForTests
 
 
@@ -129,7 +129,7 @@ def test_on_a_terminal_the_user_is_asked(
     while b"[y/N]" not in asked and proc.poll() is None:
         asked += os.read(controller, 1024)
     os.write(controller, f"{answer}\n".encode())
-    proc.wait(60)
+    proc.wait(ceiling(60))
     os.close(controller)
 
     assert f"Delete agent ada ({ada['id']})".encode() in asked
@@ -160,7 +160,7 @@ def test_a_delete_is_refused_while_a_turn_or_a_reflection_of_the_agent_runs(
         "conversations", "delete", ada["default_conversation_id"], "--agent", "ada", "--yes"
     )
     provider.release.set()
-    turn.join(60)
+    turn.join(ceiling(60))
     redis_server.client.set(
         redis_keys.lease(ada["id"]), f"reflector {socket.gethostname()} {os.getpid()}"
     )

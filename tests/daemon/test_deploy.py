@@ -10,13 +10,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.processes import run_agentctl
+from tests.support.waiting import ceiling, wait_for
 from tests.support.workers import RedisForTests
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +73,7 @@ def test_systemd_finds_nothing_wrong_in_the_units(tmp_path: Path) -> None:
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(60),
     )
     complaints = [
         line
@@ -103,16 +104,15 @@ def test_honcho_runs_the_procfile_with_each_worker_named_after_its_process(
             start_new_session=True,
         )
     try:
-        deadline = time.monotonic() + 60
-        while True:
+
+        def both_workers() -> list[dict[str, Any]]:
             status = run_agentctl("status", "--json", env=env)
             workers = json.loads(status.stdout)["redis"]["workers"] if not status.returncode else []
-            if len(workers) == 2:
-                break
-            assert time.monotonic() < deadline, (agentd_home / "honcho.out").read_text()
-            time.sleep(0.5)
+            return workers if len(workers) == 2 else []
+
+        workers = wait_for(both_workers, "status to list both workers", timeout_s=60, poll_s=0.5)
         assert sorted(w["name"].split("@")[0] for w in workers) == ["reflector.1", "reflector.2"]
     finally:
         os.killpg(honcho.pid, signal.SIGTERM)
-        honcho.wait(60)
+        honcho.wait(ceiling(60))
         redis.stop()

@@ -13,12 +13,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from shared.providers.credentials import ProviderKeys
 from shared.providers.factory import ProviderFactory
 from shared.settings import Settings
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
 from tests.support.openai_server import FakeOpenAIServer
+from tests.support.waiting import ceiling
+
+pytestmark = pytest.mark.slow
 
 DAEMON_DOWN = "✗ daemon: not running (start it with agentd up)"
 KEY_CANARY = "sk-doctor0canary0key0123456789"
@@ -36,7 +41,7 @@ def _doctor(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         env=_env(**env),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(60),
     )
 
 
@@ -62,7 +67,7 @@ def _doctor_on_a_terminal(**env: str) -> tuple[int, str]:
             break
         written += chunk
     os.close(controller)
-    return proc.wait(60), written.decode()
+    return proc.wait(ceiling(60)), written.decode()
 
 
 def _snapshot(home: Path) -> dict[str, tuple[int, int, int, str]]:

@@ -127,6 +127,7 @@ def fuzzer(daemon: DaemonRunner) -> Fuzzer:
     return Fuzzer(daemon)
 
 
+@pytest.mark.slow
 def test_every_parameter_of_every_op_takes_every_extreme_value_in_its_stride(
     fuzzer: Fuzzer, daemon: DaemonRunner
 ) -> None:
@@ -142,6 +143,7 @@ def test_every_parameter_of_every_op_takes_every_extreme_value_in_its_stride(
     assert daemon.result("hello")["service"] == "agentd"
 
 
+@pytest.mark.slow
 def test_random_parameters_of_any_op_never_crash_the_daemon(
     fuzzer: Fuzzer, daemon: DaemonRunner
 ) -> None:

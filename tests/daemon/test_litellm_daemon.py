@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from tests.support.openai_server import (
     usage,
 )
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import ceiling, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -77,20 +77,19 @@ def test_kill_9_mid_turn_loses_no_complete_message(
     server.enqueue(
         body=chat_completion(None, tool_calls=[tool_call("bash", '{"command": "echo persisted"}')])
     )
-    server.enqueue(body=chat_completion("too late"), delay_s=30)
+    server.enqueue(body=chat_completion("too late"), delay_s=ceiling(60))
     chat = subprocess.Popen(
         [sys.executable, "-m", "agentd.client", "chat", "-p", "work slowly"],
         env=agentd.env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 120  # the daemon's first litellm import is seconds of CPU
-    while len(server.requests) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(server.requests) == 2, "the turn never reached its second model call"
+    # the daemon's first litellm import is seconds of CPU
+    wait_for(lambda: len(server.requests) >= 2, "the turn's second model call", timeout_s=60)
+    assert len(server.requests) == 2
 
     agentd.kill()
-    chat.wait(10)
+    chat.wait(ceiling(10))
 
     messages = _log(agentd_home)
     assert [(m.role, m.kind) for m in messages] == [

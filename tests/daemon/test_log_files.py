@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.waiting import ceiling
+
 pytestmark = pytest.mark.slow
 
 LINES = 600
@@ -64,7 +66,7 @@ def test_two_forking_writers_rotating_their_logs_keep_every_line_once_in_order(
         )
         for _ in range(2)
     ]
-    assert [writer.wait(120) for writer in writers] == [0, 0]
+    assert [writer.wait(ceiling(120)) for writer in writers] == [0, 0]
 
     numbered: dict[int, list[int]] = {}
     for base, records in _records_by_file(tmp_path).items():

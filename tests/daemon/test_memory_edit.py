@@ -20,6 +20,7 @@ from agentd.doctor import check_uncommitted_memory
 from shared.settings import Settings
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import run_agentctl
+from tests.support.waiting import ceiling
 
 HUMAN = "system/human.md"
 
@@ -158,7 +159,7 @@ def test_the_editor_may_be_a_command_with_arguments(
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(60),
     )
 
     assert edited.returncode == 0, edited.stderr

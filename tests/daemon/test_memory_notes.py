@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
-from agentd.client.connection import ClientError
+from shared.errors import ClientError
 from shared.store.layout import memory_lock
 from shared.store.locks import file_lock
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import descriptors_on, wait_for
+from tests.support.memory_lock import descriptors_on
 from tests.support.processes import run_agentctl
 from tests.support.terminal import Terminal
+from tests.support.waiting import ceiling, wait_for
 
 HUMAN = "system/human.md"
 
@@ -297,7 +298,7 @@ def test_notes_wait_for_the_memory_lock(
         thread.start()
         wait_for(lambda: descriptors_on(lock) == 2, f"the {op} to wait for the memory lock")
         assert _log(daemon)[0]["sha"] == head, "it committed while the lock was held"
-    thread.join(30)
+    thread.join(ceiling(30))
 
     [answer] = answers
     assert answer["commit"] == _log(daemon)[0]["sha"] != head

@@ -34,6 +34,7 @@ from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.reflection import work_sent_job
 from tests.support.transcripts import say
+from tests.support.waiting import ceiling, wait_until
 from tests.support.workers import RedisForTests
 
 
@@ -161,7 +162,7 @@ def test_a_broker_stalled_as_by_a_busy_disk_still_takes_the_request(
     try:
         sent = asyncio.run(reflections.dispatch(agent.id))
     finally:
-        resume.join(30)
+        resume.join(ceiling(30))
 
     assert sent == request
     assert _queued_jobs(redis_server) == [request.request_id]
@@ -449,8 +450,7 @@ def test_the_reconcile_loop_survives_a_failing_pass(
     async def scenario() -> None:
         with capture_logs() as logs:
             task = asyncio.create_task(reflections._reconcile_loop())
-            while len(passes) < 3:
-                await asyncio.sleep(0.01)
+            await wait_until(lambda: len(passes) >= 3, "three reconcile passes")
             task.cancel()
         assert any(entry["event"] == "reflection_reconcile_failed" for entry in logs)
 

@@ -16,10 +16,13 @@ import pytest
 
 from shared.priority import BACKGROUND_NICENESS, FULL_COLLECTIONS_BY_HAND, LOOP_SWITCH_INTERVAL_S
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
+from tests.support.waiting import wait_for
 from tests.support.workers import RedisForTests, WorkerProcess
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux /proc")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux /proc"),
+]
 
 
 def niceness(task: Path) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +81,7 @@ def test_the_readme_approvals_walkthrough_prints_what_it_shows(agentd: AgentdPro
         for readme_id, real in ids.items():
             command = command.replace(readme_id, real)
         done = subprocess.run(
-            ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=120
+            ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=ceiling(120)
         )
         status = done.returncode
         printed = done.stdout.splitlines() + done.stderr.splitlines()

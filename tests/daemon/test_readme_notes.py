@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import AgentdProcess
+from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +75,7 @@ def test_the_readme_remember_and_forget_walkthrough_prints_what_it_shows(
         for readme_sha, real in shas.items():
             command = command.replace(readme_sha, real)
         done = subprocess.run(
-            ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=120
+            ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=ceiling(120)
         )
         assert done.returncode == 0, (command, done.stderr)
         printed = done.stdout.splitlines() + done.stderr.splitlines()

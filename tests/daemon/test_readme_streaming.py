@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import AgentdProcess
+from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +69,7 @@ def test_the_readme_streaming_walkthrough_prints_what_it_shows(
             cwd=tmp_path,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=ceiling(120),
         )
         printed = done.stdout.splitlines() + done.stderr.splitlines()
         assert [shape(line) for line in printed] == [shape(line) for line in shown], command

@@ -23,6 +23,7 @@ from shared.providers.mock import MockProvider
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
 from tests.support.terminal import CTRL_D, ENTER, UP, Terminal
+from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -167,7 +168,7 @@ def test_ctrl_c_cancels_the_turn_then_discards_a_line_then_leaves(
     with chat() as terminal:
         where = banner(terminal)
         terminal.type(HOLD + ENTER)
-        assert model.holding.wait(60), "the turn never reached the model"
+        assert model.holding.wait(ceiling(60)), "the turn never reached the model"
         terminal.interrupt()
         terminal.expect("■ turn cancelled")
         terminal.expect(PROMPT)
@@ -199,7 +200,7 @@ def test_lines_piped_in_are_turns_without_prompt_or_banner(
         input="first\n\nsecond\n",
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(60),
     )
     assert (result.returncode, result.stdout) == (0, f"{heard('first')}\n{heard('second')}\n")
     assert not history_path().exists()

@@ -20,6 +20,7 @@ from shared.store.layout import Layout
 from tests.support.openai_server import FakeOpenAIServer, chat_completion, tool_call
 from tests.support.processes import AgentdProcess, run_agentctl
 from tests.support.terminal import CTRL_D, ENTER, Terminal
+from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -146,7 +147,7 @@ def piped(agentd: AgentdProcess, lines: str) -> subprocess.CompletedProcess[str]
         env=agentd.env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=ceiling(120),
         cwd=Path(os.sep),
     )
 

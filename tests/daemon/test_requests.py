@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentd.requests import PARAMS
-from agentd.server import SocketPathTooLong
+from shared.errors import SocketPathTooLong
 from shared.home import socket_path
 from shared.protocol import MAX_REQUEST_BYTES
 from tests.support.bounds import bounds, is_numeric

@@ -13,7 +13,8 @@ import pytest
 from shared.store.jsonl import MessageLog
 from shared.store.locks import file_lock
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import descriptors_on, wait_for
+from tests.support.memory_lock import descriptors_on
+from tests.support.waiting import ceiling, wait_for
 
 
 class Requests:
@@ -62,7 +63,7 @@ def test_a_held_state_lock_holds_up_only_its_own_conversation(
             requests.send("other", "chat", {"conversation": other, "text": "meanwhile"}),
         ]
         answered_meanwhile = requests.answered_within(meanwhile, 20)
-    held_up.join(30)
+    held_up.join(ceiling(30))
 
     assert answered_meanwhile == ["other", "status"]
     assert requests.answers["held up"]["stop_reason"] == "end_turn"
@@ -79,17 +80,17 @@ def test_a_stalled_log_write_holds_up_only_its_own_turn(
     def stalled_append(log: MessageLog, messages: Any) -> Any:
         if not writing.is_set():
             writing.set()
-            assert resume.wait(30), "the test never let the write finish"
+            assert resume.wait(ceiling(30)), "the test never let the write finish"
         return append(log, messages)
 
     monkeypatch.setattr(MessageLog, "append", stalled_append)
     requests = Requests(daemon)
 
     held_up = requests.send("held up", "chat", {"text": "again"})
-    assert writing.wait(30)
+    assert writing.wait(ceiling(30))
     answered_meanwhile = requests.answered_within([requests.send("status", "status")], 20)
     resume.set()
-    held_up.join(30)
+    held_up.join(ceiling(30))
 
     assert answered_meanwhile == ["status"]
     assert requests.answers["held up"]["stop_reason"] == "end_turn"

@@ -11,7 +11,6 @@ import resource
 import socket
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,23 +25,26 @@ from shared.protocol import request
 from shared.providers.scripted import ScriptedProvider, text_reply
 from tests.daemon.test_chat import SlowProvider, _last_logged
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.processes import run_agentctl
+from tests.support.waiting import ceiling, wait_for
 
 
 def _raw(timeout_s: float = 30.0) -> socket.socket:
-    """A connected socket whose reads give up after ``timeout_s``. A full listen queue
-    refuses a connect with a timeout at once (EAGAIN), so that is retried as long."""
+    """A connected socket whose reads give up after a ceiling of ``timeout_s``. A full
+    listen queue refuses a connect with a timeout at once (EAGAIN), so that is retried
+    as long."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout_s)
-    deadline = time.monotonic() + timeout_s
-    while True:
+    sock.settimeout(ceiling(timeout_s))
+
+    def connected() -> bool:
         try:
             sock.connect(str(socket_path()))
-            return sock
         except BlockingIOError:
-            assert time.monotonic() < deadline, "the daemon accepts no connection"
-            time.sleep(0.01)
+            return False
+        return True
+
+    wait_for(connected, "the daemon to accept a connection", timeout_s=timeout_s, poll_s=0.01)
+    return sock
 
 
 def _lines(sock: socket.socket) -> Iterator[dict[str, Any]]:
@@ -225,6 +227,7 @@ def test_the_socket_file_appears_only_once_the_daemon_listens(
     assert [p.name for p in tmp_path.iterdir()] == ["agentd.sock"], "a staging name was left"
 
 
+@pytest.mark.slow
 def test_a_daemon_with_few_file_descriptors_refuses_connections_instead_of_hanging(
     agentd_home: Path,
 ) -> None:
@@ -256,7 +259,7 @@ def test_a_daemon_with_few_file_descriptors_refuses_connections_instead_of_hangi
         wait_for(_served_once_more, "a connection served after the burst hung up")
     finally:
         daemon.terminate()
-        daemon.wait(20)
+        daemon.wait(ceiling(20))
     logged = [json.loads(line) for line in (agentd_home / "logs" / "agentd.log").open()]
     ran_out = [
         r["event"][:80] for r in logged if r["level"] == "error" or "descriptors" in r["event"]

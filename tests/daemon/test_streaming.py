@@ -18,10 +18,10 @@ import pytest
 
 from shared.models.messages import Message
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.openai_server import FakeOpenAIServer, chat_completion
 from tests.support.processes import AgentdProcess, run_agentctl
 from tests.support.terminal import Terminal
+from tests.support.waiting import ceiling, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -72,10 +72,11 @@ def _read_until(proc: subprocess.Popen[bytes], text: str, timeout_s: float = 60.
     """What ``proc`` printed on stdout up to and including ``text``."""
     assert proc.stdout is not None
     seen = b""
-    deadline = time.monotonic() + timeout_s
+    limit = ceiling(timeout_s)
+    deadline = time.monotonic() + limit
     while text.encode() not in seen:
         remaining = deadline - time.monotonic()
-        assert remaining > 0, f"no {text!r} within {timeout_s} s; stdout so far: {seen!r}"
+        assert remaining > 0, f"no {text!r} within {limit:.0f} s; stdout so far: {seen!r}"
         readable, _, _ = select.select([proc.stdout], [], [], remaining)
         if readable:
             chunk = os.read(proc.stdout.fileno(), 4096)
@@ -99,7 +100,7 @@ def test_agentctl_prints_the_reply_while_the_model_writes_it_and_a_pipe_gets_onl
         assert server.holding.is_set(), "the model has not finished writing"
         assert proc.poll() is None
         server.release()
-        rest, errors = proc.communicate(timeout=60)
+        rest, errors = proc.communicate(timeout=ceiling(60))
     finally:
         proc.kill()
         proc.wait()

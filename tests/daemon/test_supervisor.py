@@ -15,6 +15,7 @@ import pytest
 from agentd import supervisor
 from agentd.supervisor import Child, Stack
 from shared.settings import Settings
+from tests.support.waiting import ceiling, wait_for
 
 
 def _watching(stack: Stack) -> threading.Thread:
@@ -23,6 +24,7 @@ def _watching(stack: Stack) -> threading.Thread:
     return watcher
 
 
+@pytest.mark.slow
 def test_a_child_killed_after_running_a_while_is_always_restarted(
     agentd_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -34,18 +36,21 @@ def test_a_child_killed_after_running_a_while_is_always_restarted(
     watcher = _watching(stack)
     try:
         for _ in range(supervisor.MAX_RESTARTS + 3):
-            time.sleep(0.5)  # longer than an early death
+            wait_for(
+                lambda: time.monotonic() - child.started_at > supervisor.EARLY_DEATH_S,
+                "the child to outlive an early death",
+                timeout_s=1,
+            )
             assert child.process is not None
             killed = child.process
             killed.kill()
-            deadline = time.monotonic() + 5
-            while child.process is killed and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert child.process is not killed, "the killed child was not restarted"
+            wait_for(
+                lambda gone=killed: child.process is not gone, "the killed child to be restarted"
+            )
         assert watcher.is_alive() and not stack._stopping.is_set()
     finally:
         stack._stopping.set()
-        watcher.join(5)
+        watcher.join(ceiling(5))
         if child.process is not None:
             child.process.kill()
             child.process.wait()

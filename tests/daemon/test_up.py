@@ -17,12 +17,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
-from shared.coordination.embedded import ping
+from shared.coordination.embedded import AOF_DIRNAME, ping
+from shared.store.layout import Layout
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import ceiling, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -45,18 +48,21 @@ class Up:
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 60
-        while b"ready" not in self.output.read_bytes() or run_agentctl("status").returncode:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
                 raise RuntimeError(self.output.read_text(errors="replace"))
-            time.sleep(0.2)
+            return b"ready" in self.output.read_bytes() and not run_agentctl("status").returncode
+
+        wait_for(ready, "agentd up to be ready", timeout_s=60, poll_s=0.2, error=RuntimeError)
         return self
 
     def stop(self) -> int:
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(60)
+        return self.proc.wait(ceiling(60))
 
     def events(self) -> list[dict]:
         """Every line of the output so far (each one JSON); a torn last line is left out."""
@@ -98,13 +104,6 @@ def _living(pids: list[int]) -> list[int]:
     return alive
 
 
-def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def test_the_seed_walkthrough_through_agentctl_then_a_clean_stop(up: Up, agentd_home: Path) -> None:
     assert run_agentctl(
         "reflection-settings", "--trigger", "step-count", "--steps", "3"
@@ -139,8 +138,10 @@ def test_the_seed_walkthrough_through_agentctl_then_a_clean_stop(up: Up, agentd_
     children = _children_of(up.proc.pid)
     assert len(children) == 3  # valkey, agentd, one reflector
     assert up.stop() == 0
-    time.sleep(0.5)
-    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
+    wait_for(
+        lambda: not [pid for pid in children if Path(f"/proc/{pid}").exists()],
+        "the children of agentd up to be gone",
+    )
     assert not (agentd_home / "run" / "agentd.sock").exists()
     assert not (agentd_home / "run" / "valkey.sock").exists()
 
@@ -158,7 +159,7 @@ def _another_up(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=ceiling(30),
     )
 
 
@@ -190,9 +191,9 @@ def test_a_kill_9_of_up_takes_every_child_with_it_and_a_new_up_starts(
     assert len(stack) >= 4  # Valkey, the daemon, a worker and its pool process
 
     up.proc.kill()
-    up.proc.wait(10)
+    up.proc.wait(ceiling(10))
 
-    _wait_for(lambda: not _living(stack), "the children of the killed agentd up to die")
+    wait_for(lambda: not _living(stack), "the children of the killed agentd up to die")
     again = Up(agentd_home, output="up-again.out").start()
     assert again.stop() == 0
 
@@ -203,7 +204,7 @@ def test_agentctl_shutdown_stops_every_process_of_the_stack(up: Up) -> None:
 
     assert run_agentctl("shutdown").returncode == 0
 
-    assert up.proc.wait(60) == 0
+    assert up.proc.wait(ceiling(60)) == 0
     assert not _living(stack)
 
 
@@ -227,7 +228,7 @@ def test_piped_output_is_json_lines_naming_their_process_without_celerys_banner(
 
 
 def _read_until(fd: int, seen: bytearray, done: Callable[[str], bool], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + ceiling(timeout_s)
     while not done(ANSI.sub("", seen.decode(errors="replace"))):
         assert time.monotonic() < deadline, seen.decode(errors="replace")
         if select.select([fd], [], [], 0.5)[0]:
@@ -258,7 +259,7 @@ def test_on_a_terminal_up_prints_readable_lines_prefixed_by_their_process(
     try:
         _read_until(controller, seen, lambda text: all(e in text for e in started), 60)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
+        assert proc.wait(ceiling(60)) == 0
         stopped = re.compile(r"valkey +\| stopped")
         _read_until(controller, seen, lambda text: bool(stopped.search(text)), 10)
     finally:
@@ -286,29 +287,29 @@ def test_a_killed_worker_is_reported_and_restarted(up: Up) -> None:
         if b"celery" in Path(f"/proc/{pid}/cmdline").read_bytes()
     )
     os.kill(worker, signal.SIGKILL)
-    _wait_for(lambda: bool(up.said("reflector-1", "child_exited")), "the death to be reported")
-    deadline = time.monotonic() + 30
-    while True:
+    wait_for(lambda: bool(up.said("reflector-1", "child_exited")), "the death to be reported")
+
+    def restarted() -> bool:
+        assert up.proc is not None
         workers = [
             p
             for p in _children_of(up.proc.pid)
             if b"celery" in Path(f"/proc/{p}/cmdline").read_bytes()
         ]
-        if workers and workers != [worker]:
-            break
-        assert time.monotonic() < deadline, "the worker was not restarted"
-        time.sleep(0.2)
+        return bool(workers) and workers != [worker]
+
+    wait_for(restarted, "the worker to be restarted", poll_s=0.2)
     assert run_agentctl("chat", "-p", "still here").returncode == 0
 
 
 def test_status_json_reports_the_stack(up: Up) -> None:
     run_agentctl("chat", "-p", "hi")
-    deadline = time.monotonic() + 20
-    while True:
-        status = json.loads(run_agentctl("status", "--json").stdout)
-        if status["redis"]["workers"] or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+
+    def with_a_worker() -> dict[str, Any] | None:
+        status: dict[str, Any] = json.loads(run_agentctl("status", "--json").stdout)
+        return status if status["redis"]["workers"] else None
+
+    status = wait_for(with_a_worker, "status to list the worker", poll_s=0.5)
     assert status["ready"] is True and status["uptime_s"] >= 0
     assert status["redis"]["embedded"] is True and status["redis"]["reachable"] is True
     assert status["redis"]["queue_depth"] == 0
@@ -325,7 +326,11 @@ def test_a_valkey_killed_with_9_comes_back_with_its_data_status_says_so_and_refl
     assert up.proc is not None
     socket_path = agentd_home / "run" / "valkey.sock"
     redis.Redis(unix_socket_path=str(socket_path)).set("agentd:test:kept", "yes")
-    time.sleep(1.2)  # past appendfsync everysec
+    aof = Layout(agentd_home).valkey_dir / AOF_DIRNAME
+    wait_for(  # written to the file: a kill -9 keeps it (the kernel holds it)
+        lambda: any(b"agentd:test:kept" in path.read_bytes() for path in aof.glob("*.aof")),
+        "Valkey to append the write to its file",
+    )
     (valkey,) = (
         pid
         for pid in _children_of(up.proc.pid)
@@ -335,18 +340,22 @@ def test_a_valkey_killed_with_9_comes_back_with_its_data_status_says_so_and_refl
     os.kill(up.proc.pid, signal.SIGSTOP)  # the supervisor holds still: Valkey stays down
     try:
         os.kill(valkey, signal.SIGKILL)
-        _wait_for(lambda: not ping(socket_path), "Valkey to die")
+        wait_for(lambda: not ping(socket_path), "Valkey to die")
         down = run_agentctl("status").stdout
         assert "redis    embedded, NOT reachable: `agentd up` is restarting the embedded" in down
         assert json.loads(run_agentctl("status", "--json").stdout)["redis"]["state"] == "restarting"
     finally:
         os.kill(up.proc.pid, signal.SIGCONT)
 
-    _wait_for(
+    wait_for(
         lambda: [e["status"] for e in up.said("valkey", "child_exited")] == [-9],
         "the supervisor to report the death",
     )
-    _wait_for(lambda: "embedded, reachable" in run_agentctl("status").stdout, "Valkey to be back")
+    wait_for(
+        lambda: "embedded, reachable" in run_agentctl("status").stdout,
+        "Valkey to be back",
+        poll_s=0.2,
+    )
     assert not Path(f"/proc/{valkey}").exists(), "the dead Valkey was left <defunct>"
     assert redis.Redis(unix_socket_path=str(socket_path)).get("agentd:test:kept") == b"yes"
     manual = run_agentctl("reflect", "--wait", "--timeout", "60")

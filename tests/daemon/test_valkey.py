@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,22 +18,15 @@ from celery import Celery
 
 from shared.coordination import redis_keys
 from shared.coordination.broker import locate
-from shared.coordination.embedded import (
-    AOF_DIRNAME,
-    EmbeddedRedis,
-    RedisUnavailable,
-    server_binary,
-)
+from shared.coordination.embedded import AOF_DIRNAME, EmbeddedRedis, server_binary
+from shared.errors import RedisUnavailable
 from shared.settings import Settings
 from shared.store.layout import Layout
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import wait_for
 from tests.support.workers import RedisForTests
 
 pytestmark = pytest.mark.slow
-
-EVERYSEC_S = 1.2
-"""Past ``appendfsync everysec``'s window: even a write that Valkey held back behind a slow
-fsync is in the file by then."""
 
 
 @pytest.fixture
@@ -58,12 +50,24 @@ def _queue_a_job() -> str:
     return job.id
 
 
+def _wait_until_in_the_aof(valkey: RedisForTests, *texts: bytes) -> None:
+    """Until Valkey has written ``texts`` to its append-only file. A kill -9 keeps what was
+    written (the kernel holds it; only a power cut needs the fsync, once a second)."""
+
+    def written() -> bool:
+        files = (valkey.server.data_dir / AOF_DIRNAME).glob("*.aof")
+        data = b"".join(path.read_bytes() for path in files)
+        return all(text in data for text in texts)
+
+    wait_for(written, "Valkey to append the writes to its file")
+
+
 def test_a_queued_job_and_a_lease_survive_kill_9_and_the_stale_socket(
     valkey: RedisForTests,
 ) -> None:
     job_id = _queue_a_job()
     valkey.client.set(redis_keys.lease("a1"), "job-1", ex=3600)
-    time.sleep(EVERYSEC_S)
+    _wait_until_in_the_aof(valkey, job_id.encode(), b"job-1")
 
     valkey.kill_hard()
     assert valkey.server.socket_path.exists(), "kill -9 leaves the socket file behind"
@@ -81,9 +85,9 @@ def test_a_torn_last_write_is_dropped_and_the_rest_loads(
 ) -> None:
     client = valkey.client
     client.set("kept", "before")
-    time.sleep(EVERYSEC_S)
+    _wait_until_in_the_aof(valkey, b"before")
     client.set("torn", "x" * 100)
-    time.sleep(EVERYSEC_S)
+    _wait_until_in_the_aof(valkey, b"x" * 100)
     valkey.kill_hard()
     (increment,) = (Layout(agentd_home).valkey_dir / AOF_DIRNAME).glob("*.incr.aof")
     with increment.open("r+b") as aof:  # the crash cut the last command short

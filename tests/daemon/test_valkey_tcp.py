@@ -12,7 +12,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 import redis
 
 from tests.support.processes import run_agentctl
+from tests.support.waiting import ceiling, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -47,10 +47,14 @@ def test_listening_on_tcp_makes_a_password_once_and_every_client_needs_it(
             [sys.executable, "-m", "agentd.cli", "up"], env=env, stdout=out, stderr=out
         )
     try:
-        deadline = time.monotonic() + 90
-        while b"reflector_ready" not in output.read_bytes() or run_agentctl("status").returncode:
-            assert up.poll() is None and time.monotonic() < deadline, output.read_text()
-            time.sleep(0.2)
+
+        def ready() -> bool:
+            assert up.poll() is None, output.read_text()
+            return (
+                b"reflector_ready" in output.read_bytes() and not run_agentctl("status").returncode
+            )
+
+        wait_for(ready, "agentd up with its worker", timeout_s=90, poll_s=0.2)
 
         config = agentd_home / "agentd.toml"
         settings = tomllib.loads(config.read_text())
@@ -71,5 +75,5 @@ def test_listening_on_tcp_makes_a_password_once_and_every_client_needs_it(
         assert status["redis"]["reachable"] and len(status["redis"]["workers"]) == 1
     finally:
         up.terminate()
-        up.wait(60)
+        up.wait(ceiling(60))
     assert tomllib.loads((agentd_home / "agentd.toml").read_text())["redis_password"] == password

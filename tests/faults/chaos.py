@@ -43,7 +43,8 @@ from tests.faults.checks import (
     snapshot,
 )
 from tests.faults.scenarios import SCENARIOS, RunContext, Scenario
-from tests.faults.stack import HarnessError, Home, agentctl, wait_for
+from tests.faults.stack import HarnessError, Home, agentctl
+from tests.support.waiting import wait_for
 
 LANDED_POLL_S = 0.25
 WARM_UP_TIMEOUT_S = 90.0
@@ -140,7 +141,12 @@ class Bench:
         if chat.returncode != 0:
             raise HarnessError(f"the warm-up chat failed: {chat.stderr.strip()}")
         try:
-            wait_for(lambda: fact_count(self.home, token), WARM_UP_TIMEOUT_S, "the warm-up fact")
+            wait_for(
+                lambda: fact_count(self.home, token),
+                "the warm-up fact",
+                timeout_s=WARM_UP_TIMEOUT_S,
+                error=HarnessError,
+            )
         except HarnessError as exc:
             since = datetime.now(UTC)
             raise HarnessError(
@@ -148,7 +154,12 @@ class Bench:
             ) from None
         if self.clean_s is None:
             self.clean_s = time.monotonic() - started
-        wait_for(lambda: not leftovers(self.home), self.options.quiet_s, "the warm-up to settle")
+        wait_for(
+            lambda: not leftovers(self.home),
+            "the warm-up to settle",
+            timeout_s=self.options.quiet_s,
+            error=HarnessError,
+        )
 
     def close(self) -> None:
         if self.scenario is not None:

@@ -49,8 +49,8 @@ from tests.faults.stack import (
     agentctl,
     agentctl_in_background,
     kill_hard,
-    wait_for,
 )
+from tests.support.waiting import ceiling, wait_for
 
 JOB_START_TIMEOUT_S = 30.0
 PERSIST_TIMEOUT_S = 15.0
@@ -98,7 +98,12 @@ def say(ctx: RunContext, text: str) -> Said:
 
 def wait_for_job(ctx: RunContext) -> str:
     """The id of the reflection job, once a worker runs it."""
-    found = wait_for(ctx.home.running_job, JOB_START_TIMEOUT_S, "a worker to run the job")
+    found = wait_for(
+        ctx.home.running_job,
+        "a worker to run the job",
+        timeout_s=JOB_START_TIMEOUT_S,
+        error=HarnessError,
+    )
     return str(found)
 
 
@@ -152,8 +157,9 @@ class DaemonMidTurn(Scenario):
         try:
             wait_for(
                 lambda: persisted(ctx.home, ctx.fact),
-                PERSIST_TIMEOUT_S,
                 "the chat's user message to reach messages.jsonl",
+                timeout_s=PERSIST_TIMEOUT_S,
+                error=HarnessError,
             )
         except HarnessError:
             client.kill()
@@ -239,10 +245,15 @@ class ValkeyMidJob(Scenario):
         kill_hard([valkey])
         killed_at = time.monotonic()
         try:
-            wait_for(self.stack.valkey_answers, ctx.stall_s, "Valkey to answer again")
+            wait_for(
+                self.stack.valkey_answers,
+                "Valkey to answer again",
+                timeout_s=ctx.stall_s,
+                error=HarnessError,
+            )
             back = f"Valkey answered again {time.monotonic() - killed_at:.1f} s later"
         except HarnessError:
-            back = f"Valkey was not back within {ctx.stall_s:.0f} s"
+            back = f"Valkey was not back within {ceiling(ctx.stall_s):.0f} s"
         return Injection(
             killed_at, said, f"valkey-server killed {delay:.2f} s into the job; {back}", missed
         )

@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,30 +30,18 @@ from shared.coordination import redis_keys
 from shared.coordination.embedded import ping
 from shared.store.layout import Layout
 from tests.support.processes import answers_status, final_answer
+from tests.support.waiting import wait_for
 from tests.support.workers import RedisForTests
 
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout whose code the stack runs: every child starts here, with it on its path."""
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 40.0
-POLL_S = 0.05
 
 
 class HarnessError(Exception):
     """The bench could not do one of its own steps (start, find a job, chat…): the run
     is reported as an error with this message, never as a pass."""
-
-
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """Poll ``condition`` until it returns something truthy; HarnessError after the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise HarnessError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(POLL_S)
 
 
 # --- the data directory ---------------------------------------------------------------------
@@ -326,7 +313,7 @@ class Child:
                 )
             return ready()
 
-        wait_for(up, READY_TIMEOUT_S, what)
+        wait_for(up, what, timeout_s=READY_TIMEOUT_S, error=HarnessError)
 
 
 def _tail(text: str, lines: int = 15) -> str:

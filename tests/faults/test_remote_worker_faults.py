@@ -14,8 +14,8 @@ import pytest
 from shared.coordination import redis_keys
 from shared.models.reflection import ReflectionOutcome
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.remote import RemoteWorker, remote_redis, unavailable
+from tests.support.waiting import wait_for
 from tests.support.workers import WorkerProcess
 
 pytestmark = [
@@ -65,12 +65,16 @@ def _reflect_with_a_slow_remote_worker(
     daemon.result("reflection.settings", {"trigger": "step-count", "step_count": 3})
     for text in SAID:
         daemon.result("chat", {"text": text})
-    wait_for(lambda: _running(home, remote), "the remote worker to start the job", 60)
+    wait_for(lambda: _running(home, remote), "the remote worker to start the job", timeout_s=60)
     return slow
 
 
 def _landed_once(daemon: DaemonRunner, home: Path) -> None:
-    wait_for(lambda: any(o.status == "merged" for o in _outcomes(home)), "the job to merge", 120)
+    wait_for(
+        lambda: any(o.status == "merged" for o in _outcomes(home)),
+        "the job to merge",
+        timeout_s=120,
+    )
     human = daemon.result("memory.show", {"path": "system/human.md"})["text"]
     assert human.count(FACT) == 1
     statuses = [(o.status, o.reason) for o in _outcomes(home)]

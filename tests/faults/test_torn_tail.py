@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from shared.ids import new_id
 from shared.models.messages import Message
 from tests.support.daemon import DaemonRunner
@@ -40,6 +42,7 @@ def _unterminated(home: Path, agent_id: str, conversation: str, text: str) -> tu
     return message.id, message.to_line().removesuffix(b"\n")
 
 
+@pytest.mark.slow
 def test_a_whole_last_line_without_its_newline_is_one_message_to_recall_and_the_log(
     daemon: DaemonRunner, agentd_home: Path
 ) -> None:
@@ -82,6 +85,7 @@ def test_a_whole_last_line_without_its_newline_is_one_message_to_recall_and_the_
     assert not _log(agentd_home, conversation).with_name("messages.jsonl.torn").exists()
 
 
+@pytest.mark.slow
 def test_a_fragment_of_a_line_is_found_nowhere_before_or_after_the_repair(
     daemon: DaemonRunner, agentd_home: Path
 ) -> None:

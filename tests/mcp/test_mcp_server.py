@@ -26,8 +26,8 @@ from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp_types import CallToolResult, Implementation, TextContent
 
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.processes import run_agentctl
+from tests.support.waiting import wait_for
 from tests.web.site import HeldProvider
 
 pytestmark = pytest.mark.slow

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +65,7 @@ def test_the_readme_mcp_walkthrough_prints_what_it_shows(
     command_at = next(n for n, line in enumerate(shown) if line.startswith("$ "))
 
     client = subprocess.run(
-        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=ceiling(120)
     )
 
     assert client.returncode == 0, client.stderr
@@ -72,7 +73,7 @@ def test_the_readme_mcp_walkthrough_prints_what_it_shows(
     assert [shape(line) for line in printed] == [shape(line) for line in shown[:command_at]]
     command = shown[command_at].removeprefix("$ ")
     done = subprocess.run(
-        ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=120
+        ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=ceiling(120)
     )
     assert done.returncode == 0, done.stderr
     expected = shown[command_at + 1 :]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.memory.frontmatter import FrontmatterError, parse, render
+from shared.errors import AgentdError, FrontmatterError
+from shared.memory.frontmatter import parse, render
 
 
 def test_parse_splits_meta_and_body() -> None:
@@ -55,8 +56,8 @@ def test_non_mapping_or_broken_frontmatter_is_an_error(text: str, message: str) 
         parse(text)
 
 
-def test_frontmatter_error_is_a_value_error() -> None:
-    assert issubclass(FrontmatterError, ValueError)
+def test_frontmatter_error_is_an_agentd_error() -> None:
+    assert issubclass(FrontmatterError, AgentdError)
 
 
 def test_render_round_trips_through_parse() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import time
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +20,8 @@ from shared.memory.repo import (
 )
 from shared.store.locks import file_lock
 from tests.support.git_locks import live_git, plant_held_lock, plant_stale_lock
+from tests.support.memory_lock import descriptors_on
+from tests.support.waiting import ceiling, wait_until
 
 AUTHOR = {"author_name": "Tester", "author_email": "tester@example.com"}
 
@@ -235,16 +237,19 @@ def test_edit_commits_under_the_lock_outside_the_repo(repo: MemoryRepo) -> None:
 
 def test_a_second_concurrent_edit_waits_for_the_first_commit(repo: MemoryRepo) -> None:
     events: list[str] = []
+    inside = asyncio.Event()
 
     async def first() -> None:
         async with repo.edit("first", **AUTHOR):
             events.append("first in")
-            await asyncio.sleep(0.1)
+            inside.set()
+            # the holder's descriptor and the second edit's, waiting for the lock
+            await wait_until(lambda: descriptors_on(repo.lock_path) >= 2, "the second edit")
             write(repo, "notes/first.md", "1\n")
         events.append("first out")
 
     async def second() -> None:
-        await asyncio.sleep(0.01)
+        await inside.wait()
         async with repo.edit("second", **AUTHOR):
             events.append(f"second in, head is {repo.log(limit=1)[0].subject}")
             write(repo, "notes/second.md", "2\n")
@@ -273,9 +278,12 @@ def test_a_cancelled_edit_keeps_the_lock_until_its_commit_finishes(
     repo: MemoryRepo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     events: list[str] = []
+    committing = threading.Event()
+    release = threading.Event()
 
     def slow_commit(*_args: object, **_kwargs: object) -> tuple[None, None]:
-        time.sleep(0.2)
+        committing.set()
+        assert release.wait(ceiling(30)), "the test never let the commit finish"
         events.append("commit done")
         return None, None
 
@@ -287,8 +295,11 @@ def test_a_cancelled_edit_keeps_the_lock_until_its_commit_finishes(
 
     async def main() -> None:
         task = asyncio.create_task(editing())
-        await asyncio.sleep(0.05)
+        await wait_until(committing.is_set, "the commit to start")
         task.cancel()
+        for _ in range(10):  # the loop delivers the cancellation while the commit runs
+            await asyncio.sleep(0)
+        release.set()
         with pytest.raises(asyncio.CancelledError):
             await task
         events.append("cancelled")

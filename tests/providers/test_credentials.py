@@ -17,6 +17,9 @@ from shared.providers.credentials import ProviderKeys, take_provider_keys
 from shared.providers.factory import ProviderFactory
 from shared.settings import Settings
 from tests.support.openai_server import FakeOpenAIServer
+from tests.support.waiting import ceiling
+
+pytestmark = pytest.mark.slow
 
 CANARY = "sk-canary-keys-7d2c"
 
@@ -49,7 +52,7 @@ def test_taking_the_keys_empties_the_environment_its_proc_view_and_every_later_c
         cwd=os.getcwd(),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(60),
         check=True,
     )
     seen = json.loads(look.stdout.splitlines()[-1])
@@ -86,7 +89,7 @@ def test_a_process_started_with_keys_runs_again_without_them_and_reads_them_back
         stdout=subprocess.PIPE,
         text=True,
     )
-    out, _ = look.communicate(timeout=60)
+    out, _ = look.communicate(timeout=ceiling(60))
     seen = json.loads(out.splitlines()[-1])
     assert seen["pid"] == look.pid and seen["argv"] == ["up", "--web"]
     assert seen["keys"] == {"OPENAI_API_KEY": CANARY, "AGENTD_API_KEY": CANARY + "-a"}

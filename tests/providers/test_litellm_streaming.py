@@ -22,6 +22,8 @@ from tests.support.openai_server import (
     usage,
 )
 
+pytestmark = pytest.mark.slow  # imports litellm: seconds of CPU in each worker
+
 MODEL = "openai/test-model"
 
 

@@ -17,8 +17,8 @@ from shared.store.jsonl import MessageLog
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
 from tests.support.held_recall import RELEASE_ENV
-from tests.support.memory_lock import wait_for
 from tests.support.processes import run_agentctl
+from tests.support.waiting import wait_for
 
 
 def not_yet(count: int) -> str:
@@ -52,6 +52,7 @@ def _written_after_the_stop(home: Path, agent_id: str, count: int) -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_search_while_the_index_catches_up_says_what_it_cannot_see_yet(
     daemon: DaemonRunner, agentd_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

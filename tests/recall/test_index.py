@@ -22,6 +22,7 @@ from tests.support.recall_oracle import (
     reference_search,
     results,
 )
+from tests.support.waiting import ceiling
 
 WORDS = [
     "port",
@@ -110,6 +111,7 @@ def every_match_reranked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("shared.recall.search.CANDIDATES", 10_000)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(corpora(), requests())
 def test_the_index_agrees_with_the_reference_scan(
@@ -119,6 +121,7 @@ def test_the_index_agrees_with_the_reference_scan(
     assert_agrees(results(index, documents, request), reference_search(documents, request))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(corpora(), corpora(), requests())
 def test_appends_committed_one_by_one_agree_too(
@@ -166,21 +169,21 @@ def test_an_append_does_not_wait_for_a_running_search_and_the_next_search_finds_
 
     def slow_run(*args: Any) -> Any:
         scanning.set()
-        assert finish.wait(30), "the test never let the search finish"
+        assert finish.wait(ceiling(30)), "the test never let the search finish"
         return ranking(*args)
 
     monkeypatch.setattr(shared.recall.search, "run", slow_run)
     searching = threading.Thread(target=index.search, args=(SearchRequest(query="deploy"),))
     searching.start()
-    assert scanning.wait(30)
+    assert scanning.wait(ceiling(30))
 
     appending = threading.Thread(target=index.add, args=(documents[1],))
     appending.start()
-    appending.join(10)
+    appending.join(ceiling(10))
     added_during_the_search = not appending.is_alive()
     finish.set()
-    searching.join(30)
-    appending.join(30)
+    searching.join(ceiling(30))
+    appending.join(ceiling(30))
 
     assert added_during_the_search, "index.add waited for the running search"
     monkeypatch.setattr(shared.recall.search, "run", ranking)

@@ -102,6 +102,7 @@ def _same(index: AgentIndex, documents: list[Document], request: SearchRequest) 
     assert_agrees(results(index, documents, request), reference_search(documents, request))
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cjk_corpora(), cjk_requests(), st.booleans())
 def test_cjk_terms_and_phrases_agree_with_the_reference_scan(

@@ -20,6 +20,7 @@ from shared.recall.ranking import SearchRequest
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
+from tests.support.waiting import ceiling
 
 AGENT = "a"
 QUERIES = ("apple", "banana cherry", "word7", '"apple banana"', "数据库", "端口 word3")
@@ -61,7 +62,7 @@ def _append(service: RecallService, conversation: Conversation, messages: list[M
 
 
 def _opened(service: RecallService) -> None:
-    service.start([AGENT]).join(30)
+    service.start([AGENT]).join(ceiling(30))
     service.wait_for_writes()
 
 
@@ -217,7 +218,7 @@ def test_a_small_agent_with_no_index_on_disk_is_searchable_whole_at_once(
 
     def background_work_waits() -> None:  # the build's background part, held back
         if threading.current_thread().name == "recall-build":
-            background.wait(30)
+            background.wait(ceiling(30))
 
     service = _service(layout)
     monkeypatch.setattr(recall, "lower_this_thread", background_work_waits)
@@ -233,8 +234,15 @@ def test_a_small_agent_with_no_index_on_disk_is_searchable_whole_at_once(
     assert state == "ready"
 
 
-def test_an_index_of_another_analyzer_is_rebuilt_and_says_why(
-    layout: Layout, conversations: list[Conversation], monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("stale", "why"), [("analyzer", "analyzer changed"), ("schema", "format changed")]
+)
+def test_an_index_of_another_analyzer_or_schema_is_rebuilt_and_says_why(
+    layout: Layout,
+    conversations: list[Conversation],
+    monkeypatch: pytest.MonkeyPatch,
+    stale: str,
+    why: str,
 ) -> None:
     # logs over the bound: not counted, rebuilt in the background (as a big agent's are)
     monkeypatch.setattr(recall, "COUNT_AT_OPEN_BYTES", 0)
@@ -242,7 +250,11 @@ def test_an_index_of_another_analyzer_is_rebuilt_and_says_why(
     def other_analyzer() -> None:
         path = layout.recall_files(AGENT).format
         found = json.loads(path.read_text())
-        path.write_text(json.dumps({**found, "analyzer": found["analyzer"] - 1}))
+        if stale == "analyzer":
+            found["analyzer"] -= 1
+        else:  # the first tantivy index's format.json said no schema (seq and offset)
+            del found["schema"]
+        path.write_text(json.dumps(found))
 
     service = _service(layout)
     _opened(service)
@@ -256,7 +268,7 @@ def test_an_index_of_another_analyzer_is_rebuilt_and_says_why(
     again._catch_up(state)
     again._finish(state)
 
-    assert seen == "rebuilding: analyzer changed"
+    assert seen == f"rebuilding: {why}"
     for query in QUERIES:
         assert _search(again, query) == _fresh(layout, query)
 
@@ -312,13 +324,15 @@ def test_messages_around_reads_only_the_lines_it_returns(
     target = next(m for m in conversations[0].log if m.content.endswith(" unique3000"))
     asyncio.run(service.around(AGENT, target.id, 1, 1))  # warm up (imports, the loop)
 
-    before = _bytes_read()
-    around = asyncio.run(service.around(AGENT, target.id, 2, 3))
-    read = _bytes_read() - before
+    reads = []
+    for _ in range(3):  # the fewest bytes of three: another thread of this process reads too
+        before = _bytes_read()
+        around = asyncio.run(service.around(AGENT, target.id, 2, 3))
+        reads.append(_bytes_read() - before)
 
     texts = [Message.parse_line(line).content for line in around]
     assert [text.split()[-1] for text in texts] == [f"unique{n}" for n in range(2998, 3004)]
-    assert read < conversations[0].log.path.stat().st_size // 10
+    assert min(reads) < conversations[0].log.path.stat().st_size // 10
 
 
 def test_agentctl_status_shows_the_index_state_and_its_size(daemon: DaemonRunner) -> None:

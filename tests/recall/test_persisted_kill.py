@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from agentd.client.connection import Connection
 from shared.ids import new_id
@@ -23,12 +24,13 @@ from shared.recall.index import AgentIndex
 from shared.store.jsonl import MessageLog
 from shared.store.layout import Layout
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import wait_for
 
 GROUP = 1_000
 """Messages per group word: a search for it must find exactly these (its limit is 1,000)."""
 BATCH_GROUPS = 8
 ATTEMPTS = 4
-TIMEOUT_S = 120.0
+TIMEOUT_S = 60.0
 
 
 def _append_groups(log: MessageLog, agent_id: str, conversation_id: str, first: int) -> None:
@@ -68,21 +70,19 @@ def _recall_state() -> str:
 
 
 def _wait_ready() -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while _recall_state() != "ready":
-        assert time.monotonic() < deadline, "the recall index never caught up"
-        time.sleep(0.1)
+    wait_for(
+        lambda: _recall_state() == "ready", "the recall index to catch up", timeout_s=TIMEOUT_S
+    )
 
 
 def _recall_pid() -> int:
     """The daemon's recall process, once it has started one."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while True:
-        pid: int | None = _status()["recall_process"]["pid"]
-        if pid is not None:
-            return pid
-        assert time.monotonic() < deadline, "the daemon started no recall process"
-        time.sleep(0.05)
+    pid: int = wait_for(
+        lambda: _status()["recall_process"]["pid"],
+        "the daemon to start a recall process",
+        timeout_s=TIMEOUT_S,
+    )
+    return pid
 
 
 def _persisted(layout: Layout, agent_id: str) -> int:
@@ -129,14 +129,17 @@ def _kill_inside_a_write(daemon: AgentdProcess, directory: Path) -> bool:
     meta = _meta(directory)
     daemon.start(timeout_s=TIMEOUT_S)
     recall = _recall_pid()
-    deadline = time.monotonic() + TIMEOUT_S
-    while time.monotonic() < deadline:
-        if any(name.endswith(SEGMENT_FILES) for name in set(os.listdir(directory)) - before):
-            _kill_both(daemon, recall)
-            return _meta(directory) == meta
-    raise AssertionError("the daemon wrote no segment")
+    wait_for(
+        lambda: any(name.endswith(SEGMENT_FILES) for name in set(os.listdir(directory)) - before),
+        "the daemon to write a segment",
+        timeout_s=TIMEOUT_S,
+        poll_s=0,  # as soon as it shows: the kill should land inside the write
+    )
+    _kill_both(daemon, recall)
+    return _meta(directory) == meta
 
 
+@pytest.mark.slow
 def test_a_kill_during_a_commit_loses_and_doubles_nothing(agentd_home: Path) -> None:
     daemon = AgentdProcess()
     daemon.start(timeout_s=TIMEOUT_S)

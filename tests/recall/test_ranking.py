@@ -188,6 +188,7 @@ def test_a_query_of_stopwords_alone_matches_them_as_written() -> None:
         _doc("its", "Its tail and its ears", at=4),
     )
     assert _ids(index, "to be") == ["to-be"]
+    assert _ids(index, "to be or not to be") == ["to-be"]
     assert _ids(index, "the") == ["other", "who"]
     assert _ids(index, "The Who")[0] == "who"
     assert _ids(index, "IT") == []  # "its" is another word

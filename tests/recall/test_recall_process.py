@@ -17,8 +17,8 @@ import pytest
 from agentd.recall_client import RecallClient
 from shared.errors import RecallUnavailable
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import ceiling, wait_for
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux /proc")
 
@@ -65,6 +65,7 @@ def test_a_killed_recall_process_is_replaced_and_what_was_appended_meanwhile_is_
     assert not _running(first)
 
 
+@pytest.mark.slow
 def test_a_search_the_dying_process_held_fails_with_a_typed_error_and_the_daemon_serves_on(
     daemon: DaemonRunner,
 ) -> None:
@@ -78,7 +79,7 @@ def test_a_search_the_dying_process_held_fails_with_a_typed_error_and_the_daemon
     calls = lambda: daemon.result("status")["recall_process"]["calls_waiting"]  # noqa: E731
     wait_for(lambda: calls() == 1, "the search to wait on the stopped process")
     os.kill(stuck, signal.SIGKILL)
-    searching.join(30)
+    searching.join(ceiling(30))
 
     ((final, *_),) = answers
     assert final["ok"] is False and final["error"]["code"] == "recall_unavailable"
@@ -88,6 +89,7 @@ def test_a_search_the_dying_process_held_fails_with_a_typed_error_and_the_daemon
     assert _texts(daemon, "deploy key").count("the deploy key is in vault") == 1
 
 
+@pytest.mark.slow
 def test_the_recall_process_ends_with_a_daemon_killed_outright(agentd_home: Path) -> None:
     agentd = AgentdProcess().start()
     try:

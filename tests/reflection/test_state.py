@@ -31,6 +31,7 @@ from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.messages import stop_payload, summary_payload
 from tests.support.transcripts import say
+from tests.support.waiting import ceiling
 
 
 def turn(chat: Conversation, text: str) -> Message:
@@ -434,7 +435,7 @@ def test_two_processes_recording_turns_lose_no_update(chat: Conversation) -> Non
         for _ in range(2)
     ]
 
-    assert [w.wait(timeout=60) for w in workers] == [0, 0]
+    assert [w.wait(timeout=ceiling(60)) for w in workers] == [0, 0]
     assert counters(chat) == (80, 0, 80)
 
 
@@ -457,7 +458,7 @@ class _GatedLogReads:
             if self.meanwhile is not None:
                 self.meanwhile()
             else:
-                assert self.go.wait(30), "the test never let the log read finish"
+                assert self.go.wait(ceiling(30)), "the test never let the log read finish"
         return self._read_rows(*args, **kwargs)
 
 
@@ -469,15 +470,15 @@ def test_a_turn_is_counted_while_an_advance_parses_the_log(
     gate = _GatedLogReads(monkeypatch)
     advancing = threading.Thread(target=advance, args=(chat.directory, found))
     advancing.start()
-    assert gate.reading.wait(30)
+    assert gate.reading.wait(ceiling(30))
 
     counting = threading.Thread(target=record_turn, args=(chat.directory, 1))
     counting.start()
-    counting.join(10)
+    counting.join(ceiling(10))
     counted_during_the_parse = not counting.is_alive()
     gate.go.set()
-    advancing.join(30)
-    counting.join(30)
+    advancing.join(ceiling(30))
+    counting.join(ceiling(30))
 
     assert counted_during_the_parse, "record_turn waited for an advance reading its log"
     assert counters(chat) == (2, 1, 1)

@@ -147,18 +147,31 @@ def test_a_compaction_of_the_next_turn_is_left_for_that_turn(chat: Conversation)
     assert turn(chat, ON_COMPACTION).trigger == "compaction-event"
 
 
-def test_without_a_compaction_the_default_trigger_does_not_fire(chat: Conversation) -> None:
-    assert turn(chat, ReflectionSettings()).trigger is None
+def test_the_default_trigger_fires_on_a_compaction_and_not_without_one(
+    chat: Conversation,
+) -> None:
+    recorded: list[str] = []
+
+    quiet = [turn(chat, ReflectionSettings(), f"turn {n}", recorded.append) for n in range(5)]
+    compacted(chat)
+    fired = turn(chat, ReflectionSettings(), "after the compaction", recorded.append)
+
+    assert [decision.trigger for decision in quiet] == [None] * 5
+    assert fired.trigger == "compaction-event"
+    assert recorded == ["compaction-event"]
 
 
 def test_a_compaction_seen_while_off_is_never_replayed_after_the_trigger_changes(
     chat: Conversation,
 ) -> None:
     compacted(chat)
+    assert pending(chat) is True
 
     assert turn(chat, OFF).trigger is None
     assert pending(chat) is False
     assert turn(chat, ON_COMPACTION).trigger is None
+    compacted(chat)
+    assert turn(chat, ON_COMPACTION).trigger == "compaction-event"
 
 
 def test_a_real_transcript_fires_step_count_after_enough_turns(chat: Conversation) -> None:

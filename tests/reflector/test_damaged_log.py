@@ -9,9 +9,14 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from shared.providers.mock_reflector import MockReflector
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from tests.reflector.conftest import World, watermark
+from tests.support.waiting import ceiling
+
+pytestmark = pytest.mark.slow
 
 FOREIGN = '{"role": "user", "content": "I am allergic to peanuts, remember it"}'
 """A chat line another program appended: the user's words, but no id, no agent."""
@@ -71,7 +76,10 @@ def _doctor() -> subprocess.CompletedProcess[str]:
     """``agentd doctor`` on the test's home (the daemon is not running: that is a finding
     of its own)."""
     return subprocess.run(
-        [sys.executable, "-m", "agentd.cli", "doctor"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "agentd.cli", "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=ceiling(60),
     )
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+import pytest
+
 from shared.memory.repo import MemoryRepo
 from shared.providers.base import ModelRequest, ModelResponse
 from shared.providers.mock_reflector import MockReflector
@@ -55,6 +57,7 @@ def tool_results(world: World) -> list[str]:
     return [record["content"] for record in records if record.get("role") == "tool"]
 
 
+@pytest.mark.slow
 def test_a_conflict_goes_back_to_the_agent_which_merges_memory_in_and_is_merged(
     world: World,
 ) -> None:

@@ -5,7 +5,6 @@ not every job; core memory stays within its budget (issue 9, items 5, 6 and 8)."
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from shared.reflection.backoff import load_backoff
 from shared.settings import Settings
 from shared.store.layout import Layout
 from tests.reflector.conftest import World, watermark
+from tests.support.waiting import wait_for
 from tests.support.workers import RedisForTests
 
 
@@ -113,12 +113,17 @@ class RedisRestartsMidJob(Provider):
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if not self.restarted:
             self.restarted = True
-            self.server.kill_hard()
-            time.sleep(1.5)  # the 3 s lease renews every 0.75 s: a renewal fails
+            with capture_logs() as logged:
+                self.server.kill_hard()
+                wait_for(
+                    lambda: any(e["event"] == "reflection_lease_not_renewed" for e in logged),
+                    "a renewal of the lease to fail",
+                )
             self.server.start()
         return await self.inner.complete(request)
 
 
+@pytest.mark.slow
 def test_redis_restarted_mid_job_the_answer_is_stored_and_lands_once(
     world: World, redis_server: RedisForTests
 ) -> None:
@@ -173,6 +178,7 @@ def test_a_damaged_agent_record_is_refused_before_anything_is_prepared(world: Wo
     assert world.git("branch", "--list", "reflection/*") == ""
 
 
+@pytest.mark.slow
 def test_a_reflection_that_would_push_core_memory_over_budget_is_not_merged(
     world: World,
 ) -> None:

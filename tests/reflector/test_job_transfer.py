@@ -25,7 +25,10 @@ from tests.reflector.conftest import World, watermark
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import run_agentctl
 from tests.support.reflection import DictTransfer
+from tests.support.waiting import ceiling
 from tests.support.workers import RedisForTests
+
+pytestmark = pytest.mark.slow
 
 MIB = 1024 * 1024
 
@@ -130,7 +133,7 @@ def test_agentd_worker_refuses_a_tls_setting_it_cannot_read_and_a_dir_in_the_hom
             env={**os.environ, **env},
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=ceiling(60),
         )
 
     bad_tls = worker(AGENTD_REDIS_URL="rediss://h:6380/0?ssl_cert_reqs=maybe")

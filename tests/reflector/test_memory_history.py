@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from agentd.client.connection import ClientError
 from shared.clock import user_zone
+from shared.errors import ClientError
 from shared.message_refs import short_id
 from shared.providers.mock_reflector import MockReflector
 from tests.reflector.conftest import World, watermark
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.processes import run_agentctl
+from tests.support.waiting import wait_for
 
 PNPM = "今天我们决定以后一律用 pnpm"
 ADA = "ada"
@@ -46,6 +46,7 @@ def error_code(daemon: DaemonRunner, op: str, params: dict[str, Any]) -> str:
     return refused.value.code
 
 
+@pytest.mark.slow
 def test_why_pnpm_prints_the_line_the_reflection_and_the_user_s_words(
     reflected: World,
 ) -> None:
@@ -75,6 +76,7 @@ def test_blame_names_the_reflection_job_for_its_lines(
     assert lines[0]["commit"]["provenance"]["kind"] == "initial"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("op", "params", "code"),
     [
@@ -99,6 +101,7 @@ def test_path_like_and_unknown_revisions_are_typed_errors_that_change_nothing(
     assert reflected.git("status", "--porcelain") == ""
 
 
+@pytest.mark.slow
 def test_reverting_a_merged_reflection_drops_its_lines_tells_the_next_turn_keeps_the_watermark(
     reflected: World, daemon: DaemonRunner
 ) -> None:

@@ -217,6 +217,7 @@ def test_relative_dates_use_the_users_local_calendar(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_transcript_in_parts_is_read_part_by_part(tmp_path: Path) -> None:
     worktree = make_worktree(tmp_path, "- 住在上海")
     facts = [f"I always want fact number {n} remembered" for n in range(40)]

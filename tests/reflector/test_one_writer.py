@@ -22,7 +22,8 @@ from agentd.jobs.finalize import finalize
 from shared.agent.tools.base import MemoryEdit, ToolContext
 from shared.agent.tools.bash import Bash
 from shared.memory.repo import MemoryRepo
-from tests.support.memory_lock import descriptors_on, wait_for
+from tests.support.memory_lock import descriptors_on
+from tests.support.waiting import ceiling, wait_for
 
 HUMAN = "system/human.md"
 GREEN_TEA = "---\nname: human\ndescription: What I know about the user.\n---\n- likes green tea\n"
@@ -99,10 +100,10 @@ def test_a_merge_waits_for_a_bash_command_writing_memory_and_both_land(
                 "the merge to wait for the memory lock",
             )
             go.write_text("go\n")
-            result = merging.result(timeout=60)
+            result = merging.result(timeout=ceiling(60))
     finally:
         go.write_text("go\n")
-        command.join(60)
+        command.join(ceiling(60))
 
     assert outputs == ["(no output)"]
     assert result.status == "merged"

@@ -24,6 +24,8 @@ from shared.store.layout import Layout
 from tests.reflector.conftest import READ, World, watermark
 from tests.support.openai_server import FakeOpenAIServer, chat_completion, error_body, tool_call
 
+pytestmark = pytest.mark.slow  # model checks import litellm: seconds of CPU in each worker
+
 MODEL = "openai/reflector-model"
 
 

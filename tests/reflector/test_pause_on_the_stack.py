@@ -14,9 +14,9 @@ import pytest
 
 from shared.models.reflection import ReflectionOutcome
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.openai_server import FakeOpenAIServer, error_body
 from tests.support.processes import run_agentctl
+from tests.support.waiting import wait_for
 from tests.support.workers import RedisForTests, WorkerProcess
 from tests.web.site import WebClient
 

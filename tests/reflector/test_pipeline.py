@@ -56,6 +56,7 @@ def _weak(*replies: Any) -> ScriptedProvider:
     return ScriptedProvider(list(replies))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("provider", "reason"),
     [
@@ -154,6 +155,7 @@ def test_a_conflict_with_newer_memory_aborts_cleanly_and_backs_off(world: World)
     assert load_backoff(world.reflections).delay_s == 60
 
 
+@pytest.mark.slow
 def test_backoff_doubles_to_30_minutes_and_manual_runs_bypass_it(world: World) -> None:
     expected = [60, 120, 240, 480, 960, 1800, 1800]
     for delay in expected:
@@ -188,6 +190,7 @@ class AppendingProvider(Provider):
         return await self.inner.complete(request)
 
 
+@pytest.mark.slow
 def test_messages_appended_during_a_run_stay_unreflected(world: World) -> None:
     before_run = list(world.conversation.log)[-1].id
     outcome = world.reflect(AppendingProvider(world))
@@ -200,6 +203,7 @@ def test_messages_appended_during_a_run_stay_unreflected(world: World) -> None:
     assert again.status == "merged" and "- 以后一律用 ruff 检查代码" in world.human()
 
 
+@pytest.mark.slow
 def test_a_configuration_error_pauses_automatic_runs_until_one_succeeds(world: World) -> None:
     broken = _weak(ProviderAuthError("openai/x: bad key; check OPENAI_API_KEY"))
     failed = world.reflect(broken)
@@ -211,6 +215,7 @@ def test_a_configuration_error_pauses_automatic_runs_until_one_succeeds(world: W
     assert load_backoff(world.reflections).pause is None
 
 
+@pytest.mark.slow
 def test_a_job_for_a_busy_agent_is_skipped_and_runs_when_sent_again(
     world: World, redis_server: RedisForTests
 ) -> None:
@@ -269,6 +274,7 @@ def test_a_copy_that_gets_the_lease_after_its_job_answered_does_nothing(
     assert len((world.reflections / "log.jsonl").read_text().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_redelivered_job_that_already_finished_is_a_no_op(
     world: World, redis_server: RedisForTests
 ) -> None:
@@ -295,6 +301,7 @@ def _explicit(world: World) -> None:
     store.save(agent)
 
 
+@pytest.mark.slow
 def test_explicit_mode_the_agent_reviews_and_merges_and_git_is_the_judge(world: World) -> None:
     _explicit(world)
     outcome = world.reflect(MockReflector())
@@ -307,6 +314,7 @@ def test_explicit_mode_the_agent_reviews_and_merges_and_git_is_the_judge(world: 
     assert len(transcripts) == 1 and "[reflection integration]" in transcripts[0].read_text()
 
 
+@pytest.mark.slow
 def test_explicit_mode_an_agent_that_only_says_it_merged_has_not(world: World) -> None:
     _explicit(world)
     outcome = world.reflect(
@@ -321,6 +329,7 @@ def test_explicit_mode_an_agent_that_only_says_it_merged_has_not(world: World) -
     assert watermark(world) is None
 
 
+@pytest.mark.slow
 def test_a_manual_reflection_over_recent_conversations_uses_a_manifest(world: World) -> None:
     agents = Agents(Layout(world.home), clock=world.clock)
     other = agents.new_conversation(world.agent)

@@ -42,6 +42,7 @@ def _part_sizes(world: World) -> list[int]:
     ]
 
 
+@pytest.mark.slow
 def test_150_facts_said_with_the_trigger_off_all_land_with_one_manual_reflection(
     world: World,
 ) -> None:
@@ -55,6 +56,7 @@ def test_150_facts_said_with_the_trigger_off_all_land_with_one_manual_reflection
     assert max(_part_sizes(world)) <= 24_000  # each part fits in what bash shows
 
 
+@pytest.mark.slow
 def test_1000_facts_land_exactly_once_over_several_jobs(world: World) -> None:
     facts = _facts(1000)
     world.say(*facts)
@@ -69,6 +71,7 @@ def test_1000_facts_land_exactly_once_over_several_jobs(world: World) -> None:
     assert world.reflect(MockReflector()).reason == "no_payload"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
 def test_a_reader_that_reads_only_the_first_part_consumes_only_that_part(world: World) -> None:
     facts = _facts(300)

@@ -20,8 +20,8 @@ from shared.models.reflection import ReflectionOutcome
 from shared.reflection.job import JOB_FORMAT, JobMessage
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.remote import Link, RemoteWorker, remote_redis, unavailable
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.slow,

@@ -8,7 +8,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,6 +28,7 @@ from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.reflection.payload import Limits, PayloadFile
 from shared.store.jsonl import MessageLog
 from tests.support.payloads import payload_of
+from tests.support.waiting import wait_for
 
 PARENT = "a1"
 NOW = datetime(2026, 11, 29, 16, 6, tzinfo=UTC)
@@ -369,10 +369,22 @@ def test_sandboxed_bash_has_no_network_and_a_private_tmp(
 def test_a_timeout_kills_the_whole_sandbox(
     ctx: ToolContext, worktree: Path, sandboxed: ReflectionBash
 ) -> None:
-    command = "(sleep 1.5; touch late) & sleep 30"
+    marker = f"{uuid.uuid4().int % 10**6 + 3600}.5"  # an hour: only a kill ends it
+    command = f"(sleep {marker}; touch late) & sleep 30"
     out = asyncio.run(sandboxed.run({"command": command, "timeout_s": 0.5}, ctx))
     assert "timed out" in out
-    time.sleep(2)
+
+    def sleeping() -> bool:
+        wanted = f"sleep\0{marker}\0".encode()
+        for proc in Path("/proc").iterdir():
+            try:
+                if (proc / "cmdline").read_bytes() == wanted:
+                    return (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            except OSError:
+                continue
+        return False
+
+    wait_for(lambda: not sleeping(), "the sandbox's background sleep to be killed")
     assert not (worktree / "late").exists()
 
 

@@ -7,7 +7,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,10 @@ from shared.coordination.broker import locate
 from shared.settings import Settings
 from shared.store.layout import Layout
 from tests.security.walls import CANARY_KEY
+from tests.support.waiting import ceiling, wait_for
 from tests.support.workers import RedisForTests, WorkerProcess
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_app_follows_the_settings_it_is_given(agentd_home: Path) -> None:
@@ -59,7 +61,7 @@ def test_importing_the_worker_code_reads_no_settings(agentd_home: Path) -> None:
         env={**os.environ, "AGENTD_WORKERS": "-1"},
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(60),
     )
     assert imported.returncode == 0, imported.stderr
 
@@ -84,10 +86,7 @@ def test_a_worker_is_listed_while_it_runs_and_leaves_status_when_it_dies(
     try:
         for worker in (killed, stopped):
             worker.start()
-        deadline = time.monotonic() + 30
-        while len(_listed(agentd_home)) < 2:
-            assert time.monotonic() < deadline, "the workers never announced themselves"
-            time.sleep(0.1)
+        wait_for(lambda: len(_listed(agentd_home)) >= 2, "the workers to announce themselves")
         (announcement,) = redis.client.keys(redis_keys.worker("killed@*"))
         assert stopped.proc is not None
         for pid in _process_tree(stopped.proc.pid):

@@ -7,7 +7,7 @@ import json
 import re
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from shared.reflection.job import JobMessage
 from shared.settings import Settings
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
+from tests.support.waiting import ceiling, wait_for
 from tests.support.workers import RedisForTests, WorkerProcess
 
 pytestmark = pytest.mark.slow
@@ -51,14 +52,6 @@ def _outcomes(home: Path) -> list[ReflectionOutcome]:
     return [
         ReflectionOutcome.model_validate_json(line) for line in paths[0].read_text().splitlines()
     ]
-
-
-def _wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 def _running(home: Path, client: Any) -> bool:
@@ -109,27 +102,28 @@ def test_the_seed_walkthrough_on_the_running_stack(
 def test_with_redis_down_chat_works_and_the_reflection_runs_once_it_is_back(
     daemon: DaemonRunner, agentd_home: Path, stack: dict[str, Any]
 ) -> None:
-    daemon.start(reflection_wait_s=5)
+    # A turn that waited for its reflection would wait this long: far past the check below.
+    daemon.start(reflection_wait_s=min(ceiling(60), 3_600))
     daemon.result("reflection.settings", {"trigger": "step-count", "step_count": 3})
     started = time.monotonic()
     for text in SAID:
         assert daemon.result("chat", {"text": text})["stop_reason"] == "end_turn"
-    assert time.monotonic() - started < 5, "a turn waited for Redis"
+    assert time.monotonic() - started < ceiling(30), "a turn waited for Redis"
     assert list(agentd_home.glob("agents/*/reflections/outbox/*.json"))
 
     stack["redis"] = RedisForTests(agentd_home).start()
     stack["workers"].append(WorkerProcess(agentd_home).start())
 
-    _wait_for(
+    wait_for(
         lambda: any(o.status == "merged" for o in _outcomes(agentd_home)),
-        40,
         "the queued reflection",
+        timeout_s=40,
     )
     assert "- 我更喜欢用 tabs 缩进" in _human(daemon)
-    _wait_for(
+    wait_for(
         lambda: not list(agentd_home.glob("agents/*/reflections/outbox/*.json")),
-        20,
         "the outbox to empty",
+        timeout_s=20,
     )
 
 
@@ -146,7 +140,7 @@ def test_a_worker_killed_mid_job_is_redelivered_and_the_memory_ends_right(
     for text in SAID:
         daemon.result("chat", {"text": text})
     client = stack["redis"].client
-    _wait_for(lambda: _running(agentd_home, client), 30, "the job to start")
+    wait_for(lambda: _running(agentd_home, client), "the job to start", timeout_s=30)
     scratch = Path(slow.env["AGENTD_WORKER_DIR"]) / "jobs"
     assert any(scratch.iterdir()), "the job runs in the worker's own scratch"
 
@@ -158,8 +152,10 @@ def test_a_worker_killed_mid_job_is_redelivered_and_the_memory_ends_right(
         WorkerProcess(agentd_home, "fresh", AGENTD_REFLECTION_LEASE_S="3").start()
     )
 
-    _wait_for(
-        lambda: any(o.status == "merged" for o in _outcomes(agentd_home)), 60, "the redelivered job"
+    wait_for(
+        lambda: any(o.status == "merged" for o in _outcomes(agentd_home)),
+        "the redelivered job",
+        timeout_s=60,
     )
     human = _human(daemon)
     assert human.count("- 我更喜欢用 tabs 缩进") == 1
@@ -198,11 +194,13 @@ def test_turns_that_edit_memory_while_a_reflection_runs_both_land(
 
     queued = daemon.result("reflection.request", {})
     assert queued["queued"] is True
-    time.sleep(1.5)  # the reflection is reading the payload now
+    wait_for(lambda: _running(agentd_home, stack["redis"].client), "the reflection to start")
     assert daemon.result("chat", {"text": "记一下部署方式"})["stop_reason"] == "end_turn"
 
-    _wait_for(
-        lambda: any(o.status == "merged" for o in _outcomes(agentd_home)), 60, "the reflection"
+    wait_for(
+        lambda: any(o.status == "merged" for o in _outcomes(agentd_home)),
+        "the reflection",
+        timeout_s=60,
     )
     human = _human(daemon)
     assert "- 我更喜欢用 tabs 缩进" in human
@@ -234,7 +232,7 @@ def test_a_copy_of_a_running_job_records_no_outcome_of_its_own(
     for text in SAID:
         daemon.result("chat", {"text": text})
     agent_dir = next(agentd_home.glob("agents/*"))
-    _wait_for(lambda: _running(agentd_home, stack["redis"].client), 30, "the job to start")
+    wait_for(lambda: _running(agentd_home, stack["redis"].client), "the job to start", timeout_s=30)
     (sent,) = (agent_dir / "reflections" / "outbox").glob("*.json")
     job = f"reflector.reflect[{sent.stem}]"
     ticket = json.loads(sent.read_text())["ticket"]
@@ -255,9 +253,11 @@ def test_a_copy_of_a_running_job_records_no_outcome_of_its_own(
 
     second = WorkerProcess(agentd_home, "second").start()
     stack["workers"].append(second)
-    _wait_for(lambda: f"{job} received" in second.output(), 30, "the copy to reach a worker")
-    _wait_for(lambda: f"{job} succeeded" in second.output(), 30, "the copy to end")
-    _wait_for(lambda: bool(_outcomes(agentd_home)), 60, "the job's outcome")
+    wait_for(
+        lambda: f"{job} received" in second.output(), "the copy to reach a worker", timeout_s=30
+    )
+    wait_for(lambda: f"{job} succeeded" in second.output(), "the copy to end", timeout_s=30)
+    wait_for(lambda: bool(_outcomes(agentd_home)), "the job's outcome", timeout_s=60)
 
     (outcome,) = _outcomes(agentd_home)
     assert outcome.status == "merged"

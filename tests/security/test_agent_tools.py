@@ -269,6 +269,7 @@ def test_without_bubblewrap_an_opted_in_daemon_runs_bash_bare_but_keyless_and_sa
     assert not finding.ok and "UNSANDBOXED" in finding.line()
 
 
+@pytest.mark.slow
 def test_a_running_agentd_serve_holds_no_key_in_its_environment(agentd_home: Path) -> None:
     """What ``tr '\\0' '\\n' < /proc/$PPID/environ`` showed an unsandboxed bash."""
     daemon = AgentdProcess(OPENAI_API_KEY=CANARY_KEY, AGENTD_API_KEY=CANARY_KEY).start()

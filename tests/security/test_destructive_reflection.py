@@ -100,6 +100,7 @@ def test_a_reflector_that_deletes_core_memory_is_held_and_memory_is_untouched(
     assert ReflectionOutcome.model_validate_json(logged[-1]).status == "held"
 
 
+@pytest.mark.slow
 def test_the_attack_over_the_real_openai_compatible_path_is_held(world: World) -> None:
     """The same model, spoken to as litellm speaks to any OpenAI-compatible server."""
     from shared.providers.litellm_provider import LiteLLMProvider
@@ -127,6 +128,7 @@ def test_the_attack_over_the_real_openai_compatible_path_is_held(world: World) -
     assert (world.memory / "system" / "human.md").is_file()
 
 
+@pytest.mark.slow
 def test_while_held_the_watermark_has_moved_and_the_next_reflection_does_not_redo_it(
     world: World,
 ) -> None:
@@ -143,6 +145,7 @@ def test_while_held_the_watermark_has_moved_and_the_next_reflection_does_not_red
     assert len(_proposals(world).held()) == 1
 
 
+@pytest.mark.slow
 def test_emptying_human_md_without_deleting_it_is_held_too(world: World) -> None:
     _give_human_a_body(world)
     outcome, before = _held(world, WIPE_HUMAN)
@@ -166,6 +169,7 @@ def _keep_lines(lines: int) -> str:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("share", "status"), [(None, "held"), ("0.9", "merged")])
 def test_removing_a_large_share_of_memory_is_held_at_the_configured_share(
     world: World, monkeypatch: pytest.MonkeyPatch, share: str | None, status: str
@@ -211,6 +215,7 @@ def test_explicit_mode_holds_before_the_agent_is_asked_to_integrate(world: World
     assert _head(world) == before
 
 
+@pytest.mark.slow
 def test_accept_merges_into_current_memory_once_and_keeps_the_watermark(world: World) -> None:
     outcome, _ = _held(world, FORGET)
     moved = watermark(world)
@@ -236,6 +241,7 @@ def test_accept_merges_into_current_memory_once_and_keeps_the_watermark(world: W
         reject(proposals, answered.id, now=world.clock())
 
 
+@pytest.mark.slow
 def test_reject_drops_it_and_memory_and_watermark_stay(world: World) -> None:
     outcome, before = _held(world, FORGET)
     moved = watermark(world)
@@ -255,6 +261,7 @@ def test_reject_drops_it_and_memory_and_watermark_stay(world: World) -> None:
         reject(proposals, "20990101000000-deadbeef", now=world.clock())
 
 
+@pytest.mark.slow
 def test_an_accept_that_conflicts_with_later_memory_changes_nothing_and_stays_held(
     world: World,
 ) -> None:

@@ -26,9 +26,10 @@ from shared.store.layout import Layout
 from shared.store.locks import file_lock
 from tests.security.hostile import FORGET, attacker
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import descriptors_on, wait_for
+from tests.support.memory_lock import descriptors_on
 from tests.support.processes import run_agentctl
 from tests.support.reflection import work_sent_job
+from tests.support.waiting import ceiling, wait_for
 from tests.support.workers import RedisForTests
 from tests.web.site import WebClient
 
@@ -90,6 +91,7 @@ def _reflection_events(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [line["data"] for line in lines if line.get("event") == "reflection"]
 
 
+@pytest.mark.slow
 def test_the_user_is_told_once_and_the_proposal_is_listed_with_its_diff(held: Held) -> None:
     assert held.outcome.status == "held"
     assert held.head() == held.before
@@ -133,6 +135,7 @@ def test_the_user_is_told_once_and_the_proposal_is_listed_with_its_diff(held: He
     assert "-- Name: Ada Lovelace." in page.body
 
 
+@pytest.mark.slow
 def test_accept_merges_it_once_and_the_next_turn_is_told_memory_changed(held: Held) -> None:
     moved = held.watermark()
     assert moved is not None
@@ -155,6 +158,7 @@ def test_accept_merges_it_once_and_the_next_turn_is_told_memory_changed(held: He
     assert nothing.stdout == "" and "no reflection is held for you" in nothing.stderr
 
 
+@pytest.mark.slow
 def test_reject_drops_it_once_and_memory_stays(held: Held) -> None:
     moved = held.watermark()
 
@@ -188,7 +192,7 @@ def test_two_clients_accepting_at_once_merge_it_once(held: Held) -> None:
             client.start()
         wait_for(lambda: descriptors_on(lock) == 3, "both accepts to wait for the memory lock")
     for client in clients:
-        client.join(60)
+        client.join(ceiling(60))
 
     assert sorted("error" in a for a in answers) == [False, True]
     (refused,) = [a["error"] for a in answers if "error" in a]

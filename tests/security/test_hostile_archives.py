@@ -28,8 +28,8 @@ from shared.ids import new_id
 from shared.models.messages import Message
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.processes import AgentdProcess, final_answer, run_agentctl
+from tests.support.waiting import ceiling, wait_for
 
 GIB = 1024**3
 Replacement = bytes | Callable[[bytes], bytes]
@@ -132,6 +132,7 @@ def _call(home: Path) -> Callable[..., dict[str, Any]]:
     return call
 
 
+@pytest.mark.slow
 def test_a_member_that_unpacks_to_a_gibibyte_is_refused_from_its_header_in_bounded_memory(
     agentd_home: Path, tmp_path: Path
 ) -> None:
@@ -158,6 +159,7 @@ def test_a_member_that_unpacks_to_a_gibibyte_is_refused_from_its_header_in_bound
     assert "context.json" in refused.stderr and "at most" in refused.stderr
 
 
+@pytest.mark.slow
 def test_an_archive_being_imported_does_not_keep_the_daemon_from_answering(
     agentd_home: Path, tmp_path: Path
 ) -> None:
@@ -202,7 +204,7 @@ def test_an_archive_being_imported_does_not_keep_the_daemon_from_answering(
             call("status")
             answered += 1
             assert time.monotonic() - started < 30, "status waited on the import"
-        out, err = importing.communicate(timeout=300)
+        out, err = importing.communicate(timeout=ceiling(300))
         peak_after = _hwm_bytes(daemon.proc.pid)
         listed = call("messages.list", {"agent": "ada2", "limit": 1, "order": "desc"})
     finally:
@@ -222,6 +224,7 @@ def ada_archive(daemon: DaemonRunner, tmp_path: Path) -> tuple[dict[str, Any], P
     return ada, _export(tmp_path / "ada.tar.gz")
 
 
+@pytest.mark.slow
 def test_blank_lines_overlong_lines_and_a_log_without_its_last_newline_are_refused_at_once(
     ada_archive: tuple[dict[str, Any], Path], agentd_home: Path, tmp_path: Path
 ) -> None:
@@ -264,6 +267,7 @@ def test_a_tar_header_record_too_large_to_hold_is_refused_before_it_is_read(
     assert "tar header record" in refused.stderr
 
 
+@pytest.mark.slow
 def test_a_name_agent_create_would_refuse_is_refused_and_never_printed(
     ada_archive: tuple[dict[str, Any], Path], agentd_home: Path, tmp_path: Path
 ) -> None:
@@ -387,6 +391,7 @@ def _files(sizes: list[int]) -> Callable[[Path], None]:
     return plant
 
 
+@pytest.mark.slow
 def test_memory_that_breaks_the_content_rules_is_refused_with_its_typed_error(
     ada_archive: tuple[dict[str, Any], Path], agentd_home: Path, tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ import pytest
 from shared.redact import redact, redact_secrets
 from tests.support.openai_server import FakeOpenAIServer, error_body
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import ceiling
 
 
 @pytest.mark.parametrize(
@@ -74,6 +75,7 @@ except RuntimeError:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("console_format", ["json", "console"])
 def test_a_logged_exception_shows_its_traceback_but_no_frame_locals_or_key(
     tmp_path: Path, console_format: str
@@ -82,7 +84,7 @@ def test_a_logged_exception_shows_its_traceback_but_no_frame_locals_or_key(
         [sys.executable, "-c", _CRASH, str(tmp_path), console_format],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=ceiling(60),
     )
     for written in (run.stderr, (tmp_path / "agentd.log").read_text()):
         assert "provider_failed" in written and "call_provider" in written

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from agentd.client.connection import ClientError
 from agentd.doctor import run_doctor
 from agentd.doctor_memory import check_memory_sizes, check_memory_walls
+from shared.errors import ClientError
 from shared.memory import git
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
 from shared.settings import Settings

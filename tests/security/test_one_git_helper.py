@@ -120,6 +120,7 @@ def _dotted(node: ast.expr) -> str:
     return "?"
 
 
+@pytest.mark.slow
 def test_no_module_but_the_helper_starts_git_or_uses_gitpython() -> None:
     found = []
     for package in PACKAGES:

@@ -19,13 +19,13 @@ import stat
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from shared.store.permissions import find_loose, repair, secure_home
+from tests.support.waiting import ceiling, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ class Stack:
             env=self.env,
             capture_output=True,
             text=True,
-            timeout=90,
+            timeout=ceiling(90),
         )
 
     def start(self) -> None:
@@ -63,16 +63,21 @@ class Stack:
                 stderr=subprocess.STDOUT,
                 umask=0o022,
             )
-        deadline = time.monotonic() + 90
-        while b"reflector_ready" not in output.read_bytes() or self.agentctl("status").returncode:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
                 raise RuntimeError(output.read_text(errors="replace"))
-            time.sleep(0.2)
+            return (
+                b"reflector_ready" in output.read_bytes() and not self.agentctl("status").returncode
+            )
+
+        wait_for(ready, "agentd up to be ready", timeout_s=90, poll_s=0.2, error=RuntimeError)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(60)
+            self.proc.wait(ceiling(60))
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +171,7 @@ def test_another_user_reads_no_memory_history_log_or_settings(stack: Stack) -> N
             ],
             capture_output=True,
             text=True,
-            timeout=10,
+            timeout=ceiling(10),
         )
 
     home = stack.home

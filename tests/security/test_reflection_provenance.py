@@ -37,10 +37,10 @@ from tests.reflector.conftest import READ, World, make_world
 from tests.security.walls import TRIPWIRE, tripped, tripwire_script
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.names import model_path
 from tests.support.openai_server import FakeOpenAIServer, chat_completion, tool_call
 from tests.support.processes import run_agentctl
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.skipif(
     not sandbox.available(), reason=f"bubblewrap unusable here: {sandbox.reason()}"
@@ -102,6 +102,7 @@ def authors(world: World) -> list[str]:
     return world.git("log", "--format=%an|%ae|%cn|%ce").splitlines()
 
 
+@pytest.mark.slow
 def test_a_reflector_that_commits_as_the_user_lands_as_the_reflection_job(
     world: World, server: FakeOpenAIServer, daemon: DaemonRunner
 ) -> None:
@@ -151,6 +152,7 @@ def _recall_ready(daemon: DaemonRunner) -> bool:
     return all(agent["recall"]["state"] == "ready" for agent in daemon.result("status")["agents"])
 
 
+@pytest.mark.slow
 def test_the_agents_file_tool_cannot_write_a_trailer_paragraph_into_its_commit(
     server: FakeOpenAIServer, daemon: DaemonRunner
 ) -> None:
@@ -176,6 +178,7 @@ def test_the_agents_file_tool_cannot_write_a_trailer_paragraph_into_its_commit(
     assert "Edited-By" not in message.split("\n\n")[-1]
 
 
+@pytest.mark.slow
 def test_explicit_merge_the_reviewing_agent_cannot_reach_the_memory_repo_but_is_merged_for(
     world: World, server: FakeOpenAIServer, tmp_path: Path
 ) -> None:
@@ -225,6 +228,7 @@ def test_explicit_merge_the_reviewing_agent_cannot_reach_the_memory_repo_but_is_
     assert not tripped(wire), (wire / TRIPWIRE).read_text()
 
 
+@pytest.mark.slow
 def test_explicit_merge_the_agents_follow_up_made_as_the_user_lands_as_the_agents(
     world: World, server: FakeOpenAIServer
 ) -> None:
@@ -254,6 +258,7 @@ def test_explicit_merge_the_agents_follow_up_made_as_the_user_lands_as_the_agent
     assert "- follow-up from the review" in world.human()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "reason", "named"),
     [

@@ -26,9 +26,9 @@ import pytest
 from shared.home import socket_path
 from shared.providers.credentials import is_key_name
 from tests.faults.stack import cmdline, descendants
-from tests.support.memory_lock import wait_for
 from tests.support.openai_server import FakeOpenAIServer
 from tests.support.processes import AgentdProcess, final_answer
+from tests.support.waiting import ceiling, wait_for
 from tests.support.workers import RedisForTests
 
 pytestmark = pytest.mark.slow
@@ -108,7 +108,7 @@ def stack(agentd_home: Path, server: FakeOpenAIServer) -> Iterator[subprocess.Po
         yield up
     finally:
         up.send_signal(signal.SIGTERM)
-        up.wait(60)
+        up.wait(ceiling(60))
 
 
 def test_no_process_of_agentd_up_is_started_with_a_key_and_the_keys_still_work(
@@ -174,4 +174,4 @@ def test_agentd_worker_hands_its_celery_process_the_keys_on_a_descriptor(
     finally:
         daemon.stop()
         os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(60)
+        worker.wait(ceiling(60))

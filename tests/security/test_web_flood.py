@@ -19,8 +19,8 @@ import pytest
 
 from shared.home import socket_path
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.processes import AgentdProcess, final_answer, run_agentctl
+from tests.support.waiting import ceiling, wait_for
 
 FLOOD = 1_100
 OPEN_FILES = 1_024
@@ -47,7 +47,7 @@ def many_open_files() -> Iterator[None]:
 
 def _half_sent(port: int) -> socket.socket:
     """A connection that sends the start of a request head and never the rest."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=ceiling(30))
     with contextlib.suppress(OSError):  # refused and closed at once: still counted below
         sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nX-Never-Ends: " % port)
     sock.setblocking(False)
@@ -87,7 +87,7 @@ class Flood:
 def _status_line(port: int) -> bytes:
     """The status line of one whole request to the web port ("" if it was not answered)."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        with socket.create_connection(("127.0.0.1", port), timeout=ceiling(10)) as sock:
             sock.sendall(
                 b"GET / HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n" % port
             )
@@ -101,6 +101,7 @@ def _logged_events(home: Path) -> list[str]:
     return [json.loads(line).get("event", "") for line in lines if line.startswith("{")]
 
 
+@pytest.mark.slow
 def test_half_sent_requests_past_the_cap_get_503_and_chat_on_the_socket_goes_on(
     agentd_home: Path, many_open_files: None
 ) -> None:
@@ -140,7 +141,7 @@ def test_a_request_head_that_never_ends_is_closed_after_the_header_timeout(
     daemon.start(web="127.0.0.1:0", web_header_timeout_s=0.5)
     port = daemon.daemon.handlers.web.port  # type: ignore[union-attr]
     slow = _half_sent(port)
-    idle = socket.create_connection(("127.0.0.1", port), timeout=30)
+    idle = socket.create_connection(("127.0.0.1", port), timeout=ceiling(30))
     idle.setblocking(False)
 
     def closed(sock: socket.socket) -> bool:

@@ -17,7 +17,7 @@ import pytest
 
 from shared.models.reflection import ReflectionOutcome
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
+from tests.support.waiting import wait_for
 from tests.support.workers import RedisForTests, WorkerProcess
 
 pytestmark = [
@@ -85,7 +85,7 @@ def test_no_worker_process_writes_anything_under_the_home(
         wait_for(
             lambda: any(o.status == "merged" for o in _outcomes(agentd_home)),
             "the reflection to merge",
-            120,
+            timeout_s=120,
         )
     finally:
         worker.stop()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from shared.store.layout import (
     AgentFiles,
     ConversationFiles,
@@ -67,6 +69,7 @@ def test_the_layout_names_the_files_every_part_of_agentd_uses() -> None:
     assert "format.json" in file_names()
 
 
+@pytest.mark.slow
 def test_no_module_but_the_layout_spells_a_file_name() -> None:
     names = file_names()
     spelled = []

@@ -13,6 +13,7 @@ from shared.clock import Clock, utc_now
 from shared.providers.base import Provider
 from shared.providers.factory import ProviderFactory
 from shared.settings import Settings
+from tests.support.waiting import ceiling
 
 
 class FixedProviders(ProviderFactory):
@@ -71,8 +72,8 @@ class DaemonRunner:
 
         self.thread = threading.Thread(target=run, name="agentd-test", daemon=True)
         self.thread.start()
-        if not ready.wait(30):
-            raise TimeoutError("the test daemon did not start within 30 s")
+        if not ready.wait(ceiling(30)):
+            raise TimeoutError(f"the test daemon did not start within {ceiling(30):.0f} s")
         if self.error:
             raise self.error
         return self.daemon
@@ -100,7 +101,7 @@ class DaemonRunner:
             return
         if self.thread.is_alive():
             self.loop.call_soon_threadsafe(self.daemon.request_shutdown)
-            self.thread.join(30)
+            self.thread.join(ceiling(30))
         self.daemon = None
         if self.error:
             raise self.error

@@ -5,11 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from shared.memory.git_locks import live_git_processes
+from tests.support.waiting import ceiling, wait_for
 
 LONG_AGO = 946_684_800.0
 """2000-01-01 UTC: before this machine booted, so before every live process started."""
@@ -34,17 +34,18 @@ def live_git(cwd: Path) -> Iterator[subprocess.Popen[bytes]]:
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 10
-    while not any(p.pid == process.pid for p in live_git_processes() or []):
+
+    def showing() -> bool:
         assert process.poll() is None, f"the live git exited with status {process.returncode}"
-        assert time.monotonic() < deadline, "the live git never showed in /proc"
-        time.sleep(0.01)
+        return any(p.pid == process.pid for p in live_git_processes() or [])
+
+    wait_for(showing, "the live git to show in /proc", timeout_s=10)
     try:
         yield process
     finally:
         assert process.stdin is not None
         process.stdin.close()
-        process.wait(timeout=30)
+        process.wait(timeout=ceiling(30))
 
 
 def plant_held_lock(path: Path) -> Path:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,15 +16,14 @@ from typing import Any
 import agentd.recall
 from agentd.recall_process import main
 from shared.recall.documents import Document, read_documents
+from tests.support.waiting import wait_for
 
 RELEASE_ENV = "HELD_RECALL_RELEASE"
 
 
 def _held(*args: Any, **kwargs: Any) -> Iterator[Document]:
     release = Path(os.environ[RELEASE_ENV])
-    deadline = time.monotonic() + 60
-    while not release.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(release.exists, "the test to release the catch-up", timeout_s=60)
     yield from read_documents(*args, **kwargs)
 
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 PROC_FDS = Path("/proc/self/fd")
@@ -21,11 +19,3 @@ def descriptors_on(lock_path: Path) -> int:
         except OSError:
             continue
     return count
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` after a generous timeout."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)

@@ -9,12 +9,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from shared.home import socket_path
 from shared.protocol import request
+from tests.support.waiting import ceiling, wait_for
 
 
 class AgentdProcess:
@@ -36,14 +36,15 @@ class AgentdProcess:
             stderr=subprocess.PIPE,
             preexec_fn=None if self.open_file_limit is None else self._limit_open_files,
         )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+
+        def answering() -> bool:
+            assert self.proc is not None
             if self.proc.poll() is not None:
                 raise RuntimeError(f"agentd exited early: {self.stderr()}")
-            if answers_status(self.home):
-                return self
-            time.sleep(0.05)
-        raise TimeoutError(f"agentd did not answer within {timeout_s} s")
+            return answers_status(self.home)
+
+        wait_for(answering, "agentd to answer status", timeout_s=timeout_s, error=TimeoutError)
+        return self
 
     def _limit_open_files(self) -> None:
         assert self.open_file_limit is not None
@@ -61,12 +62,12 @@ class AgentdProcess:
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout_s)
+        return self.proc.wait(ceiling(timeout_s))
 
     def kill(self) -> None:
         assert self.proc is not None
         self.proc.kill()
-        self.proc.wait(10)
+        self.proc.wait(ceiling(10))
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -90,7 +91,7 @@ def final_answer(
     or false), its event lines skipped; None if the daemon closed the connection first.
     A socket error or a line that is not JSON is raised (``OSError``, ``ValueError``)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout_s)
+        sock.settimeout(ceiling(timeout_s))
         sock.connect(str(path))
         sock.sendall(request("probe", op, params))
         with sock.makefile("rb") as lines:
@@ -109,7 +110,7 @@ def run_agentctl(
         env=env or dict(os.environ),
         capture_output=True,
         text=True,
-        timeout=timeout_s,
+        timeout=ceiling(timeout_s),
     )
 
 

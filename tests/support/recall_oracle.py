@@ -25,7 +25,7 @@ import tantivy
 from shared.recall.documents import Document
 from shared.recall.index import AgentIndex
 from shared.recall.ranking import ECHO_FACTOR, NEIGHBOUR_SHARE, PHRASE_BONUS, SearchRequest
-from shared.recall.schema import ECHO, open_index, to_document
+from shared.recall.schema import ECHO, offsets_of, open_index, to_document
 from shared.recall.text import bigrams, index_terms, is_cjk, parse_query, tokenize
 
 
@@ -123,7 +123,7 @@ def _bm25(documents: list[Document], terms: list[tuple[str, str, str]], holds: o
         for prefix in ("", ECHO):
             query = _term_query(schema, prefix + field, term)
             hits = searcher.search(query, max(1, len(documents)), count=False).hits
-            offsets = searcher.fast_field_values("offset", [address for _, address in hits])
+            offsets = offsets_of(searcher, [address for _, address in hits])
             scores.update(zip(offsets, (score for score, _ in hits), strict=True))
         expected = {n for n in range(len(documents)) if holds(n, field, term)}  # type: ignore[operator]
         assert set(scores) == expected, f"tantivy's matches of {term!r} are not the text's"

@@ -19,18 +19,18 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.support.waiting import ceiling, wait_for
 from tests.support.workers import RedisForTests
 
 HIDE_TMP = 'mount -t tmpfs -o mode=0700 tmpfs /tmp && mkdir -p /tmp/worker-home && exec "$@"'
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=ceiling(30), check=False)
 
 
 def unavailable() -> str | None:
@@ -134,7 +134,7 @@ class RemoteWorker:
             env=self.env,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=ceiling(120),
             cwd="/",
             check=False,
         )
@@ -149,11 +149,16 @@ class RemoteWorker:
                 start_new_session=True,
                 cwd="/",
             )
-        deadline = time.monotonic() + timeout_s
-        while b"reflector_ready" not in self.output_path.read_bytes():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the remote worker did not start:\n{self.output()}")
-            time.sleep(0.1)
+
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"the remote worker exited before it was ready:\n{self.output()}"
+                )
+            return b"reflector_ready" in self.output_path.read_bytes()
+
+        wait_for(ready, "the remote worker to be ready", timeout_s=timeout_s, error=RuntimeError)
         return self
 
     def output(self) -> str:
@@ -163,17 +168,17 @@ class RemoteWorker:
         """kill -9 of the whole worker (its main process and its pool children)."""
         assert self.proc is not None
         os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
+        self.proc.wait(ceiling(10))
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
-            self.proc.wait(30)
+            self.proc.wait(ceiling(30))
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+            self.proc.wait(ceiling(10))
 
 
 @contextlib.contextmanager

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.waiting import ceiling, wait_for
+
 CTRL_C = "\x03"
 CTRL_D = "\x04"
 UP = "\x1b[A"
@@ -47,11 +49,12 @@ class Terminal:
     def expect(self, text: str, timeout_s: float = 60.0) -> str:
         """Wait for ``text`` after what was expected last; return what came before it."""
         wanted = text.encode()
-        deadline = time.monotonic() + timeout_s
+        limit = ceiling(timeout_s)
+        deadline = time.monotonic() + limit
         while (found := self.screen.find(wanted, self.read_up_to)) < 0:
             remaining = deadline - time.monotonic()
             assert remaining > 0, (
-                f"no {text!r} within {timeout_s} s; the screen:\n{self.text}\n{self._state()}"
+                f"no {text!r} within {limit:.0f} s; the screen:\n{self.text}\n{self._state()}"
             )
             if not self._read(remaining):
                 raise AssertionError(f"the program ended before {text!r}; the screen:\n{self.text}")
@@ -67,17 +70,20 @@ class Terminal:
         seen at the next key), so pressing it the moment the prompt shows would race.
         A waiting program is in interruptible sleep, ``S`` in ``/proc/PID/stat``."""
         stat = Path(f"/proc/{self.pid}/stat")
-        deadline = time.monotonic() + timeout_s
-        while stat.read_text().rpartition(")")[2].split()[0] != "S":
-            assert time.monotonic() < deadline, f"never waited within {timeout_s} s"
-            time.sleep(0.005)
+        wait_for(
+            lambda: stat.read_text().rpartition(")")[2].split()[0] == "S",
+            "the program to wait for input or an answer",
+            timeout_s=timeout_s,
+            poll_s=0.005,
+        )
         self.type(CTRL_C)
 
     def exit_status(self, timeout_s: float = 60.0) -> int:
         """Read to the end of the program's output, then its exit status."""
-        deadline = time.monotonic() + timeout_s
+        limit = ceiling(timeout_s)
+        deadline = time.monotonic() + limit
         while self._read(deadline - time.monotonic()):
-            assert time.monotonic() < deadline, f"still running after {timeout_s} s:\n{self.text}"
+            assert time.monotonic() < deadline, f"still running after {limit:.0f} s:\n{self.text}"
         _, status = os.waitpid(self.pid, 0)
         self.status = os.waitstatus_to_exitcode(status)
         return self.status

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import redis
@@ -18,6 +17,7 @@ import redis
 from agentd.supervisor import worker_command
 from shared.coordination.embedded import EmbeddedRedis
 from shared.store.layout import Layout
+from tests.support.waiting import ceiling, wait_for
 
 
 class RedisForTests:
@@ -49,7 +49,7 @@ class RedisForTests:
         """kill -9: no shutdown, the socket file stays behind."""
         assert self.server.process is not None
         self.server.process.kill()
-        self.server.process.wait(10)
+        self.server.process.wait(ceiling(10))
 
     def stop(self) -> None:
         self.server.stop()
@@ -78,11 +78,14 @@ class WorkerProcess:
             start_new_session=True,
         )
         output.close()
-        deadline = time.monotonic() + timeout_s
-        while b"ready" not in self.log_path.read_bytes():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"worker did not start:\n{self.output()}")
-            time.sleep(0.1)
+
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited before it was ready:\n{self.output()}")
+            return b"ready" in self.log_path.read_bytes()
+
+        wait_for(ready, f"worker {self.name} to be ready", timeout_s=timeout_s, error=RuntimeError)
         return self
 
     def output(self) -> str:
@@ -92,14 +95,14 @@ class WorkerProcess:
         """kill -9 of the whole worker (main process and its pool children)."""
         assert self.proc is not None
         os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
+        self.proc.wait(ceiling(10))
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
         os.killpg(self.proc.pid, signal.SIGTERM)
         try:
-            self.proc.wait(30)
+            self.proc.wait(ceiling(30))
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+            self.proc.wait(ceiling(10))

@@ -30,6 +30,7 @@ from shared.reflection import events
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
 from tests.support.names import model_path
+from tests.support.waiting import ceiling
 
 HUMAN = "# The user\n\n- Name: Ada.\n- Works on a TypeScript monorepo."
 TURN_LINE = "- Uses pnpm for every project."
@@ -101,7 +102,7 @@ class WebClient:
         body: bytes | None = None,
         headers: dict[str, str] | None = None,
     ) -> Response:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=ceiling(60))
         try:
             connection.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
             sent = {"Host": self.host, **self.extra, **(headers or {})}

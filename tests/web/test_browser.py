@@ -16,6 +16,7 @@ import pytest
 from shared.providers.scripted import text_reply, tool_reply
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
+from tests.support.waiting import ceiling
 from tests.web.browser import CHROMIUM_ARGS, REBOUND_HOST, chromium, screenshot_path
 from tests.web.site import REFLECTION_LINE, TURN_LINE, Site, serve_site
 
@@ -23,13 +24,16 @@ sync_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')"
 )
 CHROMIUM = chromium()
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="Debian's chromium is not installed (apt-get install chromium; .ci/run does it "
-    "as root): the web view's browser tests are skipped",
-)
-TIMEOUT_MS = 30_000
-"""Generous: the CI machine is a busy 2-core VM."""
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="Debian's chromium is not installed (apt-get install chromium; .ci/run does it "
+        "as root): the web view's browser tests are skipped",
+    ),
+]
+TIMEOUT_MS = int(ceiling(30) * 1000)
+"""A generous ceiling (see tests/support/waiting.py)."""
 
 
 @pytest.fixture(scope="module")

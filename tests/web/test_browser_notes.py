@@ -11,6 +11,7 @@ import pytest
 
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
+from tests.support.waiting import ceiling
 from tests.web.browser import CHROMIUM_ARGS, chromium, screenshot_path
 from tests.web.site import TURN_LINE, Site, serve_site
 
@@ -18,13 +19,16 @@ sync_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')"
 )
 CHROMIUM = chromium()
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="Debian's chromium is not installed (apt-get install chromium; .ci/run does it "
-    "as root): the web view's browser tests are skipped",
-)
-TIMEOUT_MS = 30_000
-"""Generous: the CI machine is a busy 2-core VM."""
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="Debian's chromium is not installed (apt-get install chromium; .ci/run does it "
+        "as root): the web view's browser tests are skipped",
+    ),
+]
+TIMEOUT_MS = int(ceiling(30) * 1000)
+"""A generous ceiling (see tests/support/waiting.py)."""
 HUMAN = "system/human.md"
 
 

@@ -18,6 +18,7 @@ import pytest
 
 from shared.redact import redact
 from tests.support.daemon import DaemonRunner
+from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -345,7 +346,7 @@ def test_a_body_that_is_not_json_is_a_400_in_openai_shape(endpoint: Endpoint) ->
     """OpenAI's client cannot send one, so this one request is made by hand."""
     import http.client
 
-    connection = http.client.HTTPConnection("127.0.0.1", endpoint.port, timeout=30)
+    connection = http.client.HTTPConnection("127.0.0.1", endpoint.port, timeout=ceiling(30))
     connection.request(
         "POST",
         "/v1/chat/completions",

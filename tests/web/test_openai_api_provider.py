@@ -13,8 +13,8 @@ import openai
 import pytest
 
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
 from tests.support.openai_server import FakeOpenAIServer, chat_completion, error_body
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,11 @@ from agentd import cli
 from agentd.client import main as agentctl
 from agentd.supervisor import Stack
 from agentd.up_web import check_address
-from agentd.web.address import WebAddress, WebAddressError
+from agentd.web.address import WebAddress
 from agentd.web.charts import CHART_DAYS, outcomes_per_day
 from agentd.web.markdown import render_blocks
 from agentd.web.sessions import LOGIN_TOKEN_TTL_S, SESSION_TTL_S, Sessions
+from shared.errors import WebAddressError
 from shared.models.reflection import ReflectionOutcome
 from shared.providers import credentials
 from shared.settings import Settings

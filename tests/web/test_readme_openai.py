@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -83,7 +84,7 @@ def test_the_readme_endpoint_walkthrough_prints_what_it_shows(agentd: AgentdProc
             assert shown == []
             continue
         done = subprocess.run(
-            ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=120
+            ["bash", "-c", command], env=env, capture_output=True, text=True, timeout=ceiling(120)
         )
         printed = done.stdout.splitlines() + done.stderr.splitlines()
         assert [shape(line) for line in printed] == [shape(line) for line in shown], command

@@ -23,6 +23,7 @@ from shared.agent.tools.base import ToolContext
 from shared.agent.tools.bash import Bash
 from shared.errors import ToolError
 from tests.agent.tools.conftest import commit_refused, fake_no_bubblewrap, memory_lock_never_free
+from tests.support.waiting import ceiling, wait_for, wait_until
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -57,18 +58,20 @@ def survivors(marker: str) -> list[int]:
 
 
 def survivors_after_a_while(marker: str) -> list[int]:
-    """``survivors(marker)`` once they are gone, or whatever still lives after ``WAIT_S``."""
-    deadline = time.monotonic() + WAIT_S
+    """``survivors(marker)`` once they are gone, or whatever still lives after a ceiling
+    of ``WAIT_S``."""
+    deadline = time.monotonic() + ceiling(WAIT_S)
     while (alive := survivors(marker)) and time.monotonic() < deadline:
         time.sleep(0.02)
     return alive
 
 
 def wait_for_file(path: Path) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not (path.exists() and path.read_text().strip()):
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.01)
+    wait_for(
+        lambda: path.exists() and path.read_text().strip(),
+        f"{path} to be written",
+        timeout_s=WAIT_S,
+    )
 
 
 def test_bash_runs_in_the_workspace(ctx: ToolContext) -> None:
@@ -219,8 +222,7 @@ def test_cancelling_bash_kills_the_process_group(shell_ctx: ToolContext) -> None
     async def cancel_midway() -> None:
         command = f"sleep {marker} & echo up > {ready}; wait"
         task = asyncio.create_task(Bash().run({"command": command}, shell_ctx))
-        while not ready.exists():
-            await asyncio.sleep(0.01)
+        await wait_until(ready.exists, "the command to start")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
