@@ -15,8 +15,8 @@ import pytest
 from reflector.startup import Heartbeat
 from shared.coordination.broker import locate
 from shared.settings import Settings
-from tests.support.memory_lock import wait_for
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.waiting import wait_for
 from tests.support.workers import RedisForTests
 
 pytestmark = pytest.mark.slow

@@ -176,7 +176,7 @@ def test_keys_typed_while_the_turn_ran_answer_no_question_they_never_saw(
     with chat(agentd) as terminal:
         terminal.expect(PROMPT)
         terminal.type("touch the file" + ENTER)
-        assert server.holding.wait(120), "the turn never reached the model"
+        assert server.holding.wait(ceiling(60)), "the turn never reached the model"
         terminal.type("y" + ENTER)  # typed ahead, before any question
         server.release()
         terminal.expect("? [y/N] ")

@@ -17,6 +17,7 @@ from shared.providers.base import ModelRequest, ModelResponse, Provider
 from shared.providers.mock import MockProvider
 from tests.support.daemon import DaemonRunner
 from tests.support.terminal import CTRL_D, ENTER, Terminal
+from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ class MockThatWaits(Provider):
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if request.messages[-1].role == "user" and HOLD in request.messages[-1].content:
             self.holding.set()
-            await asyncio.to_thread(self.release.wait, 60)
+            await asyncio.to_thread(self.release.wait, ceiling(60))
         return await self.mock.complete(request)
 
 
@@ -86,7 +87,7 @@ def test_a_line_typed_while_a_reply_prints_is_the_next_prompts_line(
     with chat() as terminal:
         terminal.expect(PROMPT)
         terminal.type(HOLD + ENTER)
-        assert model.holding.wait(60), "the turn never reached the model"
+        assert model.holding.wait(ceiling(60)), "the turn never reached the model"
         terminal.type("typed ahead")
         model.release.set()
         reply = terminal.expect(heard(HOLD))
@@ -104,7 +105,7 @@ def test_ctrl_d_typed_while_a_reply_prints_leaves_after_it(model: MockThatWaits)
     with chat() as terminal:
         terminal.expect(PROMPT)
         terminal.type(HOLD + ENTER)
-        assert model.holding.wait(60), "the turn never reached the model"
+        assert model.holding.wait(ceiling(60)), "the turn never reached the model"
         terminal.type(CTRL_D)
         model.release.set()
         terminal.expect(heard(HOLD))

@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.waiting import ceiling
+
+pytestmark = pytest.mark.slow  # a process of agentd per test
+
 COMMANDS = [["up"], ["doctor"]]
 
 
@@ -19,7 +23,7 @@ def agentd(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         env={**os.environ, **env},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=ceiling(120),
     )
 
 
@@ -86,7 +90,7 @@ def test_doctor_stops_quietly_when_its_reader_has_gone(flags: list[str]) -> None
             stdout=writer,
             stderr=subprocess.PIPE,
             text=True,
-            timeout=120,
+            timeout=ceiling(120),
         )
     finally:
         os.close(writer)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.daemon import DaemonRunner
-from tests.support.memory_lock import wait_for
+from tests.support.waiting import ceiling, wait_for
 from tests.web.site import WebClient
 
 OLDER = re.compile(r'<a class="older" href="([^"]+)">Older messages</a>')
@@ -84,7 +84,7 @@ def test_older_messages_are_a_link_away_page_by_page(daemon: DaemonRunner, web: 
 
 
 def test_the_favicon_is_served_to_anyone(web: WebClient) -> None:
-    connection = http.client.HTTPConnection("127.0.0.1", web.port, timeout=60)
+    connection = http.client.HTTPConnection("127.0.0.1", web.port, timeout=ceiling(60))
     try:
         connection.request("GET", "/favicon.ico")  # no cookie: browsers ask on their own
         answer = connection.getresponse()
@@ -128,7 +128,7 @@ class Up:
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(60)
+        self.proc.wait(ceiling(60))
 
 
 @pytest.fixture
