@@ -50,8 +50,8 @@ from shared.models.agents import AgentRecord
 from shared.models.messages import Message
 from shared.models.turns import TurnResult
 from shared.protocol import EVENT_MEMORY_UPDATE, EVENT_PROVIDER_RETRY, EVENT_WAITING, EVENT_WARNING
-from shared.providers.base import ModelRequest, Provider
-from shared.providers.factory import GLOBAL_WINDOW_SETTING, ProviderFactory
+from shared.providers.base import GLOBAL_WINDOW_SETTING, ModelRequest, Provider
+from shared.providers.factory import ProviderFactory
 from shared.providers.retry_notices import RetryNotice, retries_announced_to
 from shared.settings import Settings
 from shared.store.approvals import unfinished_step

@@ -65,6 +65,7 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   ├── JobTooLarge              a job's memory or an answer over its size limit
     │   ├── InvalidAnswer            a worker's answer that does not hold together
     │   └── WorkerOutdated           a job in a format the worker does not know
+    ├── InvalidSettings              agentd.toml or an AGENTD_* variable refused at start
     ├── RedisUnavailable             Redis cannot be started or reached
     ├── AlreadyRunning               a daemon already answers on this AGENTD_HOME's socket
     ├── SocketPathTooLong            the socket's path is over a Unix socket address's limit
@@ -155,6 +156,7 @@ from shared.errors.root import (
 )
 from shared.errors.service import (
     Busy,
+    InvalidSettings,
     RecallUnavailable,
     ShuttingDown,
 )
@@ -204,6 +206,7 @@ __all__ = [
     "InvalidAnswer",
     "InvalidArchive",
     "InvalidId",
+    "InvalidSettings",
     "JobTooLarge",
     "LockTimeout",
     "MalformedRequest",

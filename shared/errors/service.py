@@ -1,5 +1,5 @@
-"""Errors of the daemon's own state: stopping, full of connections, or its recall
-restarting.
+"""Errors of the daemon's own state: stopping, full of connections, its recall
+restarting, or settings it refuses at start.
 
 Part of the tree drawn in :mod:`shared.errors`.
 """
@@ -39,3 +39,10 @@ class RecallUnavailable(AgentdError):
         super().__init__(
             f"recall could not answer ({why}); it is restarting: try again in a moment"
         )
+
+
+class InvalidSettings(AgentdError):
+    """A setting a process refuses at start (:mod:`shared.settings`): the message names
+    the variable or the file and key, and the process exits 2."""
+
+    code = "invalid_settings"
