@@ -5,6 +5,7 @@ reflection workers alone, on this host or another (:mod:`agentd.worker_cli`)."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from typing import TYPE_CHECKING
@@ -15,15 +16,15 @@ if TYPE_CHECKING:
     from shared.settings import Settings
 
 
-def _settings() -> Settings | None:
-    from pydantic import ValidationError
-
-    from shared.settings import Settings
+def _settings(**given: tuple[str, str]) -> Settings | None:
+    """The settings, or None once what is wrong with them is printed (exit 2)."""
+    from shared.errors import InvalidSettings
+    from shared.settings import load_settings
 
     try:
-        return Settings()
-    except ValidationError as exc:
-        print(f"agentd: invalid settings: {exc}", file=sys.stderr)
+        return load_settings(**given)
+    except InvalidSettings as exc:
+        print(f"agentd: invalid settings: {exc.message}", file=sys.stderr)
         return None
 
 
@@ -77,16 +78,9 @@ def _run_daemon(settings: Settings) -> int:
 def _with_web(settings: Settings, address: str) -> Settings | None:
     """``agentd up --web [HOST:PORT]``: the web view at HOST:PORT, else where ``AGENTD_WEB``
     says, else on loopback's default port."""
-    from pydantic import ValidationError
-
     from agentd.web.address import DEFAULT_WEB_ADDRESS
-    from shared.settings import Settings
 
-    try:
-        return Settings(web=address or settings.web or DEFAULT_WEB_ADDRESS)
-    except ValidationError as exc:
-        print(f"agentd: invalid --web address: {exc}", file=sys.stderr)
-        return None
+    return _settings(web=("--web", address or settings.web or DEFAULT_WEB_ADDRESS))
 
 
 def _up(settings: Settings) -> int:
@@ -105,6 +99,27 @@ def _up(settings: Settings) -> int:
         console=stack.log_stream(),
     )
     return stack.run()
+
+
+def _doctor(settings: Settings, args: argparse.Namespace) -> int:
+    if args.worker:
+        from agentd.doctor_worker import run_worker_doctor
+
+        return run_worker_doctor(settings)
+    from agentd.doctor import run_doctor
+
+    code = run_doctor(settings, fix=args.fix)
+    sys.stdout.flush()  # here, so that a reader gone (``| head -1``) is caught by the caller
+    return code
+
+
+def _stdout_closed() -> int:
+    """Whoever read the findings stopped (``agentd doctor | head -1``): exit 0 quietly, as
+    agentctl does. stdout goes to /dev/null first, or the interpreter's last flush at exit
+    fails again and prints "Exception ignored … BrokenPipeError"."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,13 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = _settings()
         if settings is None:
             return 2
-        if args.worker:
-            from agentd.doctor_worker import run_worker_doctor
-
-            return run_worker_doctor(settings)
-        from agentd.doctor import run_doctor
-
-        return run_doctor(settings, fix=args.fix)
+        try:
+            return _doctor(settings, args)
+        except BrokenPipeError:
+            return _stdout_closed()
     if args.command == "worker":
         from agentd.worker_cli import run_worker
 

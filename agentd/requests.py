@@ -25,7 +25,7 @@ from shared.ids import validate_id
 from shared.memory.compile import HUMAN_PATH
 from shared.memory.notes import MAX_NOTE_CHARS
 from shared.memory.provenance import Via
-from shared.models.agents import MAX_CONTEXT_WINDOW
+from shared.models.agents import MAX_CONTEXT_WINDOW, MIN_CONTEXT_WINDOW
 from shared.protocol import MAX_ARCHIVE_BYTES, MAX_REQUEST_BYTES
 from shared.setting_choices import MergeMode, ReflectionTrigger
 
@@ -78,7 +78,7 @@ class AgentCreate(Params):
     system_prompt: str | None = Field(default=None, min_length=1, max_length=50_000)
     persona: str | None = Field(default=None, max_length=20_000)
     human: str | None = Field(default=None, max_length=20_000)
-    context_window: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_WINDOW)
+    context_window: int | None = Field(default=None, ge=MIN_CONTEXT_WINDOW, le=MAX_CONTEXT_WINDOW)
 
 
 ToolName = Annotated[str, Field(min_length=1, max_length=64)]
@@ -90,7 +90,7 @@ class AgentUpdate(AgentTarget):
     """A litellm model string, or ``"default"`` (``protocol.DEFAULT_MODEL``) to follow the
     global ``AGENTD_MODEL`` again."""
     system_prompt: str | None = Field(default=None, min_length=1, max_length=50_000)
-    context_window: int | None = Field(default=None, gt=0, le=MAX_CONTEXT_WINDOW)
+    context_window: int | None = Field(default=None, ge=MIN_CONTEXT_WINDOW, le=MAX_CONTEXT_WINDOW)
     requires_approval: list[ToolName] | None = Field(default=None, max_length=32)
     """The tools whose calls wait for the user's yes, replacing the list (``[]``: none)."""
 

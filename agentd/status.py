@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -74,9 +75,14 @@ async def redis_status(location: RedisLocation, layout: Layout) -> dict[str, Any
 
 
 def worker_entry(announced: dict[str, Any]) -> dict[str, Any]:
-    """A worker as its heartbeat announced it (name, host, pid, version), and whether it
-    reads this daemon's jobs: a worker of an older agentd takes none of them."""
-    return {**announced, "current": announced.get("format") == JOB_FORMAT}
+    """A worker as its heartbeat announced it (name, host, pid, version, when it started
+    in ISO 8601 like every time agentctl prints), and whether it reads this daemon's jobs:
+    a worker of an older agentd takes none of them."""
+    entry = {**announced, "current": announced.get("format") == JOB_FORMAT}
+    started = announced.get("started_at")
+    if isinstance(started, int | float):  # a heartbeat's epoch seconds: shown as every time is
+        entry["started_at"] = datetime.fromtimestamp(started, UTC).isoformat()
+    return entry
 
 
 def _state(reachable: bool, location: RedisLocation, layout: Layout) -> str:

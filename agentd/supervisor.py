@@ -49,11 +49,11 @@ from typing import IO, Any
 from agentd import instance
 from agentd.effective_config import redact_url
 from agentd.stack_output import COLORS, VALKEY_COLOR, StackOutput, console_output
-from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress
+from agentd.up_web import announce_when_served, check_address
 from shared.coordination import redis_keys
 from shared.coordination.broker import locate
 from shared.coordination.embedded import EmbeddedRedis, remember_password
-from shared.errors import RedisUnavailable, WebAddressError
+from shared.errors import RedisUnavailable
 from shared.logging import Console
 from shared.providers.credentials import HANDOFF_VARIABLE, ProviderKeys, hand_over, is_key_name
 from shared.settings import Settings
@@ -188,11 +188,14 @@ class Stack:
             for signum in (signal.SIGINT, signal.SIGTERM)
         }
         try:
-            if not self._announce_web():
+            wrong = check_address(self.settings, self._say_up)
+            if wrong is not None:
+                print(f"agentd up: {wrong}", file=sys.stderr)
                 return 1
             self.keys = self._take_keys()
             self._start_redis()
             self._spawn_all()
+            announce_when_served(self.settings, self._say_up, self._stopping)
             return 0 if self._watch() else 1
         except RedisUnavailable as exc:
             print(f"agentd up: {exc.message}", file=sys.stderr)
@@ -203,28 +206,8 @@ class Stack:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
-    def _announce_web(self) -> bool:
-        """Say where the web view will be, and warn when it is open to other machines;
-        False, with nothing started, when ``AGENTD_WEB`` is not ``host:port``."""
-        if not self.settings.web:
-            return True
-        try:
-            address = WebAddress.parse(self.settings.web)
-        except WebAddressError as exc:
-            print(f"agentd up: {exc}", file=sys.stderr)
-            return False
-        url = f"http://{address.netloc(address.port)}"
-        self._say(SUPERVISOR, "web_view", f"web view at {url}: `agentctl web` logs you in")
-        if not address.loopback:
-            self._say(
-                SUPERVISOR,
-                "web_view_not_loopback",
-                f"the web view listens on {self.settings.web}, reachable from other machines "
-                f"(a login token is still needed); AGENTD_WEB={DEFAULT_WEB_ADDRESS} keeps it "
-                "on this one",
-                "warning",
-            )
-        return True
+    def _say_up(self, event: str, text: str, level: str) -> None:
+        self._say(SUPERVISOR, event, text, level)
 
     def _start_redis(self) -> None:
         location = locate(self.settings)

@@ -50,8 +50,8 @@ from shared.models.agents import AgentRecord
 from shared.models.events import Emit, MemoryUpdate, ProviderRetry, Waiting, WarningEvent
 from shared.models.messages import Message
 from shared.models.turns import TurnResult
-from shared.providers.base import ModelRequest, Provider
-from shared.providers.factory import GLOBAL_WINDOW_SETTING, ProviderFactory
+from shared.providers.base import GLOBAL_WINDOW_SETTING, ModelRequest, Provider
+from shared.providers.factory import ProviderFactory
 from shared.providers.retry_notices import RetryNotice, retries_announced_to
 from shared.settings import Settings
 from shared.store.approvals import unfinished_step

@@ -3,15 +3,26 @@
 Sources, highest first: constructor arguments (tests), ``AGENTD_*`` environment
 variables, ``$AGENTD_HOME/agentd.toml``, then the defaults below. ``AGENTD_HOME`` itself
 comes only from the environment, since the config file lives inside it.
+
+``agentd.toml`` is read strictly (:class:`StrictTomlSource`). A file that is not TOML,
+or that names a key agentd has no setting for, is refused with one line naming the file,
+the place and (for a key) the nearest setting's name: a typo such as ``tool_netwrok =
+true`` silently falling back to the default is worse than not starting, since the user
+believes the setting is in force. ``home`` is refused too: the file lives inside the
+home, so the home can come only from ``AGENTD_HOME``. A value pydantic refuses is named
+as the user wrote it (:func:`load_settings`): ``AGENTD_WORKERS='abc'`` when it came from
+the environment, ``workers`` in the file's path when from the file.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
+import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -19,6 +30,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from shared.errors import InvalidSettings
 from shared.home import agentd_home
 from shared.memory.content import DEFAULT_FILE_MAX_BYTES, DEFAULT_MEMORY_MAX_BYTES, MemoryLimits
 from shared.models.agents import MAX_CONTEXT_WINDOW
@@ -38,6 +50,64 @@ DEFAULT_PROVIDER_TIMEOUT_S = 120.0
 DEFAULT_PROVIDER_ATTEMPTS = 4
 DEFAULT_SHUTDOWN_GRACE_S = 10.0
 """How long SIGTERM waits for turns in flight before cancelling them."""
+
+
+ENV_PREFIX = "AGENTD_"
+ENV_ONLY = frozenset({"home"})
+"""Settings the file may not hold (the file is found through them)."""
+
+
+class StrictTomlSource(TomlConfigSettingsSource):
+    """``agentd.toml`` as pydantic-settings reads it, refusing what it would pass over. A
+    table (``[section]``) is left alone: every setting is a plain value, so a table is no
+    misspelt setting but another reader's part of a shared file (the password ``agentd
+    up`` adds goes above any table for the same reason)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], toml_file: Path) -> None:
+        self.path = toml_file
+        super().__init__(settings_cls, toml_file=toml_file)
+        known = set(settings_cls.model_fields) - ENV_ONLY
+        for key, value in self.toml_data.items():
+            if key in ENV_ONLY:
+                raise InvalidSettings(
+                    f"{toml_file}: `{key}` cannot be set in the file that lives in it; set "
+                    f"{ENV_PREFIX}{key.upper()} in the environment instead"
+                )
+            if key not in known and not isinstance(value, dict):
+                near = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = f" (did you mean `{near[0]}`?)" if near else ""
+                raise InvalidSettings(
+                    f"{toml_file}: unknown setting `{key}`{hint}; the settings are the "
+                    "README's AGENTD_* variables, lower case, without the prefix"
+                )
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        try:
+            return super()._read_file(file_path)
+        except tomllib.TOMLDecodeError as exc:
+            raise InvalidSettings(f"{file_path} is not valid TOML: {exc}") from None
+        except OSError as exc:
+            raise InvalidSettings(f"{file_path} cannot be read: {exc.strerror}") from None
+
+
+def describe(exc: ValidationError, *, toml_file: Path, given: dict[str, str]) -> str:
+    """One line per refused value, named where the user wrote it: ``given`` maps the
+    settings passed on the command line to the flag that passed them (``--web``)."""
+    lines = []
+    for error in exc.errors():
+        name = str(error["loc"][0]) if error["loc"] else ""
+        lines.append(f"{_source(name, toml_file, given)}: {error['msg']}")
+    return "\n".join(lines)
+
+
+def _source(name: str, toml_file: Path, given: dict[str, str]) -> str:
+    if name in given:
+        return given[name]
+    variable = f"{ENV_PREFIX}{name.upper()}"
+    for key, value in os.environ.items():
+        if key.upper() == variable:  # pydantic-settings reads them case-insensitively
+            return f"{variable}={value!r}"
+    return f"`{name}` in {toml_file}"
 
 
 def default_worker_dir() -> Path:
@@ -186,7 +256,7 @@ class Settings(BaseSettings):
         return (
             init_settings,
             env_settings,
-            TomlConfigSettingsSource(settings_cls, toml_file=toml_file),
+            StrictTomlSource(settings_cls, toml_file),
         )
 
     @property
@@ -200,3 +270,16 @@ class Settings(BaseSettings):
     def layout(self) -> Layout:
         """Where everything lives under ``home`` (:class:`shared.store.layout.Layout`)."""
         return Layout(self.home)
+
+
+def load_settings(**given: tuple[str, Any]) -> Settings:
+    """The settings of an entry point, or :class:`~shared.errors.InvalidSettings` saying
+    what to fix in one line per problem. ``given`` holds the values a command line passed,
+    each with the flag that passed it: ``web=("--web", "127.0.0.1:80")``."""
+    try:
+        return Settings(**{name: value for name, (_, value) in given.items()})
+    except ValidationError as exc:
+        flags = {name: f"{flag} {value!r}" for name, (flag, value) in given.items()}
+        raise InvalidSettings(
+            describe(exc, toml_file=Layout(agentd_home()).config_file, given=flags)
+        ) from None

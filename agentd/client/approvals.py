@@ -16,6 +16,7 @@ from typing import Any
 from agentd.client import render
 from agentd.client.chat import EXIT_WAITING, ended, stream
 from agentd.client.connection import Connection
+from agentd.client.terminal_modes import discard_typeahead
 from agentd.client.times import shown
 from shared.message_refs import short_id
 
@@ -65,6 +66,7 @@ def ask(conn: Connection, waiting: list[dict[str, Any]], *, as_json: bool) -> in
     status = EXIT_WAITING
     while waiting:
         call = waiting[0]
+        discard_typeahead()  # keys typed for the next prompt answer no question
         try:
             reply = input(question(call))
         except EOFError:

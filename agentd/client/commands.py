@@ -52,7 +52,7 @@ def cmd_agents(conn: Connection, args: argparse.Namespace) -> int:
             "human": args.human,
             "context_window": args.context_window,
         }
-        render.print_json(conn.result("agent.create", params))
+        _print_record(conn.result("agent.create", params), "created", as_json=args.json)
         return 0
     if args.action == "update":
         params = {
@@ -62,7 +62,7 @@ def cmd_agents(conn: Connection, args: argparse.Namespace) -> int:
             "context_window": args.context_window,
             "requires_approval": args.approve,
         }
-        render.print_json(conn.result("agent.update", params))
+        _print_record(conn.result("agent.update", params), "updated", as_json=args.json)
         return 0
     agent = conn.result("agent.show", {"agent": args.agent})
     if args.json:
@@ -70,6 +70,16 @@ def cmd_agents(conn: Connection, args: argparse.Namespace) -> int:
     else:
         render.print_agent(agent)
     return 0
+
+
+def _print_record(agent: dict[str, Any], done: str, *, as_json: bool) -> None:
+    """The whole record with ``--json``; else what ``agents show`` prints (the system
+    prompt, pages of memory, is left to ``memory show``)."""
+    if as_json:
+        render.print_json(agent)
+        return
+    print(f"{done} agent {agent['name']}")
+    render.print_agent(agent)
 
 
 def cmd_conversations(conn: Connection, args: argparse.Namespace) -> int:
@@ -187,10 +197,17 @@ def cmd_search(conn: Connection, args: argparse.Namespace) -> int:
 
 def cmd_memory(conn: Connection, args: argparse.Namespace) -> int:
     if args.action == "path":
-        print(conn.result("memory.path", {"agent": args.agent})["path"])
+        found = conn.result("memory.path", {"agent": args.agent})
+        if args.json:
+            render.print_json(found)
+        else:
+            print(found["path"])
     elif args.action == "log":
         commits = conn.result("memory.log", {"agent": args.agent, "limit": args.limit})["commits"]
-        render.print_memory_log(commits)
+        if args.json:
+            render.print_json(commits)
+        else:
+            render.print_memory_log(commits)
     elif args.action == "edit":
         return cmd_memory_edit(conn, args)
     elif args.action == "commit":

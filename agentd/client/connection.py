@@ -18,6 +18,9 @@ from typing import Any
 from shared import home, protocol
 from shared.errors import ClientError
 
+NOT_RUNNING = "not_running"
+DISCONNECTED = "disconnected"
+
 
 class Connection:
     def __init__(self) -> None:
@@ -25,22 +28,25 @@ class Connection:
         self._next_id = 0
 
     def _open(self) -> None:
+        """Connect, or raise ``not_running``; a failed attempt leaves the connection
+        closed, so the next request tries again instead of using a dead socket."""
         path = home.socket_path()
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self.sock.connect(str(path))
+            sock.connect(str(path))
         except (FileNotFoundError, ConnectionRefusedError):
-            self.sock.close()
+            sock.close()
             raise ClientError(
-                "not_running",
+                NOT_RUNNING,
                 f"agentd is not running (no daemon on {path}). Start it with `agentd up` "
                 "(from a checkout: `make up`), then try again.",
             ) from None
-        self.reader = self.sock.makefile("rb")
+        self.sock = sock
+        self.reader = sock.makefile("rb")
 
     def call(self, op: str, params: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
         """Send one request; yield its event lines, then its final line."""
-        if self._closed_by_daemon():
+        if self.sock.fileno() < 0 or self._closed_by_daemon():
             self.close()
             self._open()
         self._next_id += 1
@@ -53,7 +59,7 @@ class Connection:
             yield message
             if "ok" in message:
                 return
-        raise ClientError("disconnected", "agentd closed the connection before answering")
+        raise ClientError(DISCONNECTED, "agentd closed the connection before answering")
 
     def _messages(self) -> Iterator[dict[str, Any]]:
         """The daemon's lines until it closes; a reset socket is the daemon gone too. Only
@@ -63,7 +69,7 @@ class Connection:
                 yield json.loads(raw)
         except ConnectionResetError:
             raise ClientError(
-                "disconnected", "agentd reset the connection before answering"
+                DISCONNECTED, "agentd reset the connection before answering"
             ) from None
 
     def result(self, op: str, params: dict[str, Any] | None = None) -> dict[str, Any]:

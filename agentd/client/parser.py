@@ -78,6 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.usage_of.error(f"memory {args.action} needs {needed}")
     if args.command == "agents" and args.action == "update" and args.approve is not None:
         args.approve = _tools(args.approve, args.usage_of)
+    if args.command == "search" and not args.query.strip():
+        args.usage_of.error("search needs words to find")
     if args.command == "api-key" and args.action != "list" and not args.key:
         args.usage_of.error(f"api-key {args.action} needs NAME")
     return args
@@ -144,8 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--context-window",
         type=count(1),
         metavar="TOKENS",
-        help="the model's window in tokens (default: as known for the model)",
+        help="the model's window in tokens, at least 1000 (default: as known for the model)",
     )
+    create.add_argument("--json", action="store_true", help=f"print the new record; {JSON_HELP}")
     show = agents_sub.add_parser("show", help="show one agent")
     show.add_argument("agent", nargs="?", help="agent id or name (default: the default agent)")
     show.add_argument("--json", action="store_true", help=JSON_HELP)
@@ -157,7 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"litellm model string; {setting_choices.DEFAULT_MODEL!r}: back to AGENTD_MODEL",
     )
     update.add_argument(
-        "--context-window", type=count(1), metavar="TOKENS", help="the model's window in tokens"
+        "--context-window",
+        type=count(1),
+        metavar="TOKENS",
+        help="the model's window in tokens, at least 1000",
     )
     update.add_argument(
         "--approve",
@@ -166,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the tools whose every call waits for your yes, e.g. bash or bash,write_file "
         "(repeatable; replaces the list); none: no tool waits",
     )
+    update.add_argument("--json", action="store_true", help=f"print the record; {JSON_HELP}")
     delete = agents_sub.add_parser(
         "delete", help="delete an agent (moved to $AGENTD_HOME/trash, not erased)"
     )
@@ -335,7 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     memory.add_argument("-m", "--message", help="with edit or commit: the commit message")
     memory.add_argument(
-        "--json", action="store_true", help=f"with blame, why, diff or proposals: {JSON_HELP}"
+        "--json",
+        action="store_true",
+        help=f"with log, path, blame, why, diff or proposals: {JSON_HELP}",
     )
 
     remember = command(

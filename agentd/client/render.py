@@ -237,6 +237,10 @@ def print_incomplete(why: str) -> None:
 
 
 def print_reflections(reflections: list[dict[str, Any]]) -> None:
+    """One line per outcome; none yet (a new or an imported agent) is said on stderr, as
+    ``approvals`` says nothing waits, so stdout stays a list for scripts."""
+    if not reflections:
+        print("no reflections yet", file=sys.stderr)
     for r in reflections:
         commits = ",".join(r["commits"]) or "-"
         print(

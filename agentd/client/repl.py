@@ -6,7 +6,9 @@ and takes slash commands (:data:`HELP`). Ctrl-C during a turn cancels that turn 
 returns to the prompt: the connection is closed, which is how the daemon learns a client
 is gone (it cancels the turn and records it as cancelled), and the next request opens a
 new one. At the prompt Ctrl-C discards the line typed, or leaves on an empty line, as
-Ctrl-D does; both exit 0.
+Ctrl-D does; both exit 0. Keys typed while a reply prints wait for the next prompt
+(:mod:`.terminal_modes`), a Ctrl-D among them included. A line typed while the daemon is
+down says so (``not_running``) and the chat goes on: the next line tries again.
 
 A turn that stops on a tool call waiting for the user's yes is asked about in place
 (``run bash `rm -rf build`? [y/N]``, see :func:`.approvals.ask`) and carried on; so is a
@@ -32,7 +34,8 @@ from pathlib import Path
 from agentd.client import render
 from agentd.client.approvals import ask
 from agentd.client.chat import EXIT_WAITING, ended, stream, stream_turn
-from agentd.client.connection import Connection
+from agentd.client.connection import DISCONNECTED, NOT_RUNNING, Connection
+from agentd.client.terminal_modes import keys_wait_for_prompt
 from shared import home
 from shared.errors import ClientError
 
@@ -141,12 +144,15 @@ class Repl:
                 continue
             editor.remember(line)
             try:
-                if not self._do(line):
-                    return 0
+                with keys_wait_for_prompt():
+                    if not self._do(line):
+                        return 0
             except KeyboardInterrupt:
                 self._hang_up()
                 print("\n  ■ turn cancelled", file=sys.stderr, flush=True)
             except ClientError as exc:
+                if exc.code in (NOT_RUNNING, DISCONNECTED):
+                    self._hang_up()  # the next line opens a new connection, or says why not
                 print(f"{exc.code}: {exc.message}", file=sys.stderr, flush=True)
 
     def _script(self) -> int:

@@ -43,6 +43,9 @@ _KEY_REFUSED = {
     "revoked": "this API key was revoked; `agentctl api-key create NAME` makes a new one",
 }
 LOGIN_PATH = "/login"
+FAVICON_PATH = "/favicon.ico"
+"""Asked for by browsers on their own, with or without a session: served to anyone, like
+the static files (it is one)."""
 STATIC_PREFIX = "/static/"
 _SAFE_METHODS = frozenset({"GET", "HEAD"})
 
@@ -79,7 +82,7 @@ def guard(
                 raise ApiKeyRefused(_KEY_REFUSED[state])
             request[API_KEY] = key
             return await handler(request)
-        if request.path == LOGIN_PATH or request.path.startswith(STATIC_PREFIX):
+        if request.path in (LOGIN_PATH, FAVICON_PATH) or request.path.startswith(STATIC_PREFIX):
             return await handler(request)
         session = sessions.find(request.cookies.get(cookie_name(port())))
         if session is None:

@@ -22,8 +22,8 @@ from agentd.requests import (
     parse_params,
 )
 from agentd.web.charts import context_gauge, outcomes_per_day
-from agentd.web.context import WebContext, render
-from agentd.web.guard import LOGIN_PATH, cookie_name
+from agentd.web.context import STATIC, WebContext, render
+from agentd.web.guard import FAVICON_PATH, LOGIN_PATH, cookie_name
 from agentd.web.memory_file import read_memory_file
 from agentd.web.sessions import SESSION_TTL_S
 from agentd.web.timeline import read_timeline
@@ -39,7 +39,8 @@ from shared.store.approvals import waiting_calls
 from shared.store.layout import Layout
 
 TRANSCRIPT_MESSAGES = 100
-"""Messages a transcript page shows: the newest, or this many around the one linked to."""
+"""Messages a transcript page shows: the newest, those before one (``?before=ID``, the
+"older messages" link), or this many around the one linked to (``?at=ID``)."""
 TIMELINE_COMMITS = 50
 REFLECTIONS_SHOWN = 200
 
@@ -76,7 +77,12 @@ async def agents(request: web.Request) -> web.StreamResponse:
     records = await asyncio.to_thread(ctx.daemon.agents.store.list)
     layout = ctx.daemon.agents.layout
     paused = await asyncio.to_thread(lambda: {r.id: _reflection_paused(layout, r) for r in records})
-    return render(request, "agents.html", {"agents": records, "paused": paused})
+    values = {"agents": records, "paused": paused, "default_model": ctx.server.settings.model}
+    return render(request, "agents.html", values)
+
+
+async def favicon(_request: web.Request) -> web.StreamResponse:
+    return web.FileResponse(STATIC / "favicon.ico", headers={"Content-Type": "image/x-icon"})
 
 
 async def agent(request: web.Request) -> web.StreamResponse:
@@ -149,16 +155,11 @@ async def conversation(request: web.Request) -> web.StreamResponse:
     assert isinstance(target, ConversationTarget)
     record = await ctx.daemon.agents.resolve(target.agent)
     at = request.query.get("at")
+    before = request.query.get("before")
     if at:
-        messages = await _around_in_conversation(ctx, record, target.conversation, at)
+        messages, older = await _around_in_conversation(ctx, record, target.conversation, at)
     else:
-        listing = MessagesList(
-            agent=record.id,
-            conversation=target.conversation,
-            limit=TRANSCRIPT_MESSAGES,
-            order="desc",
-        )
-        messages = (await ctx.daemon.messages_list(listing, discard)).messages[::-1]
+        messages, older = await _page_before(ctx, record, target.conversation, before)
     shown = await ctx.daemon.context_show(target, discard)
     budget = shown.model_dump(mode="json")
     waiting = await asyncio.to_thread(
@@ -172,6 +173,8 @@ async def conversation(request: web.Request) -> web.StreamResponse:
             "conversation_id": shown.conversation_id,
             "messages": messages,
             "at": at,
+            "before": before,
+            "older": older,
             "budget": budget,
             "gauge": context_gauge(budget),
             "approvals": waiting,
@@ -224,16 +227,43 @@ async def _agent(request: web.Request) -> AgentRecord:
     return await WebContext.of(request).daemon.agents.resolve(target.agent)
 
 
+Page = tuple[list[dict[str, Any]], str | None]
+"""A transcript page, oldest first, and the id its "older messages" link starts before
+(None when the page begins with the conversation's first message)."""
+
+
+async def _page_before(
+    ctx: WebContext, record: AgentRecord, conversation_id: str | None, before: str | None
+) -> Page:
+    """The :data:`TRANSCRIPT_MESSAGES` messages before ``before`` (a message id, checked
+    as the socket checks it), else the newest; one more is asked for, to know whether
+    older ones are left."""
+    fields: dict[str, Any] = {
+        "agent": record.id,
+        "conversation": conversation_id,
+        "limit": TRANSCRIPT_MESSAGES + 1,
+        "order": "desc",
+    }
+    if before:
+        fields["before"] = before
+    listing = parse_params(MessagesList, fields)
+    assert isinstance(listing, MessagesList)
+    newest_first = (await ctx.daemon.messages_list(listing, discard)).messages
+    page = newest_first[:TRANSCRIPT_MESSAGES][::-1]
+    return page, page[0]["id"] if len(newest_first) > TRANSCRIPT_MESSAGES else None
+
+
 async def _around_in_conversation(
     ctx: WebContext, record: AgentRecord, conversation_id: str | None, at: str
-) -> list[dict[str, Any]]:
+) -> Page:
     """The transcript around message ``at`` (a full or short id) of this conversation."""
     parse_params(MessagesAround, {"agent": record.id, "message_id": at})  # the id's check
     conversation = ctx.daemon.agents.conversation(record, conversation_id)
     messages = await asyncio.to_thread(list, conversation.log)
     position = find_message(at, [m.id for m in messages], "this conversation")
-    half = TRANSCRIPT_MESSAGES // 2
-    return [m.to_api() for m in messages[max(0, position - half) : position + half]]
+    start = max(0, position - TRANSCRIPT_MESSAGES // 2)
+    page = [m.to_api() for m in messages[start : position + TRANSCRIPT_MESSAGES // 2]]
+    return page, page[0]["id"] if start > 0 and page else None
 
 
 def _reflection_paused(layout: Layout, record: AgentRecord) -> dict[str, str] | None:
@@ -257,6 +287,7 @@ def _description(text: str) -> str:
 def routes() -> list[web.RouteDef]:
     return [
         web.get(LOGIN_PATH, login),
+        web.get(FAVICON_PATH, favicon),
         web.get("/", agents),
         web.get("/agents/{agent}", agent),
         web.get("/agents/{agent}/memory", memory_file),

@@ -263,7 +263,12 @@ class _TurnRunner:
         provider = self.turn.provider
         request = await self._request()
         budget = measure(request, provider.context_window, provider.token_ratio)
-        check_floor(budget, provider.model)
+        check_floor(
+            budget,
+            provider.model,
+            setting=provider.context_window_setting,
+            agent=self.turn.conversation.agent_id,
+        )
         if budget.over_threshold and await self._compact("context_pressure", budget):
             request = await self._request()
         try:

@@ -26,7 +26,7 @@ from datetime import datetime
 
 from shared.errors import PromptFloorError
 from shared.models.messages import AssistantMessage, Message
-from shared.providers.base import ModelRequest, WindowSource
+from shared.providers.base import AGENT_WINDOW_SETTING, ModelRequest, WindowSource
 from shared.providers.tokens import message_tokens, text_tokens, tools_tokens
 
 OUTPUT_RESERVE_TOKENS = 16_384
@@ -138,17 +138,32 @@ def measure(request: ModelRequest, window: int, token_ratio: float = 1.0) -> Bud
     )
 
 
-def check_floor(budget: Budget, model: str) -> None:
-    """Refuse before calling the provider when the floor leaves no room at all."""
+def check_floor(
+    budget: Budget, model: str, *, setting: str | None = None, agent: str = "AGENT"
+) -> None:
+    """Refuse before calling the provider when the floor leaves no room at all. The fix
+    names the setting the window came from: an agent's own window (``setting`` is
+    :data:`AGENT_WINDOW_SETTING`) wins over ``AGENTD_CONTEXT_WINDOW``, so raising that
+    one would change nothing."""
     if budget.floor < budget.threshold:
         return
-    remedy = (
-        f"serve the model with a larger window, e.g. `OLLAMA_CONTEXT_LENGTH="
-        f"{suggested_window(budget.floor)} ollama serve`, and set AGENTD_CONTEXT_WINDOW to match"
-        if model.startswith(("ollama/", "ollama_chat/"))
-        else "use a model with a larger context window (or raise AGENTD_CONTEXT_WINDOW if the "
-        "model allows more)"
-    )
+    if setting == AGENT_WINDOW_SETTING:
+        remedy = (
+            "raise this agent's own window, which wins over AGENTD_CONTEXT_WINDOW, if the "
+            f"model allows it: `agentctl agents update {agent} --context-window "
+            f"{suggested_window(budget.floor)}`"
+        )
+    elif model.startswith(("ollama/", "ollama_chat/")):
+        remedy = (
+            f"serve the model with a larger window, e.g. `OLLAMA_CONTEXT_LENGTH="
+            f"{suggested_window(budget.floor)} ollama serve`, and set AGENTD_CONTEXT_WINDOW "
+            "to match"
+        )
+    else:
+        remedy = (
+            "use a model with a larger context window (or raise AGENTD_CONTEXT_WINDOW if the "
+            "model allows more)"
+        )
     raise PromptFloorError(
         f"the system prompt and tool schemas alone take ~{budget.floor:,} tokens, but model "
         f"{model!r} has a {budget.window:,}-token window with {budget.threshold:,} usable "

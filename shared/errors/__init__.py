@@ -67,6 +67,7 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     │   ├── JobTooLarge              a job's memory or an answer over its size limit
     │   ├── InvalidAnswer            a worker's answer that does not hold together
     │   └── WorkerOutdated           a job in a format the worker does not know
+    ├── InvalidSettings              agentd.toml or an AGENTD_* variable refused at start
     ├── RedisUnavailable             Redis cannot be started or reached
     ├── AlreadyRunning               a daemon already answers on this AGENTD_HOME's socket
     ├── SocketPathTooLong            the socket's path is over a Unix socket address's limit
@@ -159,6 +160,7 @@ from shared.errors.service import (
     Busy,
     InternalError,
     InvalidReply,
+    InvalidSettings,
     RecallUnavailable,
     ShuttingDown,
 )
@@ -210,6 +212,7 @@ __all__ = [
     "InvalidArchive",
     "InvalidId",
     "InvalidReply",
+    "InvalidSettings",
     "JobTooLarge",
     "LockTimeout",
     "MalformedRequest",

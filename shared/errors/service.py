@@ -1,5 +1,6 @@
 """Errors of the daemon's own state: stopping, full of connections, its recall
-restarting, or a bug of its own (an op that crashed or answered in the wrong shape).
+restarting, settings it refuses at start, or a bug of its own (an op that crashed or
+answered in the wrong shape).
 
 Part of the tree drawn in :mod:`shared.errors`.
 """
@@ -50,3 +51,10 @@ class InternalError(AgentdError):
 class InvalidReply(InternalError):
     """An op's handler answered in a shape its reply model (:mod:`agentd.replies`) does
     not allow; the reply is not sent, the daemon serves on."""
+
+
+class InvalidSettings(AgentdError):
+    """A setting a process refuses at start (:mod:`shared.settings`): the message names
+    the variable or the file and key, and the process exits 2."""
+
+    code = "invalid_settings"

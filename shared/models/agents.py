@@ -25,6 +25,11 @@ def v1_to_v2_tools_needing_approval(raw: dict[str, Any], _path: Path) -> dict[st
 AGENT_SCHEMA_VERSION = current_version("agent")
 CONVERSATION_SCHEMA_VERSION = current_version("conversation")
 CONTEXT_SCHEMA_VERSION = current_version("context")
+MIN_CONTEXT_WINDOW = 1_000
+"""The smallest window an agent may be set to (``agents create|update --context-window``):
+agentd's own system prompt and tool schemas take ~500 tokens, so below this not one
+message fits and every turn would fail. A window above it that memory has outgrown is
+refused turn by turn instead, naming the agent's setting (:func:`check_floor`)."""
 MAX_CONTEXT_WINDOW = 10_000_000
 """The largest context window, in tokens, an agent or the daemon may be set to: above
 any model's, and small enough that the token budget's arithmetic stays in floats."""

@@ -61,6 +61,13 @@ class ModelRequest(BaseModel):
     knowing the harness's prompts; real providers never send it."""
 
 
+GLOBAL_WINDOW_SETTING = "AGENTD_CONTEXT_WINDOW"
+AGENT_WINDOW_SETTING = "agent context_window"
+"""The names ``agentctl context`` gives the two settings a window can come from: here,
+below the factory that sets them, so that a refusal over the window can name the one to
+raise."""
+
+
 class ModelResponse(BaseModel):
     text: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)

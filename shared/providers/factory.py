@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import asyncio
 
-from shared.providers.base import Provider
+from shared.providers.base import AGENT_WINDOW_SETTING, GLOBAL_WINDOW_SETTING, Provider
 from shared.providers.credentials import ProviderKeys
 from shared.providers.latency import WithLatency
 from shared.providers.mock import DEFAULT_MOCK_CONTEXT_WINDOW, MOCK_MODEL, MockProvider
 from shared.settings import Settings
-
-GLOBAL_WINDOW_SETTING = "AGENTD_CONTEXT_WINDOW"
-AGENT_WINDOW_SETTING = "agent context_window"
-"""The names ``agentctl context`` gives the two settings a window can come from."""
 
 
 class ProviderFactory:

@@ -211,9 +211,16 @@ def _translate_error(
     if failure == "misbehaved":
         return ProviderMisbehaved(f"{model}: the provider sent a response we cannot use ({text})")
     if failure == "missing_key":
+        local = (
+            f"; a server of your own at {api_base} that checks no key takes any value, "
+            "e.g. AGENTD_API_KEY=dummy"
+            if api_base
+            else ""
+        )
         return ProviderAuthError(
             f"{model}: no API key is set for this provider; set {api_key_variable(model, exc)} "
-            "(or AGENTD_API_KEY) in agentd's environment or its config file, then restart agentd"
+            "(or AGENTD_API_KEY) in agentd's environment or its config file, then restart "
+            f"agentd{local}"
         )
     if failure == "auth":
         return ProviderAuthError(

@@ -263,14 +263,16 @@ def test_which_tools_need_approval_is_checked_listed_and_cleared(
     assert ok(agentd, "agents", "show", "ada")["requires_approval"] == ["bash"]
     assert ctl(agentd, "agents", "show", "bob").returncode == 1, "a refused update changes nothing"
 
-    both = ctl(agentd, "agents", "update", "ada", "--approve", "write_file", "--approve", "bash")
+    both = ctl(
+        agentd, "agents", "update", "ada", "--approve", "write_file", "--approve", "bash", "--json"
+    )
     assert json.loads(both.stdout)["requires_approval"] == ["bash", "write_file"]
     assert (
         "approve        bash, write_file (each call waits"
         in ctl(agentd, "agents", "show", "ada").stdout
     )
 
-    cleared = ctl(agentd, "agents", "update", "ada", "--approve", "none")
+    cleared = ctl(agentd, "agents", "update", "ada", "--approve", "none", "--json")
     assert json.loads(cleared.stdout)["requires_approval"] == []
     assert "approve        none" in ctl(agentd, "agents", "show", "ada").stdout
     usage = ctl(agentd, "agents", "update", "ada", "--approve", "none,bash")

@@ -51,7 +51,7 @@ def test_an_agent_without_its_memory_repo_is_refused_while_the_others_serve(
     daemon = AgentdProcess().start()
     try:
         assert run_agentctl("agents", "create", "keeper").returncode == 0
-        broken = json.loads(run_agentctl("agents", "create", "broken").stdout)
+        broken = json.loads(run_agentctl("agents", "create", "broken", "--json").stdout)
     finally:
         daemon.terminate()
     memory = Path(broken["memory_dir"])

@@ -165,3 +165,24 @@ def test_piped_lines_stop_at_a_call_that_waits_with_exit_3_and_send_no_more(
     later = piped(agentd, "and another thing\n")
     assert later.returncode == 1 and later.stderr.startswith("approval_pending: ")
     assert len(server.requests) == 1 and runs(agentd, ada) == 0
+
+
+def test_keys_typed_while_the_turn_ran_answer_no_question_they_never_saw(
+    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+) -> None:
+    """A ``y`` typed ahead for the next prompt must not approve a call asked about later."""
+    server.enqueue(body=chat_completion(None, tool_calls=[tool_call("bash", TOUCH)]), hang_after=0)
+    server.enqueue(body=chat_completion("Left it alone."))
+    with chat(agentd) as terminal:
+        terminal.expect(PROMPT)
+        terminal.type("touch the file" + ENTER)
+        assert server.holding.wait(ceiling(60)), "the turn never reached the model"
+        terminal.type("y" + ENTER)  # typed ahead, before any question
+        server.release()
+        terminal.expect("? [y/N] ")
+        terminal.type(ENTER)  # nothing: deny
+        carried = terminal.expect(PROMPT)
+        assert "✗ the user denied this call" in carried and "Left it alone." in carried
+        terminal.type(CTRL_D)
+        assert terminal.exit_status() == 0
+    assert runs(agentd, ada) == 0

@@ -12,6 +12,7 @@ import pytest
 from agentd import cli
 from agentd.client import main as agentctl
 from agentd.supervisor import Stack
+from agentd.up_web import check_address
 from agentd.web.address import WebAddress
 from agentd.web.charts import CHART_DAYS, outcomes_per_day
 from agentd.web.markdown import render_blocks
@@ -152,18 +153,23 @@ def test_up_with_web_has_its_daemon_serve_the_view_on_loopback_by_default(
     assert [s.web for s in started] == [None, "127.0.0.1:8765", "[::1]:9000", "127.0.0.1:9001"]
 
 
-def test_up_says_where_the_view_is_and_warns_when_other_machines_can_reach_it(
-    agentd_home: Path, capsys: pytest.CaptureFixture[str]
+def test_up_checks_the_web_address_and_warns_when_other_machines_can_reach_it(
+    agentd_home: Path,
 ) -> None:
-    assert Stack(Settings(home=agentd_home, web="127.0.0.1:8765"))._announce_web()
-    local = capsys.readouterr().out
-    assert "http://127.0.0.1:8765" in local and "warning" not in local
+    said: list[tuple[str, str, str]] = []
 
-    assert Stack(Settings(home=agentd_home, web="0.0.0.0:8765"))._announce_web()
-    assert "reachable from other machines" in capsys.readouterr().out
+    def say(event: str, text: str, level: str) -> None:
+        said.append((event, text, level))
 
-    assert not Stack(Settings(home=agentd_home, web="box:99999"))._announce_web()
-    assert "over 65535" in capsys.readouterr().err
+    assert check_address(Settings(home=agentd_home, web="127.0.0.1:8765"), say) is None
+    assert said == []  # the URL itself waits for the daemon (test_web_rough_edges.py)
+
+    assert check_address(Settings(home=agentd_home, web="0.0.0.0:8765"), say) is None
+    assert [(e, level) for e, _, level in said] == [("web_view_not_loopback", "warning")]
+    assert "reachable from other machines" in said[0][1]
+
+    wrong = check_address(Settings(home=agentd_home, web="box:99999"), say)
+    assert wrong is not None and "over 65535" in wrong
 
 
 def test_agentctl_web_prints_a_login_link_that_works_once(
