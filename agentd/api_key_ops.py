@@ -8,29 +8,31 @@ key itself is in the ``create`` answer once and nowhere else (never logged, not 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from agentd.api_keys import ApiKeys
+from agentd.replies import ApiKeyCreated, ApiKeyList, ApiKeyShown
 from agentd.requests import ApiKeyCreate, ApiKeyRevoke, Params
-from agentd.web.server import WebServer
-from shared.agent.loop import Emit
+from agentd.web_interface import WebForDaemon
+from shared.models.events import Emit
 
 
 class ApiKeyOps:
     api_keys: ApiKeys
     _api_keys_lock: asyncio.Lock
     """One change of the key file at a time (each is written in a thread: it is fsync'd)."""
-    web: WebServer
+    web: WebForDaemon
 
-    async def apikey_create(self, params: ApiKeyCreate, _emit: Emit) -> dict[str, Any]:
+    async def apikey_create(self, params: ApiKeyCreate, _emit: Emit) -> ApiKeyCreated:
         async with self._api_keys_lock:
             record, secret = await asyncio.to_thread(self.api_keys.create, params.name)
-        return {**record.public(), "key": secret, "endpoint": self.web.api_base}
+        shown = {**record.public(), "key": secret, "endpoint": self.web.api_base}
+        return ApiKeyCreated.model_validate(shown)
 
-    async def apikey_list(self, _params: Params, _emit: Emit) -> dict[str, Any]:
-        return {"keys": [key.public() for key in self.api_keys.list()]}
+    async def apikey_list(self, _params: Params, _emit: Emit) -> ApiKeyList:
+        keys = self.api_keys.list()
+        return ApiKeyList(keys=[ApiKeyShown.model_validate(key.public()) for key in keys])
 
-    async def apikey_revoke(self, params: ApiKeyRevoke, _emit: Emit) -> dict[str, Any]:
+    async def apikey_revoke(self, params: ApiKeyRevoke, _emit: Emit) -> ApiKeyShown:
         async with self._api_keys_lock:
             revoked = await asyncio.to_thread(self.api_keys.revoke, params.key)
-        return revoked.public()
+        return ApiKeyShown.model_validate(revoked.public())

@@ -26,13 +26,15 @@ from typing import Any
 import structlog
 
 from agentd.agents import Agents
+from agentd.replies import ApprovalAnswered, ApprovalList
 from agentd.requests import ApprovalApprove, ApprovalDeny, ApprovalsList
 from agentd.turns import Turns
 from shared.agent.approval_step import recover
-from shared.agent.loop import Emit, in_thread_to_the_end
+from shared.agent.loop import in_thread_to_the_end
 from shared.errors import AgentdError, AlreadyAnswered, UnknownApproval
 from shared.models.agents import AgentRecord
 from shared.models.approvals import Decision, WaitingStep
+from shared.models.events import Emit
 from shared.models.turns import TurnResult
 from shared.store.approvals import every_step, find_step, load_step, save_step, view
 from shared.store.approvals import waiting_calls as stored_waiting_calls
@@ -51,11 +53,11 @@ class Approvals:
         self.after_turn = after_turn
         self._answering: dict[tuple[str, str], asyncio.Lock] = {}
 
-    async def list(self, params: ApprovalsList) -> dict[str, Any]:
+    async def list(self, params: ApprovalsList) -> ApprovalList:
         """Every call waiting for an answer (of one agent, or of all), oldest first."""
         agent_id = (await self.agents.resolve(params.agent)).id if params.agent else None
         calls = await asyncio.to_thread(stored_waiting_calls, self.agents.layout, agent_id)
-        return {"approvals": [self._named(call) for call in calls]}
+        return ApprovalList(approvals=[self._named(call) for call in calls])
 
     def waiting_in(self, agent_id: str, conversation_id: str) -> builtins.list[dict[str, Any]]:
         """The calls of one conversation waiting for an answer (the web view's page)."""
@@ -63,10 +65,10 @@ class Approvals:
         step = load_step(directory)
         return [view(step, call) for call in step.waiting] if step is not None else []
 
-    async def approve(self, params: ApprovalApprove, emit: Emit) -> dict[str, Any]:
+    async def approve(self, params: ApprovalApprove, emit: Emit) -> ApprovalAnswered:
         return await self.answer(params.approval, "approved", None, emit)
 
-    async def deny(self, params: ApprovalDeny, emit: Emit) -> dict[str, Any]:
+    async def deny(self, params: ApprovalDeny, emit: Emit) -> ApprovalAnswered:
         return await self.answer(params.approval, "denied", params.reason, emit)
 
     async def answer(
@@ -77,7 +79,7 @@ class Approvals:
         emit: Emit,
         *,
         within: tuple[str, str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> ApprovalAnswered:
         """Record one answer; carry the turn on if it was the step's last. ``within``
         (agent id, conversation id): the call must be of that conversation."""
         found = await asyncio.to_thread(find_step, self.agents.layout, ref)
@@ -117,7 +119,7 @@ class Approvals:
         answered = self._named(view(step, call))
         if not step.answered:
             waiting = [self._named(view(step, c)) for c in step.waiting]
-            return {"answered": answered, "waiting": waiting, "turn": None}
+            return ApprovalAnswered(answered=answered, waiting=waiting, turn=None)
         try:
             result = await self.turns.resume(
                 record, self.agents.memory(record.id), conversation, emit
@@ -129,7 +131,7 @@ class Approvals:
             )
             raise
         await self.after_turn(record, conversation, result, emit)
-        return {"answered": answered, "waiting": [], "turn": result.model_dump(mode="json")}
+        return ApprovalAnswered(answered=answered, waiting=[], turn=result)
 
     def _let_go(self, conversation: Conversation, answered: WaitingStep, why: str) -> None:
         """The request that completed a step's answers ends (its client hung up, or the

@@ -47,15 +47,16 @@ from agentd.archive_format import (
     sweep_staging,
 )
 from agentd.archive_import import BRANCH_REF, Imported, prepare_import
-from shared.agent.loop import Emit
+from agentd.replies import Exported
 from shared.clock import Clock
 from shared.errors import MalformedRequest, NameTaken, PayloadTooLarge
 from shared.ids import new_id
 from shared.memory import git
 from shared.memory.content import MemoryLimits
 from shared.models.agents import AgentRecord
+from shared.models.events import ArchivePiece, Emit
 from shared.priority import lower_this_thread
-from shared.protocol import ARCHIVE_CHUNK_BYTES, EVENT_ARCHIVE, MAX_ARCHIVE_BYTES
+from shared.protocol import ARCHIVE_CHUNK_BYTES, MAX_ARCHIVE_BYTES
 from shared.store.atomic import write_model_atomic
 from shared.store.conversations import scan_conversations
 from shared.store.jsonl import is_whole_line
@@ -66,9 +67,10 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 
-async def export(agents: Agents, record: AgentRecord, emit: Emit) -> dict[str, object]:
-    """Build the agent's archive and send it as :data:`EVENT_ARCHIVE` pieces; the final
-    answer carries its size and sha256 for agentctl to check what it wrote."""
+async def export(agents: Agents, record: AgentRecord, emit: Emit) -> Exported:
+    """Build the agent's archive and send it as ``archive`` events
+    (:class:`~shared.models.events.ArchivePiece`); the final answer carries its size and
+    sha256 for agentctl to check what it wrote."""
     archive = await asyncio.to_thread(build_export, agents.layout, record, agents.clock)
     sha, size = hashlib.sha256(), 0
     try:
@@ -76,10 +78,10 @@ async def export(agents: Agents, record: AgentRecord, emit: Emit) -> dict[str, o
             while chunk := await asyncio.to_thread(handle.read, ARCHIVE_CHUNK_BYTES):
                 sha.update(chunk)
                 size += len(chunk)
-                await emit(EVENT_ARCHIVE, {"data": base64.b64encode(chunk).decode("ascii")})
+                await emit(ArchivePiece(data=base64.b64encode(chunk).decode("ascii")))
     finally:
         await asyncio.to_thread(shutil.rmtree, archive.parent, True)
-    return {"agent_id": record.id, "name": record.name, "bytes": size, "sha256": sha.hexdigest()}
+    return Exported(agent_id=record.id, name=record.name, bytes=size, sha256=sha.hexdigest())
 
 
 async def import_agent(

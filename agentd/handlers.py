@@ -1,25 +1,28 @@
-"""What each socket op does. Handlers take validated params and return a JSON-able result;
-errors are raised as ``AgentdError``s and turned into error replies by the server."""
+"""What each socket op does. A handler takes its op's validated params (and an ``emit``
+for the events it streams) and returns its op's reply model; :mod:`agentd.ops` is the
+table of which op runs which handler. Errors are raised as ``AgentdError``s and turned
+into error replies by the server."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from agentd import __version__, archive
+from agentd import __version__, archive, replies
 from agentd.agents import Agents
 from agentd.api_key_ops import ApiKeyOps
 from agentd.api_keys import ApiKeys
 from agentd.approvals import Approvals
 from agentd.deletion import Deletions
-from agentd.effective_config import effective_config
-from agentd.memory_edit import edit_by_hand, read_for_edit
+from agentd.effective_config import EffectiveConfig, effective_config
 from agentd.memory_history import MemoryHistory
 from agentd.memory_notes import MemoryNotes
+from agentd.memory_ops import MemoryOps
 from agentd.memory_proposals import MemoryProposals
 from agentd.recall_client import RecallClient
 from agentd.reflections import Reflections
@@ -36,18 +39,6 @@ from agentd.requests import (
     Chat,
     ConversationDelete,
     ConversationTarget,
-    MemoryAnswer,
-    MemoryBlame,
-    MemoryCommit,
-    MemoryDiff,
-    MemoryForget,
-    MemoryLog,
-    MemoryRead,
-    MemoryRemember,
-    MemoryRevert,
-    MemoryShow,
-    MemoryWhy,
-    MemoryWrite,
     MessagesAround,
     MessagesList,
     Params,
@@ -58,16 +49,14 @@ from agentd.requests import (
 from agentd.requests import RecallSearch as RecallSearchParams
 from agentd.status import agents_status, redis_status
 from agentd.turns import Turns
-from agentd.web.server import WebServer
-from shared.agent.loop import Emit
+from agentd.web_interface import WebForDaemon
 from shared.errors import PayloadTooLarge
 from shared.ids import find_message
-from shared.memory.provenance import USER_EMAIL, USER_NAME, user_trailers, with_trailers
-from shared.models.agents import AgentRecord, ReflectionOverrides
+from shared.models.agents import AgentRecord, ConversationRecord, ReflectionOverrides
+from shared.models.events import Emit, ReflectionTold, WarningEvent
 from shared.models.messages import Message, SummaryMessage
-from shared.models.reflection import ReflectionOutcome
 from shared.models.turns import TurnResult
-from shared.protocol import EVENT_REFLECTION, EVENT_WARNING, PROTOCOL_VERSION
+from shared.protocol import PROTOCOL_VERSION
 from shared.recall.ranking import SearchRequest
 from shared.reflection import events
 from shared.reflection.pause import describe
@@ -75,7 +64,7 @@ from shared.settings import Settings
 from shared.store.conversations import Conversation
 
 
-class Handlers(ApiKeyOps):
+class Handlers(ApiKeyOps, MemoryOps):
     def __init__(
         self,
         settings: Settings,
@@ -83,7 +72,12 @@ class Handlers(ApiKeyOps):
         turns: Turns,
         recall: RecallClient,
         reflections: Reflections,
+        *,
+        web: WebForDaemon,
+        on_shutdown: Callable[[], None],
     ) -> None:
+        """``web`` is the daemon's web view (the daemon starts it); ``on_shutdown`` is
+        what the ``shutdown`` op asks of the daemon."""
         self.settings = settings
         self.agents = agents
         self.turns = turns
@@ -99,23 +93,23 @@ class Handlers(ApiKeyOps):
         self.api_keys = ApiKeys(settings.layout.api_keys, agents.clock)
         """The OpenAI-compatible endpoint's bearer keys (:mod:`agentd.api_key_ops`)."""
         self._api_keys_lock = asyncio.Lock()
-        self.web = WebServer(settings, self)
-        """The web view (``AGENTD_WEB``); the daemon starts and stops it with the socket."""
+        self.web = web
+        self._on_shutdown = on_shutdown
 
-    async def hello(self, _params: Params, _emit: Emit) -> dict[str, Any]:
-        return {
-            "service": "agentd",
-            "version": __version__,
-            "protocol": PROTOCOL_VERSION,
-            "pid": os.getpid(),
-        }
+    async def hello(self, _params: Params, _emit: Emit) -> replies.Hello:
+        return replies.Hello(version=__version__, protocol=PROTOCOL_VERSION, pid=os.getpid())
 
-    async def web_login(self, _params: Params, _emit: Emit) -> dict[str, Any]:
+    async def shutdown(self, _params: Params, _emit: Emit) -> replies.Stopping:
+        """Stop the daemon as SIGTERM does (:meth:`agentd.server.Daemon.serve`)."""
+        self._on_shutdown()
+        return replies.Stopping()
+
+    async def web_login(self, _params: Params, _emit: Emit) -> replies.WebLogin:
         """A one-time login URL for the web view (``agentctl web``): only a caller of this
         private socket, so only this user, can get one."""
         return self.web.login()
 
-    async def config_show(self, _params: Params, _emit: Emit) -> dict[str, Any]:
+    async def config_show(self, _params: Params, _emit: Emit) -> EffectiveConfig:
         """The settings this daemon runs with, for ``agentd doctor``; no secret in it."""
         damaged = self.api_keys.damaged
         return effective_config(
@@ -124,24 +118,26 @@ class Handlers(ApiKeyOps):
             api_endpoint=self.web.api_base,
             api_keys=len(self.api_keys.active),
             api_keys_damaged=damaged.message if damaged is not None else None,
-        ).model_dump()
+        )
 
-    async def status(self, _params: Params, _emit: Emit) -> dict[str, Any]:
+    async def status(self, _params: Params, _emit: Emit) -> replies.Status:
         default_model = self.settings.model
-        return {
-            "version": __version__,
-            "pid": os.getpid(),
-            "uptime_s": round(time.time() - self.started_at, 1),
-            "home": str(self.settings.home),
-            "socket": str(self.settings.layout.socket_path),
-            "model": default_model,
-            "ready": True,
-            "active_turns": self.turns.active,
-            "connections": self.connections,
-            "redis": await redis_status(self.reflections.location, self.agents.layout),
-            "idle_sweep": self.reflections.idle.status(),
-            "recall_process": {"pid": self.recall.pid, "calls_waiting": self.recall.calls_waiting},
-            "agents": await self._with_recall_status(
+        return replies.Status(
+            version=__version__,
+            pid=os.getpid(),
+            uptime_s=round(time.time() - self.started_at, 1),
+            home=str(self.settings.home),
+            socket=str(self.settings.layout.socket_path),
+            model=default_model,
+            ready=True,
+            active_turns=self.turns.active,
+            connections=self.connections,
+            redis=await redis_status(self.reflections.location, self.agents.layout),
+            idle_sweep=self.reflections.idle.status(),
+            recall_process=replies.RecallProcess(
+                pid=self.recall.pid, calls_waiting=self.recall.calls_waiting
+            ),
+            agents=await self._with_recall_status(
                 await asyncio.to_thread(
                     agents_status,
                     self.agents.layout,
@@ -151,32 +147,31 @@ class Handlers(ApiKeyOps):
                     self.settings.memory_limits,
                 )
             ),
-        }
+        )
 
     async def _with_recall_status(self, agents: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Each agent's status with its recall index's, asked of the recall process at once."""
         states = await asyncio.gather(*(self.recall.status(agent["id"]) for agent in agents))
         return [{**agent, "recall": state} for agent, state in zip(agents, states, strict=True)]
 
-    async def agent_create(self, params: AgentCreate, _emit: Emit) -> dict[str, Any]:
+    async def agent_create(self, params: AgentCreate, _emit: Emit) -> replies.AgentView:
         return self._agent_view(await self.agents.create(params))
 
-    async def agent_list(self, _params: Params, _emit: Emit) -> dict[str, Any]:
-        return {"agents": [self._agent_view(r) for r in self.agents.store.list()]}
+    async def agent_list(self, _params: Params, _emit: Emit) -> replies.AgentList:
+        return replies.AgentList(agents=[self._agent_view(r) for r in self.agents.store.list()])
 
-    async def agent_show(self, params: AgentTarget, _emit: Emit) -> dict[str, Any]:
+    async def agent_show(self, params: AgentTarget, _emit: Emit) -> replies.AgentView:
         return self._agent_view(await self.agents.resolve(params.agent))
 
-    async def agent_update(self, params: AgentUpdate, _emit: Emit) -> dict[str, Any]:
+    async def agent_update(self, params: AgentUpdate, _emit: Emit) -> replies.AgentView:
         record = await self.agents.resolve(params.agent)
         return self._agent_view(self.agents.update(record, params))
 
-    async def chat(self, params: Chat, emit: Emit) -> dict[str, Any]:
+    async def chat(self, params: Chat, emit: Emit) -> TurnResult:
         self.check_length(params.text)
         record = await self.agents.resolve(params.agent)
         conversation = self.agents.conversation(record, params.conversation)
-        result = await self.chat_turn(record, conversation, params.text, emit)
-        return result.model_dump(mode="json")
+        return await self.chat_turn(record, conversation, params.text, emit)
 
     def check_length(self, text: str) -> None:
         if len(text) > self.settings.max_message_chars:
@@ -221,33 +216,40 @@ class Handlers(ApiKeyOps):
         paused = await self.reflections.untold_pause(record)
         for notice in [outcome, *self.reflections.take_notices(record.id)]:
             if notice is not None and self.reflections.worth_telling(notice, paused):
-                await emit(EVENT_REFLECTION, _outcome_event(notice))
+                await emit(ReflectionTold.of(notice))
         if paused is not None:
             text = describe(paused, record.name)
-            await emit(EVENT_WARNING, {"code": "reflection_paused", "message": text})
+            await emit(WarningEvent(code="reflection_paused", message=text))
 
-    async def approval_list(self, params: ApprovalsList, _emit: Emit) -> dict[str, Any]:
+    async def approval_list(self, params: ApprovalsList, _emit: Emit) -> replies.ApprovalList:
         """The tool calls waiting for the user's yes, across agents and conversations."""
         return await self.approvals.list(params)
 
-    async def approval_approve(self, params: ApprovalApprove, emit: Emit) -> dict[str, Any]:
+    async def approval_approve(
+        self, params: ApprovalApprove, emit: Emit
+    ) -> replies.ApprovalAnswered:
         """Approve one waiting call; the last answer of its step carries the turn on."""
         return await self.approvals.approve(params, emit)
 
-    async def approval_deny(self, params: ApprovalDeny, emit: Emit) -> dict[str, Any]:
+    async def approval_deny(self, params: ApprovalDeny, emit: Emit) -> replies.ApprovalAnswered:
         """Deny one waiting call (the reason goes to the model); as approve otherwise."""
         return await self.approvals.deny(params, emit)
 
-    async def reflection_settings(self, params: SleeptimeSettings, _emit: Emit) -> dict[str, Any]:
+    async def reflection_settings(
+        self, params: SleeptimeSettings, _emit: Emit
+    ) -> replies.ReflectionSettingsShown:
         record = await self.agents.resolve(params.agent)
         changes = params.model_dump(exclude={"agent"}, exclude_none=True)
         if changes:
             current = record.reflection or ReflectionOverrides()
             record.reflection = current.model_copy(update=changes)
             self.agents.store.save(record)
-        return self.reflections.settings_for(record).public()
+        shown = self.reflections.settings_for(record).public()
+        return replies.ReflectionSettingsShown.model_validate(shown)
 
-    async def reflection_request(self, params: ReflectRequest, _emit: Emit) -> dict[str, Any]:
+    async def reflection_request(
+        self, params: ReflectRequest, _emit: Emit
+    ) -> replies.ReflectionQueued:
         record = await self.agents.resolve(params.agent)
         conversations = params.conversations
         if not conversations and not params.recent:
@@ -258,38 +260,41 @@ class Handlers(ApiKeyOps):
             record, conversations or [], recent=params.recent, instruction=params.instruction
         )
         outcome = await self.reflections.wait(request.request_id, params.wait_s if sent else 0)
-        return {
-            "request_id": request.request_id,
-            "queued": sent,
-            "outcome": _outcome_event(outcome) if outcome is not None else None,
-        }
+        return replies.ReflectionQueued(
+            request_id=request.request_id,
+            queued=sent,
+            outcome=ReflectionTold.of(outcome) if outcome is not None else None,
+        )
 
-    async def reflection_list(self, params: ReflectionsList, _emit: Emit) -> dict[str, Any]:
+    async def reflection_list(self, params: ReflectionsList, _emit: Emit) -> replies.ReflectionList:
         record = await self.agents.resolve(params.agent)
         outcomes = events.read(self.agents.layout.reflections_dir(record.id), tail=params.limit)
-        return {"agent_id": record.id, "reflections": [_outcome_event(o) for o in outcomes]}
+        return replies.ReflectionList(
+            agent_id=record.id, reflections=[ReflectionTold.of(o) for o in outcomes]
+        )
 
-    async def conversation_create(self, params: AgentTarget, _emit: Emit) -> dict[str, Any]:
+    async def conversation_create(self, params: AgentTarget, _emit: Emit) -> ConversationRecord:
         record = await self.agents.resolve(params.agent)
-        conversation = self.agents.new_conversation(record)
-        return conversation.record.model_dump(mode="json")
+        return self.agents.new_conversation(record).record
 
-    async def conversation_list(self, params: AgentTarget, _emit: Emit) -> dict[str, Any]:
+    async def conversation_list(self, params: AgentTarget, _emit: Emit) -> replies.ConversationList:
         record = await self.agents.resolve(params.agent)
-        return {"agent_id": record.id, "conversations": self.agents.conversations(record)}
+        return replies.ConversationList(
+            agent_id=record.id, conversations=self.agents.conversations(record)
+        )
 
-    async def messages_list(self, params: MessagesList, _emit: Emit) -> dict[str, Any]:
+    async def messages_list(self, params: MessagesList, _emit: Emit) -> replies.MessagesPage:
         record = await self.agents.resolve(params.agent)
         conversation = self.agents.conversation(record, params.conversation)
         messages = await asyncio.to_thread(list, conversation.log)
         page = _page(messages, params)
-        return {
-            "agent_id": record.id,
-            "conversation_id": conversation.id,
-            "messages": [m.to_api() for m in page],
-        }
+        return replies.MessagesPage(
+            agent_id=record.id,
+            conversation_id=conversation.id,
+            messages=[m.to_api() for m in page],
+        )
 
-    async def context_show(self, params: ConversationTarget, _emit: Emit) -> dict[str, Any]:
+    async def context_show(self, params: ConversationTarget, _emit: Emit) -> replies.ContextShown:
         record = await self.agents.resolve(params.agent)
         conversation = self.agents.conversation(record, params.conversation)
         repo = self.agents.memory(record.id)
@@ -300,15 +305,17 @@ class Handlers(ApiKeyOps):
             if isinstance(first, SummaryMessage)
             else None
         )
-        return {
-            "agent_id": record.id,
-            "conversation_id": conversation.id,
-            "model": record.model or self.settings.model,
-            **budget.to_dict(),
-            "last_compaction": last_compaction,
-        }
+        return replies.ContextShown.model_validate(
+            {
+                "agent_id": record.id,
+                "conversation_id": conversation.id,
+                "model": record.model or self.settings.model,
+                **budget.to_dict(),
+                "last_compaction": last_compaction,
+            }
+        )
 
-    async def recall_search(self, params: RecallSearchParams, _emit: Emit) -> dict[str, Any]:
+    async def recall_search(self, params: RecallSearchParams, _emit: Emit) -> replies.RecallHits:
         record = await self.agents.resolve(params.agent)
         request = SearchRequest(
             query=params.query,
@@ -319,122 +326,41 @@ class Handlers(ApiKeyOps):
             until=params.until,
         )
         found = await self.recall.search(record.id, request)
-        return {
-            "agent_id": record.id,
-            "hits": [{**asdict(hit), "created_at": _iso(hit.created_at)} for hit in found.hits],
-            "incomplete": found.incomplete,
-        }
+        return replies.RecallHits(
+            agent_id=record.id,
+            hits=[{**asdict(hit), "created_at": _iso(hit.created_at)} for hit in found.hits],
+            incomplete=found.incomplete,
+        )
 
-    async def messages_around(self, params: MessagesAround, _emit: Emit) -> dict[str, Any]:
+    async def messages_around(self, params: MessagesAround, _emit: Emit) -> replies.MessagesNear:
         record = await self.agents.resolve(params.agent)
         messages = await self.recall.around(
             record.id, params.message_id, params.before, params.after
         )
-        return {
-            "agent_id": record.id,
-            "messages": [m.to_api() for m in messages],
-        }
+        return replies.MessagesNear(agent_id=record.id, messages=[m.to_api() for m in messages])
 
-    async def memory_log(self, params: MemoryLog, _emit: Emit) -> dict[str, Any]:
-        record = await self.agents.resolve(params.agent)
-        commits = await asyncio.to_thread(self.agents.memory(record.id).log, params.limit)
-        return {"agent_id": record.id, "commits": [asdict(c) for c in commits]}
-
-    async def memory_path(self, params: AgentTarget, _emit: Emit) -> dict[str, Any]:
-        record = await self.agents.resolve(params.agent)
-        return {"agent_id": record.id, "path": str(self.agents.memory(record.id).path)}
-
-    async def memory_show(self, params: MemoryShow, _emit: Emit) -> dict[str, Any]:
-        record = await self.agents.resolve(params.agent)
-        repo = self.agents.memory(record.id)
-        if params.path is not None:
-            text = await asyncio.to_thread(repo.show, params.path)
-            return {"agent_id": record.id, "path": params.path, "text": text}
-        files = await asyncio.to_thread(repo.read_tree)
-        return {"agent_id": record.id, "files": files}
-
-    async def memory_commit(self, params: MemoryCommit, _emit: Emit) -> dict[str, Any]:
-        """Commit edits made by hand in the checkout (they hold reflection back: a merge
-        never runs over uncommitted changes), under the memory lock, as the user."""
-        record = await self.agents.resolve(params.agent)
-        repo = self.agents.memory(record.id)
-        message = with_trailers(params.message, user_trailers())
-        async with repo.edit(
-            message, author_name=USER_NAME, author_email=USER_EMAIL, by="user"
-        ) as change:
-            pass
-        committed = change.after if change.after != change.before else None
-        return {"agent_id": record.id, "commit": committed}
-
-    async def memory_read(self, params: MemoryRead, _emit: Emit) -> dict[str, Any]:
-        """A memory file to edit by hand: its committed text and blob (or a new file's
-        frontmatter)."""
-        record = await self.agents.resolve(params.agent)
-        repo = self.agents.memory(record.id)
-        editable = await asyncio.to_thread(read_for_edit, repo, params.path)
-        return {"agent_id": record.id, **asdict(editable)}
-
-    async def memory_write(self, params: MemoryWrite, _emit: Emit) -> dict[str, Any]:
-        """A file edited by hand, written and committed as the user under the memory lock;
-        refused if it changed since :meth:`memory_read` (see :mod:`agentd.memory_edit`)."""
-        record = await self.agents.resolve(params.agent)
-        repo = self.agents.memory(record.id)
-        committed = await edit_by_hand(repo, params.path, params.text, params.base, params.message)
-        return {"agent_id": record.id, "path": params.path, "commit": committed}
-
-    async def memory_blame(self, params: MemoryBlame, _emit: Emit) -> dict[str, Any]:
-        return await self.history.blame(params)
-
-    async def memory_why(self, params: MemoryWhy, _emit: Emit) -> dict[str, Any]:
-        return await self.history.why(params)
-
-    async def memory_diff(self, params: MemoryDiff, _emit: Emit) -> dict[str, Any]:
-        return await self.history.diff(params)
-
-    async def memory_revert(self, params: MemoryRevert, _emit: Emit) -> dict[str, Any]:
-        """Undo one memory commit as the user; every conversation's next turn is told."""
-        return await self.history.revert(params)
-
-    async def memory_remember(self, params: MemoryRemember, _emit: Emit) -> dict[str, Any]:
-        """A note appended to a memory file as one commit (:mod:`agentd.memory_notes`)."""
-        return await self.notes.remember(params)
-
-    async def memory_forget(self, params: MemoryForget, _emit: Emit) -> dict[str, Any]:
-        """The memory lines containing a pattern; with ``confirm``, removed in one commit."""
-        return await self.notes.forget(params)
-
-    async def memory_proposals(self, params: AgentTarget, _emit: Emit) -> dict[str, Any]:
-        """The reflections held for the user (destructive ones), each with its diff."""
-        return await self.proposals.list(params)
-
-    async def memory_accept(self, params: MemoryAnswer, _emit: Emit) -> dict[str, Any]:
-        """Merge a held proposal into memory as the user; answered once."""
-        return await self.proposals.accept(params)
-
-    async def memory_reject(self, params: MemoryAnswer, _emit: Emit) -> dict[str, Any]:
-        """Drop a held proposal, memory untouched; answered once."""
-        return await self.proposals.reject(params)
-
-    async def agent_delete(self, params: AgentDelete, _emit: Emit) -> dict[str, Any]:
+    async def agent_delete(self, params: AgentDelete, _emit: Emit) -> replies.AgentDeleted:
         record = await self.agents.resolve(params.agent)
         deleted = await self.deletions.delete_agent(record)
-        return {**deleted.to_dict(), "name": record.name}
+        return replies.AgentDeleted(**deleted.to_dict(), name=record.name)
 
-    async def conversation_delete(self, params: ConversationDelete, _emit: Emit) -> dict[str, Any]:
+    async def conversation_delete(
+        self, params: ConversationDelete, _emit: Emit
+    ) -> replies.ConversationDeleted:
         record = await self.agents.resolve(params.agent)
         deleted = await self.deletions.delete_conversation(record, params.conversation)
-        return {**deleted.to_dict(), "conversation_id": params.conversation}
+        return replies.ConversationDeleted(**deleted.to_dict(), conversation_id=params.conversation)
 
-    async def agent_export(self, params: AgentTarget, emit: Emit) -> dict[str, Any]:
+    async def agent_export(self, params: AgentTarget, emit: Emit) -> replies.Exported:
         return await archive.export(self.agents, await self.agents.resolve(params.agent), emit)
 
-    async def archive_upload(self, params: ArchiveUpload, _emit: Emit) -> dict[str, Any]:
+    async def archive_upload(self, params: ArchiveUpload, _emit: Emit) -> replies.Uploaded:
         upload, size = await asyncio.to_thread(
             archive.append_upload, self.agents.layout, params.upload, params.offset, params.data
         )
-        return {"upload": upload, "bytes": size}
+        return replies.Uploaded(upload=upload, bytes=size)
 
-    async def agent_import(self, params: AgentImport, _emit: Emit) -> dict[str, Any]:
+    async def agent_import(self, params: AgentImport, _emit: Emit) -> replies.AgentImported:
         imported = await archive.import_agent(
             self.agents,
             params.upload,
@@ -443,19 +369,19 @@ class Handlers(ApiKeyOps):
             limits=self.settings.memory_limits,
         )
         self.recall.start([imported.record.id])
-        return {
-            **self._agent_view(imported.record),
-            "conversations": imported.conversations,
-            "memory_head": imported.memory_head,
-        }
+        return replies.AgentImported(
+            **self._agent_view(imported.record).model_dump(),
+            conversations=imported.conversations,
+            memory_head=imported.memory_head,
+        )
 
-    def _agent_view(self, record: AgentRecord) -> dict[str, Any]:
-        return {
-            **record.model_dump(mode="json"),
-            "effective_model": record.model or self.settings.model,
-            "model_is_default": record.model is None,
-            "memory_dir": str(self.agents.layout.memory_dir(record.id)),
-        }
+    def _agent_view(self, record: AgentRecord) -> replies.AgentView:
+        return replies.AgentView(
+            **record.model_dump(),
+            effective_model=record.model or self.settings.model,
+            model_is_default=record.model is None,
+            memory_dir=str(self.agents.layout.memory_dir(record.id)),
+        )
 
 
 def _page(messages: list[Message], params: MessagesList) -> list[Message]:
@@ -480,11 +406,3 @@ def _page(messages: list[Message], params: MessagesList) -> list[Message]:
 def _iso(timestamp: float) -> str:
     """A POSIX time as the API writes every time: ISO 8601 in UTC, ``Z`` like pydantic."""
     return datetime.fromtimestamp(timestamp, UTC).isoformat().replace("+00:00", "Z")
-
-
-def _outcome_event(outcome: ReflectionOutcome) -> dict[str, Any]:
-    return {
-        **outcome.model_dump(mode="json"),
-        "duration_s": round(outcome.duration_s, 2),
-        "line": outcome.summary_line(),
-    }

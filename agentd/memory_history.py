@@ -26,6 +26,7 @@ import structlog
 
 from agentd.agents import Agents
 from agentd.recall_client import RecallClient
+from agentd.replies import Blamed, MemoryChanges, MemoryReverted, WhyFound
 from agentd.requests import MemoryBlame, MemoryDiff, MemoryRevert, MemoryWhy
 from shared.errors import UnknownMessage, UnknownRevision
 from shared.memory import git
@@ -59,17 +60,17 @@ class MemoryHistory:
         self.agents = agents
         self.recall = recall
 
-    async def blame(self, params: MemoryBlame) -> dict[str, Any]:
+    async def blame(self, params: MemoryBlame) -> Blamed:
         record = await self.agents.resolve(params.agent)
         repo = self.agents.memory(record.id)
         lines = await asyncio.to_thread(blame, repo, params.path, params.rev)
-        return {
-            "agent_id": record.id,
-            "path": params.path,
-            "lines": [line.model_dump(mode="json") for line in lines],
-        }
+        return Blamed(
+            agent_id=record.id,
+            path=params.path,
+            lines=[line.model_dump(mode="json") for line in lines],
+        )
 
-    async def why(self, params: MemoryWhy) -> dict[str, Any]:
+    async def why(self, params: MemoryWhy) -> WhyFound:
         record = await self.agents.resolve(params.agent)
         repo = self.agents.memory(record.id)
         found = await asyncio.to_thread(find_lines, repo, params.text)
@@ -85,14 +86,14 @@ class MemoryHistory:
                     "evidence": evidence,
                 }
             )
-        return {
-            "agent_id": record.id,
-            "matches": matches,
-            "more": max(0, len(found) - params.limit),
-            "incomplete": incomplete,
-        }
+        return WhyFound(
+            agent_id=record.id,
+            matches=matches,
+            more=max(0, len(found) - params.limit),
+            incomplete=incomplete,
+        )
 
-    async def diff(self, params: MemoryDiff) -> dict[str, Any]:
+    async def diff(self, params: MemoryDiff) -> MemoryChanges:
         record = await self.agents.resolve(params.agent)
         repo = self.agents.memory(record.id)
         base = params.rev
@@ -104,9 +105,10 @@ class MemoryHistory:
                     f"conversation {conversation.id} does not record which memory it last saw; "
                     "name a revision, e.g. `agentctl memory diff HEAD~1`"
                 )
-        return {"agent_id": record.id, **await asyncio.to_thread(_diff, repo, base)}
+        changes = await asyncio.to_thread(_diff, repo, base)
+        return MemoryChanges.model_validate({"agent_id": record.id, **changes})
 
-    async def revert(self, params: MemoryRevert) -> dict[str, Any]:
+    async def revert(self, params: MemoryRevert) -> MemoryReverted:
         record = await self.agents.resolve(params.agent)
         repo = self.agents.memory(record.id)
         done = await asyncio.to_thread(revert, repo, params.commit)
@@ -116,7 +118,7 @@ class MemoryHistory:
             reverted=done.reverted.sha,
             commit=done.commit.sha if done.commit else None,
         )
-        return {"agent_id": record.id, **done.model_dump(mode="json")}
+        return MemoryReverted(agent_id=record.id, **done.model_dump(mode="json"))
 
     async def _evidence(
         self, agent_id: str, line: FoundLine

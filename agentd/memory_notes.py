@@ -35,6 +35,7 @@ from agentd.memory_edit import (
     write_and_commit,
     write_by_hand,
 )
+from agentd.replies import ForgetAnswer, ForgetListing, Forgotten, MemoryRemembered
 from agentd.requests import MemoryForget, MemoryRemember
 from shared.errors import MalformedRequest, MemoryConflict, NothingToForget
 from shared.memory import content
@@ -71,7 +72,7 @@ class MemoryNotes:
     def __init__(self, agents: Agents) -> None:
         self.agents = agents
 
-    async def remember(self, params: MemoryRemember) -> dict[str, Any]:
+    async def remember(self, params: MemoryRemember) -> MemoryRemembered:
         """Append ``params.text`` as a ``- `` line to its file; the commit, or None if the
         file has that line already."""
         record = await self.agents.resolve(params.agent)
@@ -92,9 +93,9 @@ class MemoryNotes:
             needed=len(note.encode()) + 1,
         )
         log.info("memory_remembered", agent_id=record.id, path=path, via=params.via, commit=commit)
-        return {"agent_id": record.id, "path": path, "line": note, "commit": commit}
+        return MemoryRemembered(agent_id=record.id, path=path, line=note, commit=commit)
 
-    async def forget(self, params: MemoryForget) -> dict[str, Any]:
+    async def forget(self, params: MemoryForget) -> ForgetAnswer:
         """The lines containing ``params.pattern``; with ``confirm``, removed in one commit."""
         record = await self.agents.resolve(params.agent)
         repo = self.agents.memory(record.id)
@@ -102,7 +103,7 @@ class MemoryNotes:
         if not params.confirm:
             head = repo.head()
             found = await asyncio.to_thread(_matching, repo, head, params.pattern, path)
-            return {"agent_id": record.id, "head": head, "lines": _lines(found)}
+            return ForgetAnswer(ForgetListing(agent_id=record.id, head=head, lines=_lines(found)))
         assert params.base is not None  # the request model requires it with confirm
         base = params.base
         shown = await asyncio.to_thread(
@@ -125,7 +126,7 @@ class MemoryNotes:
             needed=0,
         )
         log.info("memory_forgot", agent_id=record.id, lines=len(removed), commit=commit)
-        return {"agent_id": record.id, "commit": commit, "lines": _lines(removed)}
+        return ForgetAnswer(Forgotten(agent_id=record.id, commit=commit, lines=_lines(removed)))
 
 
 def _remember(repo: MemoryRepo, path: str, note: str) -> list[Written]:

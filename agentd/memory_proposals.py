@@ -13,6 +13,7 @@ import asyncio
 from typing import Any
 
 from agentd.agents import Agents
+from agentd.replies import HeldProposals, ProposalAnswered
 from agentd.requests import AgentTarget, MemoryAnswer
 from shared.memory.content import MemoryLimits
 from shared.memory.proposal_answers import accept, reject
@@ -28,26 +29,26 @@ class MemoryProposals:
         directory = self.agents.layout.reflection_files(agent_id).proposals
         return Proposals(self.agents.memory(agent_id), directory)
 
-    async def list(self, params: AgentTarget) -> dict[str, Any]:
+    async def list(self, params: AgentTarget) -> HeldProposals:
         record = await self.agents.resolve(params.agent)
         shown = await asyncio.to_thread(held_with_diffs, self.of(record.id))
-        return {"agent_id": record.id, "agent": record.name, "proposals": shown}
+        return HeldProposals(agent_id=record.id, agent=record.name, proposals=shown)
 
-    async def accept(self, params: MemoryAnswer) -> dict[str, Any]:
+    async def accept(self, params: MemoryAnswer) -> ProposalAnswered:
         record = await self.agents.resolve(params.agent)
         proposals = self.of(record.id)
         answered = await asyncio.to_thread(
             accept, proposals, params.proposal, limits=self.limits, now=self.agents.clock()
         )
-        return {"agent_id": record.id, "proposal": view(answered)}
+        return ProposalAnswered(agent_id=record.id, proposal=view(answered))
 
-    async def reject(self, params: MemoryAnswer) -> dict[str, Any]:
+    async def reject(self, params: MemoryAnswer) -> ProposalAnswered:
         record = await self.agents.resolve(params.agent)
         proposals = self.of(record.id)
         answered = await asyncio.to_thread(
             reject, proposals, params.proposal, now=self.agents.clock()
         )
-        return {"agent_id": record.id, "proposal": view(answered)}
+        return ProposalAnswered(agent_id=record.id, proposal=view(answered))
 
 
 def held_with_diffs(proposals: Proposals) -> list[dict[str, Any]]:

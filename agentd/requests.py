@@ -1,4 +1,5 @@
-"""The socket's requests, validated at the boundary: one pydantic model per op.
+"""The socket's requests, validated at the boundary: one pydantic model per op
+(:data:`agentd.ops.OPS` says which op takes which).
 
 Unknown fields are refused (``extra="forbid"``) so a typo is an error, not a silent
 default. Ids are checked by :func:`shared.ids.validate_id` before anything uses them.
@@ -317,55 +318,6 @@ class ApiKeyCreate(Params):
 class ApiKeyRevoke(Params):
     key: Annotated[str, _id("API key")]
     """The key's name or id."""
-
-
-PARAMS: dict[str, type[Params]] = {
-    "hello": NoParams,
-    "status": NoParams,
-    "config.show": NoParams,
-    "agent.create": AgentCreate,
-    "agent.list": NoParams,
-    "agent.show": AgentTarget,
-    "agent.update": AgentUpdate,
-    "chat": Chat,
-    "conversation.create": AgentTarget,
-    "conversation.list": AgentTarget,
-    "messages.list": MessagesList,
-    "context.show": ConversationTarget,
-    "recall.search": RecallSearch,
-    "messages.around": MessagesAround,
-    "reflection.settings": SleeptimeSettings,
-    "reflection.request": ReflectRequest,
-    "reflection.list": ReflectionsList,
-    "memory.log": MemoryLog,
-    "memory.path": AgentTarget,
-    "memory.show": MemoryShow,
-    "memory.commit": MemoryCommit,
-    "memory.read": MemoryRead,
-    "memory.write": MemoryWrite,
-    "memory.blame": MemoryBlame,
-    "memory.why": MemoryWhy,
-    "memory.diff": MemoryDiff,
-    "memory.revert": MemoryRevert,
-    "memory.remember": MemoryRemember,
-    "memory.forget": MemoryForget,
-    "memory.proposals": AgentTarget,
-    "memory.accept": MemoryAnswer,
-    "memory.reject": MemoryAnswer,
-    "agent.delete": AgentDelete,
-    "conversation.delete": ConversationDelete,
-    "agent.export": AgentTarget,
-    "archive.upload": ArchiveUpload,
-    "agent.import": AgentImport,
-    "approval.list": ApprovalsList,
-    "approval.approve": ApprovalApprove,
-    "approval.deny": ApprovalDeny,
-    "web.login": NoParams,
-    "apikey.create": ApiKeyCreate,
-    "apikey.list": NoParams,
-    "apikey.revoke": ApiKeyRevoke,
-    "shutdown": NoParams,
-}
 
 
 def parse_params(model: type[Params], params: dict[str, Any]) -> Params:

@@ -12,6 +12,10 @@ view, when on, takes at most an eighth more); one over the cap is told ``busy`` 
 closed, so running out of descriptors never leaves new connections hanging in the listen
 queue.
 
+Each request runs its op's row of :data:`agentd.ops.OPS`: params checked, handler run,
+reply checked, then sent. The daemon owns the web view (:mod:`agentd.web`, when
+``AGENTD_WEB`` is set): it builds it, starts it after the socket and stops it first.
+
 SIGTERM or the ``shutdown`` op: stop accepting, refuse new turns, give turns in flight
 ``shutdown_grace_s`` to finish, cancel the rest (each records a ``cancelled`` stop in its
 transcript), close connections, remove the socket.
@@ -25,7 +29,6 @@ import json
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,22 +47,26 @@ from agentd.listener import (
     listen_at,
     raise_open_file_limit,
 )
+from agentd.ops import OPS, TURN_OPS, reply_of
 from agentd.recall_client import RecallClient
 from agentd.reflections import Reflections
-from agentd.requests import PARAMS, Envelope, describe, parse_params
+from agentd.requests import Envelope, describe, parse_params
 from agentd.turns import Turns
+from agentd.web.server import WebServer
 from shared.clock import Clock, utc_now
 from shared.coordination.broker import locate
 from shared.errors import (
     AgentdError,
     AlreadyRunning,
     Busy,
+    InternalError,
     MalformedRequest,
     PayloadTooLarge,
     ShuttingDown,
     SocketPathTooLong,
     UnknownOp,
 )
+from shared.models.events import Event
 from shared.priority import favour_the_event_loop
 from shared.protocol import MAX_REQUEST_BYTES, encode
 from shared.providers.factory import ProviderFactory
@@ -100,19 +107,26 @@ class Daemon:
             providers=self.turns.providers,
             clock=clock,
         )
-        self.handlers = Handlers(settings, self.agents, self.turns, self.recall, self.reflections)
+        self.web = WebServer(settings)
+        """The web view (``AGENTD_WEB``); started after the socket, stopped first."""
+        self.handlers = Handlers(
+            settings,
+            self.agents,
+            self.turns,
+            self.recall,
+            self.reflections,
+            web=self.web,
+            on_shutdown=self.request_shutdown,
+        )
         self._stopping = asyncio.Event()
         self._shutting_down = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: dict[asyncio.Task[None], Connection] = {}
-        web = self.handlers.web.activity
+        web = self.web.activity
         self.quiet_collection = QuietCollection(
             in_flight=lambda: len(self._tasks) + web.in_flight,
             started_elsewhere=lambda: web.started,
         )
-        self._ops: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
-            op: getattr(self.handlers, op.replace(".", "_")) for op in PARAMS if op != "shutdown"
-        }
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT or the ``shutdown`` op; return the exit code."""
@@ -148,7 +162,7 @@ class Daemon:
         await asyncio.to_thread(self.agents.recover_memory)
         await asyncio.to_thread(self.handlers.approvals.recover)
         self.reflections.start()
-        await self.handlers.web.start()
+        await self.web.start(self.handlers)
         if install_signal_handlers:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
@@ -173,7 +187,7 @@ class Daemon:
     async def _shutdown(self, listener: Listener, path: Path) -> None:
         self._shutting_down = True
         listener.close()
-        await self.handlers.web.stop()
+        await self.web.stop()
         in_flight = {t for t in self._tasks if not t.done()}
         log.info(
             "agentd_stopping", in_flight=len(in_flight), grace_s=self.settings.shutdown_grace_s
@@ -252,25 +266,23 @@ class Daemon:
             raise
         except Exception as exc:
             log.exception("request_crashed", request_id=request_id)
-            error = AgentdError(f"internal error: {exc!r}; see the agentd log")
+            error = InternalError(f"internal error: {exc!r}; see the agentd log")
             reply = {"id": request_id, "ok": False, "error": error.to_dict()}
         await send(reply)
 
     async def _dispatch(self, envelope: Envelope, send: Send) -> dict[str, Any]:
-        if envelope.op not in PARAMS:
-            raise UnknownOp(f"unknown op {envelope.op!r}; known ops: {', '.join(PARAMS)}")
-        params = parse_params(PARAMS[envelope.op], envelope.params)
-        if envelope.op == "shutdown":
-            self.request_shutdown()
-            return {"stopping": True}
-        if envelope.op in _TURN_OPS and self._shutting_down:
+        op = OPS.get(envelope.op)
+        if op is None:
+            raise UnknownOp(f"unknown op {envelope.op!r}; known ops: {', '.join(OPS)}")
+        params = parse_params(op.params, envelope.params)
+        if envelope.op in TURN_OPS and self._shutting_down:
             raise ShuttingDown()
 
-        async def emit(event: str, data: dict[str, Any]) -> None:
-            await send({"id": envelope.id, "event": event, "data": data})
+        async def emit(event: Event) -> None:
+            await send({"id": envelope.id, "event": event.name, "data": event.data()})
 
         with structlog.contextvars.bound_contextvars(request_id=envelope.id, op=envelope.op):
-            return await self._ops[envelope.op](params, emit)
+            return reply_of(envelope.op, await op.handler(self.handlers, params, emit))
 
 
 def _envelope(line: bytes) -> Envelope:
@@ -290,9 +302,6 @@ def _envelope(line: bytes) -> Envelope:
     except ValidationError as exc:
         raise MalformedRequest(describe(exc, prefix="request")) from exc
 
-
-_TURN_OPS = frozenset({"chat", "approval.approve", "approval.deny"})
-"""The ops that run (or carry on) a turn: refused once the daemon is stopping."""
 
 _MAX_SOCKET_PATH_BYTES = 107
 """sun_path holds 108 bytes on Linux, including the terminating NUL."""

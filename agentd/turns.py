@@ -31,7 +31,7 @@ import structlog
 
 from agentd.recall_client import RecallClient
 from shared.agent.approval_step import still_waiting
-from shared.agent.loop import Emit, Turn, resume_turn, run_turn
+from shared.agent.loop import Turn, resume_turn, run_turn
 from shared.agent.request import shape_messages
 from shared.agent.rules import ToolRules
 from shared.agent.tools.base import MemoryEdit, ToolContext
@@ -47,9 +47,9 @@ from shared.memory.provenance import turn_trailers, with_trailers
 from shared.memory.repo import Edit, MemoryRepo
 from shared.memory.signing import one_line
 from shared.models.agents import AgentRecord
+from shared.models.events import Emit, MemoryUpdate, ProviderRetry, Waiting, WarningEvent
 from shared.models.messages import Message
 from shared.models.turns import TurnResult
-from shared.protocol import EVENT_MEMORY_UPDATE, EVENT_PROVIDER_RETRY, EVENT_WAITING, EVENT_WARNING
 from shared.providers.base import GLOBAL_WINDOW_SETTING, ModelRequest, Provider
 from shared.providers.factory import ProviderFactory
 from shared.providers.retry_notices import RetryNotice, retries_announced_to
@@ -183,7 +183,7 @@ class Turns:
         """One turn at a time per conversation; a second is told it waits."""
         lock = self._locks.setdefault((agent.id, conversation.id), asyncio.Lock())
         if lock.locked():
-            await emit(EVENT_WAITING, {"reason": "another turn of this conversation is running"})
+            await emit(Waiting(reason="another turn of this conversation is running"))
         async with lock:
             yield
 
@@ -225,7 +225,7 @@ class Turns:
                     turn_id=turn_id,
                 )
             )
-            await emit(EVENT_MEMORY_UPDATE, {"from": seen, "to": head, "files": files})
+            await emit(MemoryUpdate.model_validate({"from": seen, "to": head, "files": files}))
         inputs.append(conversation.new_message(role="user", content=text, turn_id=turn_id))
         seen_head = _SeenHead(head)
         provider = await self._provider(agent)
@@ -309,16 +309,15 @@ class Turns:
             return
         self._warned_default_window.add(key)
         await emit(
-            EVENT_WARNING,
-            {
-                "code": "context_window_default",
-                "message": (
+            WarningEvent(
+                code="context_window_default",
+                message=(
                     f"the context window of {provider.model} is unknown, so "
                     f"{provider.context_window:,} tokens is assumed; set "
                     f"{GLOBAL_WINDOW_SETTING} (or `agentctl agents update {agent.name} "
                     "--context-window N`) to the model's real window"
                 ),
-            },
+            )
         )
 
     async def _warn_if_window_cramped(
@@ -345,17 +344,16 @@ class Turns:
         self._warned_cramped_window.add(key)
         setting = provider.context_window_setting or GLOBAL_WINDOW_SETTING
         await emit(
-            EVENT_WARNING,
-            {
-                "code": "context_window_cramped",
-                "message": (
+            WarningEvent(
+                code="context_window_cramped",
+                message=(
                     f"the {budget.window:,}-token window of {provider.model} leaves ~{room:,} "
                     f"tokens for the conversation after ~{budget.floor:,} of system prompt "
                     "and tools, so nearly every turn will compact (and queue a reflection); "
                     f"raise {setting} to {comfortable_window(budget.floor):,} or more if the "
                     "model allows it"
                 ),
-            },
+            )
         )
 
     async def budget(
@@ -379,7 +377,7 @@ class Turns:
 
 def _retry_announcer(emit: Emit) -> Callable[[RetryNotice], Awaitable[None]]:
     async def announce(notice: RetryNotice) -> None:
-        await emit(EVENT_PROVIDER_RETRY, notice.model_dump())
+        await emit(ProviderRetry(**notice.model_dump()))
 
     return announce
 

@@ -26,11 +26,12 @@ from shared.errors import (
 
 if TYPE_CHECKING:
     from agentd.web.server import WebServer
+    from agentd.web_interface import DaemonForWeb
 
 _NOT_FOUND = (UnknownAgent, UnknownConversation, UnknownMessage)
 
 
-def build_app(server: WebServer) -> web.Application:
+def build_app(server: WebServer, daemon: DaemonForWeb) -> web.Application:
     assert server.address is not None
     address = server.address
 
@@ -45,12 +46,12 @@ def build_app(server: WebServer) -> web.Application:
         middlewares=[
             server.activity.middleware(),
             openai_errors,
-            guard(server.sessions, accepts_host, port, server.handlers.api_keys),
+            guard(server.sessions, accepts_host, port, daemon.api_keys),
             _typed_errors,
         ],
         client_max_size=max(chat.MAX_BODY_BYTES, openai_api.MAX_BODY_BYTES),
     )
-    app[CONTEXT] = WebContext.build(server)
+    app[CONTEXT] = WebContext.build(server, daemon)
     app.on_response_prepare.append(security_headers)
     app.add_routes(pages.routes())
     app.add_routes([web.post("/agents/{agent}/conversations/{conversation}/chat", chat.chat)])

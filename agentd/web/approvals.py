@@ -41,13 +41,13 @@ async def _answer(request: web.Request, *, approve: bool) -> web.StreamResponse:
         ApprovalDeny, {"approval": request.match_info["approval"], "reason": reason}
     )
     assert isinstance(answer, ApprovalDeny)
-    record = await ctx.handlers.agents.resolve(where.agent)
+    record = await ctx.daemon.agents.resolve(where.agent)
     within = (record.id, where.conversation)
     decision: Literal["approved", "denied"] = "approved" if approve else "denied"
     return await streamed(
         request,
         f"web.{decision}",
-        lambda emit: ctx.handlers.approvals.answer(
+        lambda emit: ctx.daemon.approvals.answer(
             answer.approval, decision, None if approve else answer.reason, emit, within=within
         ),
     )

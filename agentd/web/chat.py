@@ -1,7 +1,7 @@
 """A chat turn from the browser, streamed as server-sent events while it runs.
 
-It is the socket's ``chat`` op (:meth:`agentd.handlers.Handlers.chat`) with the same
-events (``assistant``, ``tool_call``, ``tool_result``, ``reflection``, …), then one
+It is the socket's ``chat`` op (:mod:`agentd.web_interface`) with the same events
+(``assistant``, ``tool_call``, ``tool_result``, ``reflection``, …), then one
 ``result`` event with the turn's result or one ``error`` event with a typed error. The
 request is a POST (it changes the conversation), so it needs the CSRF token; the page's
 script reads the stream with ``fetch``, which unlike ``EventSource`` can POST.
@@ -18,11 +18,12 @@ from typing import Any
 
 import structlog
 from aiohttp import web
+from pydantic import BaseModel
 
 from agentd.requests import Chat, parse_params
 from agentd.web.context import WebContext
-from shared.agent.loop import Emit
 from shared.errors import AgentdError, MalformedRequest, ShuttingDown
+from shared.models.events import Emit, Event
 
 log = structlog.get_logger(__name__)
 
@@ -41,11 +42,11 @@ async def chat(request: web.Request) -> web.StreamResponse:
         },
     )
     assert isinstance(params, Chat)
-    return await streamed(request, "web.chat", lambda emit: ctx.handlers.chat(params, emit))
+    return await streamed(request, "web.chat", lambda emit: ctx.daemon.chat(params, emit))
 
 
-Run = Callable[[Emit], Awaitable[dict[str, Any]]]
-"""A handler call, given the ``emit`` that streams its events."""
+Run = Callable[[Emit], Awaitable[BaseModel]]
+"""An op's call, given the ``emit`` that streams its events; its reply is the ``result``."""
 
 
 async def streamed(request: web.Request, op: str, run: Run) -> web.StreamResponse:
@@ -60,11 +61,11 @@ async def streamed(request: web.Request, op: str, run: Run) -> web.StreamRespons
     stream = _EventStream(response)
     with structlog.contextvars.bound_contextvars(op=op):
         try:
-            result = await run(stream.send)
+            result = await run(stream.event)
         except AgentdError as exc:
             await stream.send("error", exc.to_dict())
         else:
-            await stream.send("result", result)
+            await stream.send("result", result.model_dump(mode="json", by_alias=True))
     await stream.close()
     return response
 
@@ -96,6 +97,10 @@ class _EventStream:
     def __init__(self, response: web.StreamResponse) -> None:
         self.response = response
         self.gone = False
+
+    async def event(self, event: Event) -> None:
+        """The ``emit`` of the turn: each of its events as one server-sent event."""
+        await self.send(event.name, event.data())
 
     async def send(self, event: str, data: dict[str, Any]) -> None:
         if self.gone:

@@ -1,5 +1,6 @@
-"""What every page handler needs: the daemon's handlers, the web server (sessions, port),
-the templates and the user's time zone, kept on the aiohttp application."""
+"""What every page handler needs: the daemon (through its narrow interface for the view,
+:class:`agentd.web_interface.DaemonForWeb`), the web server (sessions, port), the
+templates and the user's time zone, kept on the aiohttp application."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
+from agentd.api_clients import ApiConversations
 from agentd.web.guard import session_of
+from agentd.web_interface import DaemonForWeb
 from shared.clock import user_zone
 from shared.message_refs import short_id
 
 if TYPE_CHECKING:
-    from agentd.handlers import Handlers
     from agentd.web.server import WebServer
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -26,13 +28,12 @@ STATIC = Path(__file__).parent / "static"
 @dataclass(frozen=True, slots=True)
 class WebContext:
     server: WebServer
+    daemon: DaemonForWeb
+    api_conversations: ApiConversations
+    """Which conversation each client of the OpenAI-compatible endpoint talks in."""
     templates: Environment
     zone: tzinfo
     zone_name: str
-
-    @property
-    def handlers(self) -> Handlers:
-        return self.server.handlers
 
     @property
     def port(self) -> int:
@@ -44,7 +45,7 @@ class WebContext:
         return request.app[CONTEXT]
 
     @classmethod
-    def build(cls, server: WebServer) -> WebContext:
+    def build(cls, server: WebServer, daemon: DaemonForWeb) -> WebContext:
         zone, zone_name = user_zone(server.settings.timezone)
         templates = Environment(
             loader=FileSystemLoader(TEMPLATES),
@@ -55,7 +56,7 @@ class WebContext:
         )
         templates.filters["when"] = lambda value: _when(value, zone)
         templates.filters["short_id"] = short_id
-        return cls(server, templates, zone, zone_name)
+        return cls(server, daemon, ApiConversations(daemon.agents), templates, zone, zone_name)
 
 
 CONTEXT = web.AppKey("agentd_web", WebContext)
@@ -74,10 +75,6 @@ def render(
         zone=ctx.zone_name,
     )
     return web.Response(text=html, content_type="text/html", status=status)
-
-
-async def no_events(_event: str, _data: dict[str, Any]) -> None:
-    """The ``emit`` of a handler call whose events nobody streams."""
 
 
 def _when(value: datetime | str | None, zone: tzinfo) -> str:

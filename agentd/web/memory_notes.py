@@ -16,7 +16,8 @@ from aiohttp import web
 
 from agentd.requests import MemoryForget, MemoryRemember, parse_params
 from agentd.web.chat import json_body
-from agentd.web.context import WebContext, no_events
+from agentd.web.context import WebContext
+from shared.models.events import discard
 
 
 async def remember(request: web.Request) -> web.StreamResponse:
@@ -24,8 +25,8 @@ async def remember(request: web.Request) -> web.StreamResponse:
     fields = {**body, "agent": request.match_info["agent"], "via": "web"}
     params = parse_params(MemoryRemember, fields)
     assert isinstance(params, MemoryRemember)
-    handlers = WebContext.of(request).handlers
-    return web.json_response(await handlers.memory_remember(params, no_events))
+    remembered = await WebContext.of(request).daemon.memory_remember(params, discard)
+    return web.json_response(remembered.model_dump(mode="json"))
 
 
 async def forget(request: web.Request) -> web.StreamResponse:
@@ -33,8 +34,8 @@ async def forget(request: web.Request) -> web.StreamResponse:
     fields = {**body, "agent": request.match_info["agent"], "via": "web"}
     params = parse_params(MemoryForget, fields)
     assert isinstance(params, MemoryForget)
-    handlers = WebContext.of(request).handlers
-    return web.json_response(await handlers.memory_forget(params, no_events))
+    answer = await WebContext.of(request).daemon.memory_forget(params, discard)
+    return web.json_response(answer.model_dump(mode="json"))
 
 
 def routes() -> list[web.RouteDef]:

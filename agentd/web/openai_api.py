@@ -62,7 +62,7 @@ def routes() -> list[web.RouteDef]:
 
 
 async def models(request: web.Request) -> web.Response:
-    records = WebContext.of(request).handlers.agents.store.list()
+    records = WebContext.of(request).daemon.agents.store.list()
     return web.json_response({"object": "list", "data": [_model(r) for r in records]})
 
 
@@ -77,14 +77,14 @@ async def completions(request: web.Request) -> web.StreamResponse:
     body = await _body(request)
     record = await _agent(request, body.model)
     text = body.turn_input()
-    ctx.handlers.check_length(text)
-    conversation = await ctx.server.api_conversations.find(
+    ctx.daemon.check_length(text)
+    conversation = await ctx.api_conversations.find(
         record, request[API_KEY].name, body.user, request.headers.get(CONVERSATION_HEADER)
     )
     headers = {CONVERSATION_HEADER: conversation.id}
     reply = CompletionReply(request, body, Completion(body.model, new_id("chatcmpl")), headers)
     turn = asyncio.ensure_future(
-        ctx.handlers.chat_turn(record, conversation, text, reply.emit, reflection_wait_s=0)
+        ctx.daemon.chat_turn(record, conversation, text, reply.emit, reflection_wait_s=0)
     )
     with structlog.contextvars.bound_contextvars(op="api.chat"):
         try:
@@ -127,7 +127,7 @@ async def _body(request: web.Request) -> CompletionRequest:
 
 async def _agent(request: web.Request, ref: str) -> AgentRecord:
     try:
-        return await WebContext.of(request).handlers.agents.resolve(ref)
+        return await WebContext.of(request).daemon.agents.resolve(ref)
     except (UnknownAgent, InvalidId) as exc:
         raise ModelNotFound(
             f"The model {ref!r} does not exist: it names no agent. GET /v1/models lists them "

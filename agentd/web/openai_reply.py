@@ -29,8 +29,8 @@ from aiohttp import web
 from agentd.web.openai_errors import answer, stream_error, turn_error_status
 from agentd.web.openai_wire import Completion, CompletionRequest, extra, finish_reason, usage
 from shared.message_refs import short_id
+from shared.models.events import Assistant, AssistantDelta, Event
 from shared.models.turns import TurnResult
-from shared.protocol import EVENT_ASSISTANT, EVENT_ASSISTANT_DELTA
 
 log = structlog.get_logger(__name__)
 
@@ -57,12 +57,12 @@ class CompletionReply:
         """The stream, once begun."""
         self.gone = False
 
-    async def emit(self, event: str, data: dict[str, Any]) -> None:
+    async def emit(self, event: Event) -> None:
         """The turn's ``emit``: only the reply's text matters here."""
-        if event == EVENT_ASSISTANT_DELTA:
-            await self._say(data["text"])
-        elif event == EVENT_ASSISTANT:
-            text = data["text"]
+        if isinstance(event, AssistantDelta):
+            await self._say(event.text)
+        elif isinstance(event, Assistant):
+            text = event.text
             if text.startswith(self.streamed) and len(text) > len(self.streamed):
                 await self._say(text[len(self.streamed) :])  # a provider that did not stream
             self.said.append(text)

@@ -1,6 +1,7 @@
-"""The web view's pages: each reads through the daemon's own handlers and stores (the
-same validation as the socket: ids through the request models, memory paths through
-``validate_memory_path``) and renders one template. Git and file reads run in threads.
+"""The web view's pages: each reads through the daemon's ops and stores
+(:class:`agentd.web_interface.DaemonForWeb`), with the same validation as the socket (ids
+through the request models, memory paths through ``validate_memory_path``), and renders
+one template. Git and file reads run in threads.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from agentd.requests import (
     parse_params,
 )
 from agentd.web.charts import context_gauge, outcomes_per_day
-from agentd.web.context import STATIC, WebContext, no_events, render
+from agentd.web.context import STATIC, WebContext, render
 from agentd.web.guard import FAVICON_PATH, LOGIN_PATH, cookie_name
 from agentd.web.memory_file import read_memory_file
 from agentd.web.sessions import SESSION_TTL_S
@@ -31,6 +32,7 @@ from shared.ids import find_message
 from shared.memory import frontmatter
 from shared.memory.repo import MemoryRepo
 from shared.models.agents import AgentRecord
+from shared.models.events import discard
 from shared.reflection import events, pause
 from shared.reflection.backoff import load_backoff
 from shared.store.approvals import waiting_calls
@@ -72,8 +74,8 @@ async def login(request: web.Request) -> web.StreamResponse:
 
 async def agents(request: web.Request) -> web.StreamResponse:
     ctx = WebContext.of(request)
-    records = await asyncio.to_thread(ctx.handlers.agents.store.list)
-    layout = ctx.handlers.agents.layout
+    records = await asyncio.to_thread(ctx.daemon.agents.store.list)
+    layout = ctx.daemon.agents.layout
     paused = await asyncio.to_thread(lambda: {r.id: _reflection_paused(layout, r) for r in records})
     values = {"agents": records, "paused": paused, "default_model": ctx.server.settings.model}
     return render(request, "agents.html", values)
@@ -86,12 +88,12 @@ async def favicon(_request: web.Request) -> web.StreamResponse:
 async def agent(request: web.Request) -> web.StreamResponse:
     ctx = WebContext.of(request)
     record = await _agent(request)
-    repo = ctx.handlers.agents.memory(record.id)
+    repo = ctx.daemon.agents.memory(record.id)
     files = await asyncio.to_thread(_described_files, repo)
-    conversations = await asyncio.to_thread(ctx.handlers.agents.conversations, record)
-    held = await asyncio.to_thread(held_with_diffs, ctx.handlers.proposals.of(record.id))
-    paused = await asyncio.to_thread(_reflection_paused, ctx.handlers.agents.layout, record)
-    calls = await asyncio.to_thread(waiting_calls, ctx.handlers.agents.layout, record.id)
+    conversations = await asyncio.to_thread(ctx.daemon.agents.conversations, record)
+    held = await asyncio.to_thread(held_with_diffs, ctx.daemon.proposals.of(record.id))
+    paused = await asyncio.to_thread(_reflection_paused, ctx.daemon.agents.layout, record)
+    calls = await asyncio.to_thread(waiting_calls, ctx.daemon.agents.layout, record.id)
     return render(
         request,
         "agent.html",
@@ -112,7 +114,7 @@ async def memory_file(request: web.Request) -> web.StreamResponse:
     path = request.query.get("path")
     if not path:
         raise web.HTTPSeeOther(f"/agents/{record.id}")
-    repo = ctx.handlers.agents.memory(record.id)
+    repo = ctx.daemon.agents.memory(record.id)
     shown = await asyncio.to_thread(read_memory_file, repo, path)
     return render(request, "memory_file.html", {"agent": record, "file": shown})
 
@@ -120,8 +122,8 @@ async def memory_file(request: web.Request) -> web.StreamResponse:
 async def timeline(request: web.Request) -> web.StreamResponse:
     ctx = WebContext.of(request)
     record = await _agent(request)
-    repo = ctx.handlers.agents.memory(record.id)
-    reflections_dir = ctx.handlers.agents.layout.reflections_dir(record.id)
+    repo = ctx.daemon.agents.memory(record.id)
+    reflections_dir = ctx.daemon.agents.layout.reflections_dir(record.id)
     entries = await asyncio.to_thread(read_timeline, repo, reflections_dir, TIMELINE_COMMITS)
     return render(request, "timeline.html", {"agent": record, "entries": entries})
 
@@ -129,9 +131,9 @@ async def timeline(request: web.Request) -> web.StreamResponse:
 async def reflections(request: web.Request) -> web.StreamResponse:
     ctx = WebContext.of(request)
     record = await _agent(request)
-    reflections_dir = ctx.handlers.agents.layout.reflections_dir(record.id)
+    reflections_dir = ctx.daemon.agents.layout.reflections_dir(record.id)
     outcomes = await asyncio.to_thread(events.read, reflections_dir, tail=REFLECTIONS_SHOWN)
-    paused = await asyncio.to_thread(_reflection_paused, ctx.handlers.agents.layout, record)
+    paused = await asyncio.to_thread(_reflection_paused, ctx.daemon.agents.layout, record)
     return render(
         request,
         "reflections.html",
@@ -151,23 +153,24 @@ async def conversation(request: web.Request) -> web.StreamResponse:
         {"agent": request.match_info["agent"], "conversation": request.match_info["conversation"]},
     )
     assert isinstance(target, ConversationTarget)
-    record = await ctx.handlers.agents.resolve(target.agent)
+    record = await ctx.daemon.agents.resolve(target.agent)
     at = request.query.get("at")
     before = request.query.get("before")
     if at:
         messages, older = await _around_in_conversation(ctx, record, target.conversation, at)
     else:
         messages, older = await _page_before(ctx, record, target.conversation, before)
-    budget = await ctx.handlers.context_show(target, no_events)
+    shown = await ctx.daemon.context_show(target, discard)
+    budget = shown.model_dump(mode="json")
     waiting = await asyncio.to_thread(
-        ctx.handlers.approvals.waiting_in, record.id, budget["conversation_id"]
+        ctx.daemon.approvals.waiting_in, record.id, shown.conversation_id
     )
     return render(
         request,
         "conversation.html",
         {
             "agent": record,
-            "conversation_id": budget["conversation_id"],
+            "conversation_id": shown.conversation_id,
             "messages": messages,
             "at": at,
             "before": before,
@@ -193,8 +196,8 @@ async def message(request: web.Request) -> web.StreamResponse:
         },
     )
     assert isinstance(params, MessagesAround)
-    record = await ctx.handlers.agents.resolve(params.agent)
-    found = await ctx.handlers.recall.around(record.id, params.message_id, 0, 0)
+    record = await ctx.daemon.agents.resolve(params.agent)
+    found = await ctx.daemon.recall.around(record.id, params.message_id, 0, 0)
     if not found:
         raise web.HTTPNotFound(text=f"no message {params.message_id} in this agent's history")
     target = found[0]
@@ -214,14 +217,14 @@ async def search(request: web.Request) -> web.StreamResponse:
         fields["conversation"] = request.query["conversation"]
     params = parse_params(RecallSearch, fields)
     assert isinstance(params, RecallSearch)
-    found = await ctx.handlers.recall_search(params, no_events)
-    return web.json_response({"hits": found["hits"], "incomplete": found["incomplete"]})
+    found = await ctx.daemon.recall_search(params, discard)
+    return web.json_response({"hits": found.hits, "incomplete": found.incomplete})
 
 
 async def _agent(request: web.Request) -> AgentRecord:
     target = parse_params(AgentTarget, {"agent": request.match_info["agent"]})
     assert isinstance(target, AgentTarget)
-    return await WebContext.of(request).handlers.agents.resolve(target.agent)
+    return await WebContext.of(request).daemon.agents.resolve(target.agent)
 
 
 Page = tuple[list[dict[str, Any]], str | None]
@@ -245,7 +248,7 @@ async def _page_before(
         fields["before"] = before
     listing = parse_params(MessagesList, fields)
     assert isinstance(listing, MessagesList)
-    newest_first = (await ctx.handlers.messages_list(listing, no_events))["messages"]
+    newest_first = (await ctx.daemon.messages_list(listing, discard)).messages
     page = newest_first[:TRANSCRIPT_MESSAGES][::-1]
     return page, page[0]["id"] if len(newest_first) > TRANSCRIPT_MESSAGES else None
 
@@ -255,7 +258,7 @@ async def _around_in_conversation(
 ) -> Page:
     """The transcript around message ``at`` (a full or short id) of this conversation."""
     parse_params(MessagesAround, {"agent": record.id, "message_id": at})  # the id's check
-    conversation = ctx.handlers.agents.conversation(record, conversation_id)
+    conversation = ctx.daemon.agents.conversation(record, conversation_id)
     messages = await asyncio.to_thread(list, conversation.log)
     position = find_message(at, [m.id for m in messages], "this conversation")
     start = max(0, position - TRANSCRIPT_MESSAGES // 2)

@@ -24,12 +24,12 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
-from agentd.api_clients import ApiConversations
 from agentd.listener import Listener, Slots, connection_cap
+from agentd.replies import WebLogin
 from agentd.web.activity import Activity
 from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress
 from agentd.web.sessions import LOGIN_TOKEN_TTL_S, Sessions
@@ -39,7 +39,7 @@ from shared.settings import Settings
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from agentd.handlers import Handlers
+    from agentd.web_interface import DaemonForWeb
 
 log = structlog.get_logger(__name__)
 
@@ -57,14 +57,14 @@ BUSY_RESPONSE = (
 
 
 class WebServer:
-    def __init__(self, settings: Settings, handlers: Handlers) -> None:
+    """The view's server; the daemon builds it, then starts it with the daemon's
+    interface for the view (:class:`agentd.web_interface.DaemonForWeb`)."""
+
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.handlers = handlers
         self.sessions = Sessions()
         self.activity = Activity()
         """Its requests, counted for the daemon's quiet collections."""
-        self.api_conversations = ApiConversations(handlers.agents)
-        """Which conversation each client of the OpenAI-compatible endpoint talks in."""
         self.port: int | None = None
         """The port listened on, once started (the asked one, or the kernel's pick for 0)."""
         self.stopping = False
@@ -95,7 +95,7 @@ class WebServer:
         """A future done once the connection of ``transport`` is closed (None if unknown)."""
         return self._gone.get(transport) if transport is not None else None
 
-    async def start(self) -> None:
+    async def start(self, daemon: DaemonForWeb) -> None:
         if self._failure is not None:
             log.error("web_view_not_started", address=self.settings.web, error=self._failure)
         if self.address is None:
@@ -105,7 +105,7 @@ class WebServer:
         from agentd.web.app import build_app
 
         runner = web.AppRunner(
-            build_app(self),
+            build_app(self, daemon),
             access_log=None,
             shutdown_timeout=self.settings.shutdown_grace_s,
             keepalive_timeout=self.settings.web_header_timeout_s,
@@ -182,7 +182,7 @@ class WebServer:
             for transport in made:
                 self._gone.pop(transport, None)
 
-    def login(self) -> dict[str, Any]:
+    def login(self) -> WebLogin:
         """A one-time login URL for ``agentctl web``."""
         if self.address is None and self._failure is None:
             raise WebViewOff(
@@ -195,11 +195,11 @@ class WebServer:
                 "set AGENTD_WEB to a free host:port and restart agentd"
             )
         token = self.sessions.issue_login_token()
-        return {
-            "url": f"{self.url}/login?token={token}",
-            "expires_s": LOGIN_TOKEN_TTL_S,
-            "loopback": self.address.loopback,
-        }
+        return WebLogin(
+            url=f"{self.url}/login?token={token}",
+            expires_s=LOGIN_TOKEN_TTL_S,
+            loopback=self.address.loopback,
+        )
 
 
 def _bind(address: WebAddress, *, backlog: int) -> list[socket.socket]:

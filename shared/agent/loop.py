@@ -29,7 +29,7 @@ from typing import Any
 import structlog
 
 from shared.agent.approval_step import denial, new_step, settle
-from shared.agent.reply_stream import Emit, ReplyStream
+from shared.agent.reply_stream import ReplyStream
 from shared.agent.request import shape_messages, tool_result_cap, truncate_tool_output
 from shared.agent.rules import ToolRules
 from shared.agent.tools.base import Tool, ToolContext
@@ -38,18 +38,22 @@ from shared.context.compaction import compact
 from shared.errors import AgentdError, ContextOverflowError, ToolError
 from shared.ids import new_id
 from shared.models.approvals import WaitingStep
+from shared.models.events import (
+    Assistant,
+    Compacted,
+    Emit,
+    ToolAwaitingApproval,
+    ToolCalled,
+    ToolResult,
+    discard,
+)
 from shared.models.messages import Message, StopPayload, StopReason, ToolCall
 from shared.models.turns import TurnResult
-from shared.protocol import EVENT_ASSISTANT, EVENT_COMPACTION, EVENT_TOOL_CALL, EVENT_TOOL_RESULT
 from shared.providers.base import ModelRequest, ModelResponse, Provider, RequestPurpose
 from shared.store.approvals import save_step, view
 from shared.store.conversations import Conversation
 
 log = structlog.get_logger(__name__)
-
-
-async def _discard(_event: str, _data: dict[str, Any]) -> None:
-    return None
 
 
 @dataclass
@@ -66,7 +70,7 @@ class Turn:
     summariser: Provider | None = None
     """Model for compaction summaries; None means the turn's own provider."""
     rules: ToolRules = field(default_factory=ToolRules)
-    emit: Emit = _discard
+    emit: Emit = discard
     turn_id: str = field(default_factory=lambda: new_id("turn"))
     purpose: RequestPurpose = "conversation"
     """What the turn's requests are for (``integration`` for an explicit merge's review)."""
@@ -204,8 +208,14 @@ class _TurnRunner:
         self.result.approvals = [view(step, call) for call in step.waiting]
         for call, pending in zip(calls, step.calls, strict=True):
             if pending.approval_id is not None:
-                event = {**_call_event(call), "awaiting_approval": pending.approval_id}
-                await self.turn.emit(EVENT_TOOL_CALL, event)
+                await self.turn.emit(
+                    ToolAwaitingApproval(
+                        id=call.id,
+                        name=call.name,
+                        arguments=call.arguments,
+                        awaiting_approval=pending.approval_id,
+                    )
+                )
 
     async def _carry_out(self, step: WaitingStep) -> StopReason:
         """Run the answered step's calls in the model's order (a denied one is given its
@@ -306,7 +316,7 @@ class _TurnRunner:
         if stats is None:
             return False
         self.result.message_ids.append(self.conversation.context[0].id)
-        await self.turn.emit(EVENT_COMPACTION, stats.model_dump(mode="json"))
+        await self.turn.emit(Compacted(**stats.model_dump()))
         return True
 
     async def _request(self, *, prompt: str | None = None) -> ModelRequest:
@@ -326,7 +336,7 @@ class _TurnRunner:
             await self._run_call(call, cap)
 
     async def _run_call(self, call: ToolCall, cap: int) -> None:
-        await self.turn.emit(EVENT_TOOL_CALL, _call_event(call))
+        await self.turn.emit(ToolCalled(id=call.id, name=call.name, arguments=call.arguments))
         text, is_error = await self._run_tool(call)
         self.called.add(call.name)
         await self._persist_result(call, text, is_error, cap)
@@ -341,13 +351,9 @@ class _TurnRunner:
         )
         await self._persist([message])
         await self.turn.emit(
-            EVENT_TOOL_RESULT,
-            {
-                "tool_call_id": call.id,
-                "name": call.name,
-                "content": message.content,
-                "is_error": is_error,
-            },
+            ToolResult(
+                tool_call_id=call.id, name=call.name, content=message.content, is_error=is_error
+            ),
         )
 
     async def _run_tool(self, call: ToolCall) -> tuple[str, bool]:
@@ -386,7 +392,7 @@ class _TurnRunner:
         self.result.assistant_messages += 1
         if response.text:
             self.result.text = response.text
-            await self.turn.emit(EVENT_ASSISTANT, {"text": response.text})
+            await self.turn.emit(Assistant(text=response.text))
 
     async def _persist_note(self, text: str) -> None:
         await self._persist([self._message(role="user", kind="note", content=text)])
@@ -441,7 +447,3 @@ async def in_thread_to_the_end(write: Callable[..., None], *args: Any) -> None:
     if cancelled is not None:
         raise cancelled
     writing.result()
-
-
-def _call_event(call: ToolCall) -> dict[str, Any]:
-    return {"id": call.id, "name": call.name, "arguments": call.arguments}

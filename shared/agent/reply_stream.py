@@ -15,14 +15,9 @@ what the user was shown.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
-from shared.protocol import EVENT_ASSISTANT_DELTA, EVENT_MODEL_CALL
+from shared.models.events import AssistantDelta, Emit, ModelCall
 from shared.providers.base import ModelRequest, ModelResponse, Provider
 from shared.providers.streaming import text_streamed_to
-
-Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
 class ReplyStream:
@@ -37,7 +32,7 @@ class ReplyStream:
         self._pieces = []
         if not self.streams:
             return await provider.complete(request)
-        await self.emit(EVENT_MODEL_CALL, {"model": provider.model, "step": step + 1})
+        await self.emit(ModelCall(model=provider.model, step=step + 1))
         with text_streamed_to(self._piece):
             response = await provider.complete(request)
         self._pieces = []
@@ -45,7 +40,7 @@ class ReplyStream:
 
     async def _piece(self, text: str) -> None:
         self._pieces.append(text)
-        await self.emit(EVENT_ASSISTANT_DELTA, {"text": text})
+        await self.emit(AssistantDelta(text=text))
 
     def cut_short(self) -> str:
         """The text a call that did not return had sent on (``""`` if none); once."""

@@ -59,6 +59,8 @@ stable ``code`` (what scripts match on) and a message that says what to do::
     ├── ShuttingDown                 the daemon is stopping and takes no new turns
     ├── Busy                         every connection the daemon allows is open; retry
     ├── RecallUnavailable            recall's process stopped mid-request; it restarts: retry
+    ├── InternalError                a bug of agentd (an op crashed): the agentd log says what
+    │   └── InvalidReply             an op's handler answered in a shape not its reply model's
     ├── ReflectionError
     │   ├── TooManyCommits           a branch with more commits than one reflection may land
     │   ├── BundleError              a git bundle that is damaged or not what it says it holds
@@ -156,6 +158,8 @@ from shared.errors.root import (
 )
 from shared.errors.service import (
     Busy,
+    InternalError,
+    InvalidReply,
     InvalidSettings,
     RecallUnavailable,
     ShuttingDown,
@@ -203,9 +207,11 @@ __all__ = [
     "DiskFull",
     "FrontmatterError",
     "InUse",
+    "InternalError",
     "InvalidAnswer",
     "InvalidArchive",
     "InvalidId",
+    "InvalidReply",
     "InvalidSettings",
     "JobTooLarge",
     "LockTimeout",

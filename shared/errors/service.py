@@ -1,5 +1,6 @@
 """Errors of the daemon's own state: stopping, full of connections, its recall
-restarting, or settings it refuses at start.
+restarting, settings it refuses at start, or a bug of its own (an op that crashed or
+answered in the wrong shape).
 
 Part of the tree drawn in :mod:`shared.errors`.
 """
@@ -39,6 +40,17 @@ class RecallUnavailable(AgentdError):
         super().__init__(
             f"recall could not answer ({why}); it is restarting: try again in a moment"
         )
+
+
+class InternalError(AgentdError):
+    """A bug, not the caller's doing: an op crashed; the agentd log has the traceback."""
+
+    code = "internal_error"
+
+
+class InvalidReply(InternalError):
+    """An op's handler answered in a shape its reply model (:mod:`agentd.replies`) does
+    not allow; the reply is not sent, the daemon serves on."""
 
 
 class InvalidSettings(AgentdError):

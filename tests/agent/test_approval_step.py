@@ -18,6 +18,7 @@ from shared.agent.tools.args import ToolArgs
 from shared.agent.tools.base import Tool, ToolContext
 from shared.ids import new_id
 from shared.models.approvals import WaitingStep
+from shared.models.events import Event
 from shared.models.messages import Message, StopRecord, ToolResult
 from shared.models.turns import TurnResult
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply
@@ -84,9 +85,9 @@ def _turn(
     events: list[tuple[str, dict[str, Any]]] | None = None,
     turn_id: str | None = None,
 ) -> Turn:
-    async def emit(event: str, data: dict[str, Any]) -> None:
+    async def emit(event: Event) -> None:
         if events is not None:
-            events.append((event, data))
+            events.append((event.name, event.data()))
 
     async def system_prompt() -> str:
         return "You are a test agent."

@@ -17,6 +17,7 @@ from shared.agent.tools.base import Tool, ToolContext
 from shared.agent.tools.view import MEMORY, WORKSPACE, PathView
 from shared.errors import ContextOverflowError, DiskFull, ProviderHTTPError, ToolError
 from shared.ids import new_id
+from shared.models.events import Event
 from shared.models.messages import Message
 from shared.models.turns import TurnResult
 from shared.providers.base import ModelRequest, ModelResponse
@@ -94,9 +95,9 @@ def _run(
     events: list[tuple[str, dict[str, Any]]] | None = None,
     context: ToolContext | None = None,
 ) -> TurnResult:
-    async def emit(event: str, data: dict[str, Any]) -> None:
+    async def emit(event: Event) -> None:
         if events is not None:
-            events.append((event, data))
+            events.append((event.name, event.data()))
 
     async def system_prompt() -> str:
         return "You are a test agent."

@@ -14,6 +14,7 @@ from shared.agent.loop import Turn, run_turn
 from shared.agent.tools.base import ToolContext
 from shared.errors import ProviderHTTPError
 from shared.ids import new_id
+from shared.models.events import Event
 from shared.models.messages import Message
 from shared.models.turns import TurnResult
 from shared.providers.base import ModelRequest, ModelResponse, Provider
@@ -61,8 +62,8 @@ def conversation(tmp_path: Path) -> Conversation:
 
 
 def _turn(conversation: Conversation, provider: Provider, events: Events, stream: bool) -> Turn:
-    async def emit(event: str, data: dict[str, Any]) -> None:
-        events.append((event, data))
+    async def emit(event: Event) -> None:
+        events.append((event.name, event.data()))
 
     async def system_prompt() -> str:
         return "You are a test agent."

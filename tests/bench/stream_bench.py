@@ -251,7 +251,7 @@ async def bench(args: argparse.Namespace, home: Path) -> None:
     _, key = daemon.handlers.api_keys.create("bench")
     config = {
         "provider": provider_url,
-        "endpoint": daemon.handlers.web.api_base,
+        "endpoint": daemon.web.api_base,
         "key": key,
         "turns": args.turns,
         "process_turns": args.process_turns,

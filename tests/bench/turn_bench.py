@@ -32,6 +32,7 @@ from agentd.turns import Turns
 from shared.coordination.broker import locate
 from shared.ids import new_id
 from shared.logging import configure
+from shared.models.events import Event
 from shared.models.messages import Message
 from shared.providers.base import ModelRequest, ModelResponse
 from shared.providers.factory import ProviderFactory
@@ -102,7 +103,7 @@ async def _measure(history: int, turns: int) -> dict[str, Any]:
         runner = Turns(settings, layout, OneProvider(settings, mock), recall)
         reflections = Reflections(settings, layout, locate(settings), agents.store)
 
-        async def emit(_event: str, _data: dict[str, Any]) -> None:
+        async def emit(_event: Event) -> None:
             return None
 
         open_start = time.perf_counter()

@@ -80,7 +80,7 @@ def test_a_key_is_printed_once_listed_without_itself_and_revoked_by_name(
 
 def test_doctor_names_the_endpoint_and_whether_a_key_opens_it(daemon: DaemonRunner) -> None:
     daemon.start(web="127.0.0.1:0")
-    port = daemon.daemon.handlers.web.port  # type: ignore[union-attr]
+    port = daemon.daemon.web.port  # type: ignore[union-attr]
     endpoint = f"http://127.0.0.1:{port}/v1"
 
     assert _endpoint_line(_doctor()) == (

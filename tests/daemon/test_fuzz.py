@@ -20,14 +20,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic.fields import FieldInfo
 
-from agentd.requests import PARAMS
+from agentd.ops import OPS as TABLE
 from shared.providers.base import Provider
 from shared.providers.factory import ProviderFactory
 from shared.providers.mock import MOCK_MODEL
 from tests.support.bounds import is_numeric
 from tests.support.daemon import DaemonRunner
 
-OPS = sorted(op for op in PARAMS if op != "shutdown")
+OPS = sorted(op for op in TABLE if op != "shutdown")
 CHANGES_AN_AGENT = {"agent.create", "agent.update", "reflection.settings"}
 
 NUMBERS = [-1, 0, 2**63, -(2**63), 10**400, 1e308, float("nan"), float("inf")]
@@ -132,7 +132,7 @@ def test_every_parameter_of_every_op_takes_every_extreme_value_in_its_stride(
     fuzzer: Fuzzer, daemon: DaemonRunner
 ) -> None:
     for op in OPS:
-        fields = PARAMS[op].model_fields
+        fields = TABLE[op].params.model_fields
         required = {name: fuzzer.fits(name) for name, info in fields.items() if info.is_required()}
         fuzzer.ask(op, {**required, "unknown": 1})
         for name in fields:
@@ -190,7 +190,7 @@ def _requests(fitting: dict[str, list[Any]]) -> st.SearchStrategy[tuple[str, Any
         return numbers | anything
 
     def one_bad(op: str, bad_name: str) -> st.SearchStrategy[dict[str, Any]]:
-        fields = PARAMS[op].model_fields
+        fields = TABLE[op].params.model_fields
         others = {name: info for name, info in fields.items() if name != bad_name}
         required = {name: fits(name) for name, info in others.items() if info.is_required()}
         optional = {name: fits(name) for name, info in others.items() if not info.is_required()}
@@ -199,7 +199,7 @@ def _requests(fitting: dict[str, list[Any]]) -> st.SearchStrategy[tuple[str, Any
         )
 
     def for_op(op: str) -> st.SearchStrategy[tuple[str, Any]]:
-        fields = PARAMS[op].model_fields
+        fields = TABLE[op].params.model_fields
         params = st.one_of(
             *(one_bad(op, name) for name in fields),
             st.dictionaries(st.sampled_from([*fields, "unknown", "__class__"]), anything),

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentd.requests import PARAMS
+from agentd.ops import OPS
 from shared.errors import SocketPathTooLong
 from shared.home import socket_path
 from shared.protocol import MAX_REQUEST_BYTES
@@ -96,8 +96,8 @@ def test_bad_requests_get_a_typed_error_and_the_connection_keeps_working(
 def test_every_numeric_parameter_of_every_op_has_bounds() -> None:
     unbounded = [
         f"{op}: {name}"
-        for op, model in PARAMS.items()
-        for name, info in model.model_fields.items()
+        for op, row in OPS.items()
+        for name, info in row.params.model_fields.items()
         if is_numeric(info) and not ({"ge", "gt"} & bounds(info) and {"le", "lt"} & bounds(info))
     ]
     assert unbounded == []

@@ -98,7 +98,7 @@ def test_an_unknown_reflector_model_is_named_by_the_next_chat_once_by_status_and
     assert "last failed (provider_config) at" in readable.stdout
     as_json = json.loads(run_agentctl("status", "--json").stdout)
     assert as_json["agents"][0]["reflection_paused"]["reason"] == "provider_config"
-    web = daemon.daemon.handlers.web  # type: ignore[union-attr]
+    web = daemon.daemon.web  # type: ignore[union-attr]
     client = WebClient(web.port)
     assert client.login(daemon.result("web.login")["url"]).status == 303
     for page in (f"/agents/{agent['id']}", f"/agents/{agent['id']}/reflections"):

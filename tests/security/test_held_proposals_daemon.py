@@ -126,7 +126,7 @@ def test_the_user_is_told_once_and_the_proposal_is_listed_with_its_diff(held: He
     as_json = json.loads(run_agentctl("memory", "proposals", "--json", "-a", "ada").stdout)
     assert [p["id"] for p in as_json] == [held.id]
 
-    web = held.daemon.daemon.handlers.web  # type: ignore[union-attr]
+    web = held.daemon.daemon.web  # type: ignore[union-attr]
     client = WebClient(web.port)
     assert client.login(held.daemon.result("web.login")["url"]).status == 303
     page = client.get(f"/agents/{held.agent_id}")

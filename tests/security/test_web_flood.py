@@ -139,7 +139,7 @@ def test_a_request_head_that_never_ends_is_closed_after_the_header_timeout(
     daemon: DaemonRunner,
 ) -> None:
     daemon.start(web="127.0.0.1:0", web_header_timeout_s=0.5)
-    port = daemon.daemon.handlers.web.port  # type: ignore[union-attr]
+    port = daemon.daemon.web.port  # type: ignore[union-attr]
     slow = _half_sent(port)
     idle = socket.create_connection(("127.0.0.1", port), timeout=ceiling(30))
     idle.setblocking(False)

@@ -177,7 +177,7 @@ class Site:
 def serve_site(daemon: DaemonRunner, clock: FakeClock) -> Site:
     provider = HeldProvider()
     daemon.start(provider=provider, clock=clock, web="127.0.0.1:0")
-    web = daemon.daemon.handlers.web  # type: ignore[union-attr]
+    web = daemon.daemon.web  # type: ignore[union-attr]
     assert web.port is not None
     agent = daemon.result("agent.create", {"name": "ada", "human": HUMAN})
     memory_dir = Path(agent["memory_dir"])

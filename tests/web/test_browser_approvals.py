@@ -79,7 +79,7 @@ def runs(home: Path, agent: dict[str, Any]) -> int:
 
 
 def conversation_url(daemon: DaemonRunner, agent: dict[str, Any]) -> str:
-    port = daemon.daemon.handlers.web.port  # type: ignore[union-attr]
+    port = daemon.daemon.web.port  # type: ignore[union-attr]
     return f"http://127.0.0.1:{port}/agents/{agent['id']}/conversations/{agent['default_conversation_id']}"
 
 

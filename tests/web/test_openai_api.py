@@ -50,7 +50,7 @@ class Endpoint:
 @pytest.fixture
 def endpoint(daemon: DaemonRunner) -> Endpoint:
     daemon.start(web="127.0.0.1:0")
-    web = daemon.daemon.handlers.web  # type: ignore[union-attr]
+    web = daemon.daemon.web  # type: ignore[union-attr]
     daemon.result("agent.create", {"name": "ada"})
     daemon.result("agent.create", {"name": "bob"})
     key = daemon.result("apikey.create", {"name": "tests"})["key"]
@@ -397,7 +397,7 @@ def test_the_endpoint_is_off_with_the_web_view(daemon: DaemonRunner) -> None:
     created = daemon.result("apikey.create", {"name": "early"})
 
     assert created["endpoint"] is None
-    assert daemon.daemon.handlers.web.api_base is None  # type: ignore[union-attr]
+    assert daemon.daemon.web.api_base is None  # type: ignore[union-attr]
     assert os.environ.get("AGENTD_WEB") is None
 
 

@@ -41,7 +41,7 @@ def setup(daemon: DaemonRunner) -> Iterator[Setup]:
             context_window=32000,
             block_remote_models=True,
         )
-        base_url = daemon.daemon.handlers.web.api_base  # type: ignore[union-attr]
+        base_url = daemon.daemon.web.api_base  # type: ignore[union-attr]
         daemon.result("agent.create", {"name": "ada"})
         key = daemon.result("apikey.create", {"name": "tests"})["key"]
         client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)

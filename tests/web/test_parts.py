@@ -176,7 +176,7 @@ def test_agentctl_web_prints_a_login_link_that_works_once(
     daemon: DaemonRunner, capsys: pytest.CaptureFixture[str]
 ) -> None:
     daemon.start(web="127.0.0.1:0")
-    port = daemon.daemon.handlers.web.port  # type: ignore[union-attr]
+    port = daemon.daemon.web.port  # type: ignore[union-attr]
 
     assert agentctl(["web"]) == 0
     printed = capsys.readouterr()

@@ -28,7 +28,7 @@ ARTICLE = re.compile(r'<article class="msg role-(\S+) kind-(\S+)" id="([^"]+)">'
 @pytest.fixture
 def web(daemon: DaemonRunner) -> WebClient:
     daemon.start(web="127.0.0.1:0")
-    client = WebClient(daemon.daemon.handlers.web.port)  # type: ignore[union-attr]
+    client = WebClient(daemon.daemon.web.port)  # type: ignore[union-attr]
     assert client.login(daemon.result("web.login")["url"]).status == 303
     return client
 
