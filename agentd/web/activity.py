@@ -9,10 +9,12 @@ in the middle of their replies (tests/bench/stream_bench.py).
 
 from __future__ import annotations
 
-from aiohttp import web
-from aiohttp.typedefs import Middleware
+from typing import TYPE_CHECKING
 
-from agentd.web.guard import Handler
+if TYPE_CHECKING:  # aiohttp is imported only when the view is on (agentd/web/server.py)
+    from aiohttp.typedefs import Middleware
+
+    from agentd.web.guard import Handler
 
 
 class Activity:
@@ -24,6 +26,7 @@ class Activity:
 
     def middleware(self) -> Middleware:
         """The app's outermost middleware: counts every request, whatever it becomes."""
+        from aiohttp import web
 
         @web.middleware
         async def count(request: web.Request, handler: Handler) -> web.StreamResponse:
