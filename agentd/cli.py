@@ -1,6 +1,6 @@
 """The ``agentd`` command: ``serve`` runs the chat daemon in the foreground; ``up`` runs
 the whole stack (embedded Valkey, the daemon, the reflection workers); ``worker`` runs
-reflection workers alone, on this host or another (:mod:`agentd.worker_cli`)."""
+reflection workers alone, on this host or another (:mod:`agentd.stack.worker_cli`)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _settings(**given: tuple[str, str]) -> Settings | None:
 def _serve() -> int:
     """The daemon, holding the home's ``serve`` lock for its run: of two started at once,
     one serves and the other says so and exits 1."""
-    from agentd import instance
+    from agentd.stack import instance
 
     settings = _settings()
     if settings is None:
@@ -59,7 +59,7 @@ def _run_daemon(settings: Settings) -> int:
         log_dir=settings.layout.logs_dir,
     )
     secure_home(settings.home)
-    from agentd.recall_client import RecallClient
+    from agentd.recall.client import RecallClient
     from shared.providers.credentials import take_provider_keys
     from shared.store.agents import AgentStore
 
@@ -69,7 +69,7 @@ def _run_daemon(settings: Settings) -> int:
     # then overlap with the daemon's own start-up, and a search soon after it is answered.
     recall = RecallClient(settings)
     recall.open([record.id for record in AgentStore(settings.layout).scan().records])
-    from agentd.server import Daemon
+    from agentd.daemon.server import Daemon
     from shared.providers.factory import ProviderFactory
 
     return Daemon(settings, providers=ProviderFactory(settings, keys), recall=recall).run()
@@ -85,8 +85,8 @@ def _with_web(settings: Settings, address: str) -> Settings | None:
 
 def _up(settings: Settings) -> int:
     """The whole stack; what ``agentd up`` itself logs goes out with its children's lines."""
-    from agentd.stack_output import console_output
-    from agentd.supervisor import Stack
+    from agentd.stack.output import console_output
+    from agentd.stack.supervisor import Stack
     from shared.logging import configure
     from shared.providers.credentials import take_provider_keys
 
@@ -103,10 +103,10 @@ def _up(settings: Settings) -> int:
 
 def _doctor(settings: Settings, args: argparse.Namespace) -> int:
     if args.worker:
-        from agentd.doctor_worker import run_worker_doctor
+        from agentd.stack.doctor_worker import run_worker_doctor
 
         return run_worker_doctor(settings)
-    from agentd.doctor import run_doctor
+    from agentd.stack.doctor import run_doctor
 
     code = run_doctor(settings, fix=args.fix)
     sys.stdout.flush()  # here, so that a reader gone (``| head -1``) is caught by the caller
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         except BrokenPipeError:
             return _stdout_closed()
     if args.command == "worker":
-        from agentd.worker_cli import run_worker
+        from agentd.stack.worker_cli import run_worker
 
         settings = _settings()
         if settings is None:

@@ -20,7 +20,7 @@ here:
   (``gc.freeze``, as the Python documentation suggests for long-running servers). What
   turns create later (every message of every open window, kept until compaction) is
   collected and frozen the same way whenever the daemon goes quiet
-  (:mod:`agentd.garbage_collection`).
+  (:mod:`agentd.daemon.garbage_collection`).
 
 Both are Linux facts (a nice value is per thread there); elsewhere the calls change
 nothing and the daemon works as before.
@@ -52,7 +52,7 @@ def lower_this_thread(by: int = BACKGROUND_NICENESS) -> None:
 
 FULL_COLLECTIONS_BY_HAND = 1_000_000_000
 """The third ``gc`` threshold the daemon sets: never reached, so the collector never starts
-a full collection by itself; :mod:`agentd.garbage_collection` starts them."""
+a full collection by itself; :mod:`agentd.daemon.garbage_collection` starts them."""
 
 
 def favour_the_event_loop() -> None:

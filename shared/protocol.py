@@ -3,7 +3,7 @@
 ``agentctl`` imports this module and only its standard-library neighbours
 (:mod:`shared.home`, :mod:`shared.message_refs`, :mod:`shared.setting_choices`), so it must
 stay cheap to import (no pydantic, no litellm, no git). The daemon validates requests with pydantic
-models in ``agentd/requests.py``; this module holds what both sides agree on.
+models in ``agentd/daemon/requests.py``; this module holds what both sides agree on.
 
 A request is one line: ``{"id": "r1", "op": "chat", "params": {...}}``.
 The daemon answers with zero or more event lines for that id,

@@ -23,7 +23,7 @@ _SECRET_SHAPES = re.compile(
         (
             # OpenAI/Anthropic-style keys: sk-…, sk-proj-…, sk-ant-…
             r"(?P<sk>\bsk-)[A-Za-z0-9_\-]{6,}",
-            # agentd's own API keys (agentd.api_keys): agentd- and 43 URL-safe characters
+            # agentd's own API keys (agentd.daemon.api_keys): agentd- and 43 URL-safe characters
             r"(?P<agentd>\bagentd-)[A-Za-z0-9_\-]{40,}",
             # "Authorization: Bearer <token>"
             r"(?P<bearer>\bBearer\s+)[A-Za-z0-9._~+/=\-]+",

@@ -200,9 +200,9 @@ def test_no_module_imports_a_layer_above_it_or_a_package_beside_it() -> None:
             "(shared.providers.factory)",
         ),
         (
-            "agentd.handlers",
+            "agentd.daemon.handlers",
             "import reflector.tasks\n",
-            "agentd.handlers:1 imports reflector.tasks: layer apps (agentd) may not import "
+            "agentd.daemon.handlers:1 imports reflector.tasks: layer apps (agentd) may not import "
             "a package beside it, apps (reflector)",
         ),
     ],
@@ -304,10 +304,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def cycles_across_packages(sources: dict[str, tuple[str, bool]]) -> list[list[str]]:
-    """The import cycles that join two packages (``agentd.handlers`` of ``agentd`` and
+    """The import cycles that join two packages (``agentd.daemon.handlers`` of ``agentd`` and
     ``agentd.web.server`` of ``agentd.web``, say): modules of one package may know each
     other, but a package that imports another must not be imported back by it (the web
-    view sees the daemon through :mod:`agentd.web_interface`, and the daemon starts it)."""
+    view sees the daemon through :mod:`agentd.daemon.web_interface`, and the daemon starts it)."""
     return [
         group
         for group in cycles(import_graph(sources))
@@ -327,20 +327,23 @@ def test_the_handlers_web_cycle_is_named() -> None:
     """The cycle the web view once had: the handlers built the ``WebServer`` and the web
     view named the handlers' type back (under ``TYPE_CHECKING``: that counts too)."""
     sources = {
-        "agentd.handlers": ("from agentd.web.server import WebServer\n", False),
+        "agentd.daemon.handlers": ("from agentd.web.server import WebServer\n", False),
         "agentd.web": ("", True),
         "agentd.web.server": ("from agentd.web import context\n", False),
         "agentd.web.context": (
             "from typing import TYPE_CHECKING\n"
-            "if TYPE_CHECKING:\n    from agentd.handlers import Handlers\n",
+            "if TYPE_CHECKING:\n    from agentd.daemon.handlers import Handlers\n",
             False,
         ),
-        "agentd.web_interface": ("from agentd.agents import Agents\n", False),
+        "agentd.daemon.web_interface": ("from agentd.daemon.agents import Agents\n", False),
     }
     assert cycles_across_packages(sources) == [
-        ["agentd.handlers", "agentd.web.context", "agentd.web.server"]
+        ["agentd.daemon.handlers", "agentd.web.context", "agentd.web.server"]
     ]
-    sources["agentd.web.context"] = ("from agentd.web_interface import DaemonForWeb\n", False)
+    sources["agentd.web.context"] = (
+        "from agentd.daemon.web_interface import DaemonForWeb\n",
+        False,
+    )
     assert cycles_across_packages(sources) == []
 
 

@@ -283,8 +283,8 @@ _MEMORY_HISTORY = {
     "accept": _memory_answer,
     "reject": _memory_answer,
 }
-"""``agentctl memory blame|why|diff|revert``: the requests of :mod:`agentd.memory_history`;
-``proposals|accept|reject``: those of :mod:`agentd.memory_proposals`."""
+"""``agentctl memory blame|why|diff|revert``: the requests of :mod:`agentd.memory.history`;
+``proposals|accept|reject``: those of :mod:`agentd.memory.proposals`."""
 
 
 def cmd_web(conn: Connection, args: argparse.Namespace) -> int:

@@ -3,7 +3,7 @@ schema from its parameters (these annotated types) and its output schema from th
 it returns, and checks a call's arguments against them before the tool runs, so a bad
 argument is a tool error that names the field and the rule it broke.
 
-The limits mirror the daemon's request models (:mod:`agentd.requests`), which check
+The limits mirror the daemon's request models (:mod:`agentd.daemon.requests`), which check
 again: the schema tells the host's model what fits before it calls.
 """
 

@@ -1,7 +1,7 @@
 """How busy the web view's server is, for the daemon's quiet collections.
 
 The daemon starts its full garbage collections itself when no request has run for a
-moment (:mod:`agentd.garbage_collection`). It counts the socket's requests; without this it
+moment (:mod:`agentd.daemon.garbage_collection`). It counts the socket's requests; without this it
 would not see the web's, and twenty clients streaming from the OpenAI-compatible endpoint
 looked like a quiet daemon: a full collection held the event loop for a third of a second
 in the middle of their replies (tests/bench/stream_bench.py).

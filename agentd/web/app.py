@@ -25,8 +25,8 @@ from shared.errors import (
 )
 
 if TYPE_CHECKING:
+    from agentd.daemon.web_interface import DaemonForWeb
     from agentd.web.server import WebServer
-    from agentd.web_interface import DaemonForWeb
 
 _NOT_FOUND = (UnknownAgent, UnknownConversation, UnknownMessage)
 

@@ -13,7 +13,7 @@ from typing import Literal
 
 from aiohttp import web
 
-from agentd.requests import ApprovalDeny, ConversationTarget, parse_params
+from agentd.daemon.requests import ApprovalDeny, ConversationTarget, parse_params
 from agentd.web.chat import json_body, streamed
 from agentd.web.context import WebContext
 from shared.errors import MalformedRequest

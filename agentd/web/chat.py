@@ -1,6 +1,6 @@
 """A chat turn from the browser, streamed as server-sent events while it runs.
 
-It is the socket's ``chat`` op (:mod:`agentd.web_interface`) with the same events
+It is the socket's ``chat`` op (:mod:`agentd.daemon.web_interface`) with the same events
 (``assistant``, ``tool_call``, ``tool_result``, ``reflection``, …), then one
 ``result`` event with the turn's result or one ``error`` event with a typed error. The
 request is a POST (it changes the conversation), so it needs the CSRF token; the page's
@@ -20,7 +20,7 @@ import structlog
 from aiohttp import web
 from pydantic import BaseModel
 
-from agentd.requests import Chat, parse_params
+from agentd.daemon.requests import Chat, parse_params
 from agentd.web.context import WebContext
 from shared.errors import AgentdError, MalformedRequest, ShuttingDown
 from shared.models.events import Emit, Event

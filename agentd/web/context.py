@@ -1,5 +1,5 @@
 """What every page handler needs: the daemon (through its narrow interface for the view,
-:class:`agentd.web_interface.DaemonForWeb`), the web server (sessions, port), the
+:class:`agentd.daemon.web_interface.DaemonForWeb`), the web server (sessions, port), the
 templates and the user's time zone, kept on the aiohttp application."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
-from agentd.api_clients import ApiConversations
+from agentd.daemon.api_clients import ApiConversations
+from agentd.daemon.web_interface import DaemonForWeb
 from agentd.web.guard import session_of
-from agentd.web_interface import DaemonForWeb
 from shared.clock import user_zone
 from shared.message_refs import short_id
 

@@ -9,7 +9,7 @@
    another site's form never carries it; the token covers browsers that ignore that.
 
 The OpenAI-compatible endpoint (``/v1/``) is for programs, not the browser: after the Host
-check it takes a bearer key (``Authorization: Bearer KEY``, :mod:`agentd.api_keys`)
+check it takes a bearer key (``Authorization: Bearer KEY``, :mod:`agentd.daemon.api_keys`)
 instead of the session and the CSRF token; no key, a wrong one or a revoked one is 401
 (in OpenAI's shape, :mod:`.openai_errors`). A page of another site cannot send the
 header without a CORS preflight, which nothing here answers.
@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from agentd.api_keys import ApiKey, ApiKeys
+from agentd.daemon.api_keys import ApiKey, ApiKeys
 from agentd.web.sessions import Session, Sessions
 from shared.errors import ApiKeyRefused
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from agentd.requests import MemoryForget, MemoryRemember, parse_params
+from agentd.daemon.requests import MemoryForget, MemoryRemember, parse_params
 from agentd.web.chat import json_body
 from agentd.web.context import WebContext
 from shared.models.events import discard

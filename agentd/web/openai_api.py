@@ -4,7 +4,7 @@ of one as a chat completion.
 - ``GET /v1/models`` lists the agents (``id`` is the agent's name), ``GET
   /v1/models/{model}`` one of them.
 - ``POST /v1/chat/completions`` runs a turn of the agent named by ``model`` (its name or
-  id) in the conversation the client picks (:mod:`agentd.api_clients`), with the input
+  id) in the conversation the client picks (:mod:`agentd.daemon.api_clients`), with the input
   :mod:`.openai_wire` takes from the request, and answers as :mod:`.openai_reply` says:
   streamed with ``stream: true``.
 
@@ -27,7 +27,7 @@ import structlog
 from aiohttp import web
 from pydantic import ValidationError
 
-from agentd.requests import describe
+from agentd.daemon.requests import describe
 from agentd.web.context import WebContext
 from agentd.web.guard import API_KEY, API_PREFIX
 from agentd.web.openai_reply import CompletionReply

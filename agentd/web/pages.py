@@ -1,5 +1,5 @@
 """The web view's pages: each reads through the daemon's ops and stores
-(:class:`agentd.web_interface.DaemonForWeb`), with the same validation as the socket (ids
+(:class:`agentd.daemon.web_interface.DaemonForWeb`), with the same validation as the socket (ids
 through the request models, memory paths through ``validate_memory_path``), and renders
 one template. Git and file reads run in threads.
 """
@@ -12,8 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agentd.memory_proposals import held_with_diffs
-from agentd.requests import (
+from agentd.daemon.requests import (
     AgentTarget,
     ConversationTarget,
     MessagesAround,
@@ -21,6 +20,7 @@ from agentd.requests import (
     RecallSearch,
     parse_params,
 )
+from agentd.memory.proposals import held_with_diffs
 from agentd.web.charts import context_gauge, outcomes_per_day
 from agentd.web.context import STATIC, WebContext, render
 from agentd.web.guard import FAVICON_PATH, LOGIN_PATH, cookie_name

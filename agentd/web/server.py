@@ -5,7 +5,7 @@ aiohttp is imported only when the view is on, so a daemon without it pays nothin
 port that cannot be bound does not stop the daemon (chat over the socket matters more
 than the view): it is logged, and ``agentctl web`` says why there is no view.
 
-The port is served by the daemon's own accept loop (:class:`agentd.listener.Listener`),
+The port is served by the daemon's own accept loop (:class:`agentd.daemon.listener.Listener`),
 not aiohttp's: at most ``web_max_connections`` connections (and an eighth of the open
 files) at once, one over that answered ``503`` and closed, so a flood of connections to
 the port cannot take the descriptors the socket and the turns need. Each accepted socket
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from agentd.listener import Listener, Slots, connection_cap
-from agentd.replies import WebLogin
+from agentd.daemon.listener import Listener, Slots, connection_cap
+from agentd.daemon.replies import WebLogin
 from agentd.web.activity import Activity
 from agentd.web.address import DEFAULT_WEB_ADDRESS, WebAddress
 from agentd.web.sessions import LOGIN_TOKEN_TTL_S, Sessions
@@ -39,7 +39,7 @@ from shared.settings import Settings
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from agentd.web_interface import DaemonForWeb
+    from agentd.daemon.web_interface import DaemonForWeb
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +58,7 @@ BUSY_RESPONSE = (
 
 class WebServer:
     """The view's server; the daemon builds it, then starts it with the daemon's
-    interface for the view (:class:`agentd.web_interface.DaemonForWeb`)."""
+    interface for the view (:class:`agentd.daemon.web_interface.DaemonForWeb`)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

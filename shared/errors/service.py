@@ -31,7 +31,7 @@ class Busy(AgentdError):
 
 
 class RecallUnavailable(AgentdError):
-    """Recall runs in a process of its own (:mod:`agentd.recall_client`); a request it
+    """Recall runs in a process of its own (:mod:`agentd.recall.client`); a request it
     held when that process died is answered with this, and the process is started again."""
 
     code = "recall_unavailable"
@@ -49,7 +49,7 @@ class InternalError(AgentdError):
 
 
 class InvalidReply(InternalError):
-    """An op's handler answered in a shape its reply model (:mod:`agentd.replies`) does
+    """An op's handler answered in a shape its reply model (:mod:`agentd.daemon.replies`) does
     not allow; the reply is not sent, the daemon serves on."""
 
 

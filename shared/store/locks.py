@@ -1,6 +1,6 @@
 """Advisory file locks (``flock``): for counters and an agent's memory checkout held for
 a block, and for a process that holds its home for as long as it runs
-(:mod:`agentd.instance`). The one place agentd takes a ``flock``.
+(:mod:`agentd.stack.instance`). The one place agentd takes a ``flock``.
 
 A file lock, not Redis: chat must never depend on Redis, and the kernel releases a
 ``flock`` when its holder dies, so a crashed process never leaves a lock behind.

@@ -23,10 +23,10 @@ issue 11 (3d40da3); "loop freed" is after the blocking calls left the loop (7e4c
 "priority" adds background priority for recall's threads and the workers, a 1 ms
 interpreter-lock switch interval and ``gc.freeze`` once the daemon is ready
 (``shared/priority.py``), three runs on a quiet machine; "recall process" runs recall in
-a process of its own (``agentd/recall_process.py``) and gives each phase its own
+a process of its own (``agentd/recall/process.py``) and gives each phase its own
 conversations, three runs on a quiet machine (runs beside other engineers' benchmarks and
 tests reached 90-190 ms worst under load); "GC by hand" makes full garbage collections
-the daemon's own (``agentd/garbage_collection.py``) and trims what each turn costs the loop,
+the daemon's own (``agentd/daemon/garbage_collection.py``) and trims what each turn costs the loop,
 five runs on a quiet machine:
 
 | stage | lag idle: worst / p99 | lag loaded: worst / p99 | chat p99 ratio | turns idle/loaded |
@@ -84,14 +84,14 @@ from pathlib import Path
 from typing import Any
 
 try:
-    from agentd.agents import Agents
+    from agentd.daemon.agents import Agents
 except ModuleNotFoundError:  # run as a script: the repository root is not on the path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from agentd.agents import Agents
+    from agentd.daemon.agents import Agents
 
 from agentd.client import Connection
-from agentd.requests import AgentCreate
-from agentd.server import Daemon
+from agentd.daemon.requests import AgentCreate
+from agentd.daemon.server import Daemon
 from shared.ids import new_id
 from shared.logging import configure
 from shared.priority import lower_this_thread

@@ -4,7 +4,7 @@ A home whose logs hold the bench's corpus (one agent, its 200 conversations) is 
 once (the real ``RecallService``, which then commits and stops in order), and then
 started again, each time in a process of its own as after a restart:
 
-- the recall process alone: ``python -m agentd.recall_process`` spawned on a socket pair,
+- the recall process alone: ``python -m agentd.recall.process`` spawned on a socket pair,
   as the daemon spawns it, sent ``start`` and a search; timed from the spawn to the
   search's answer (imports, opening the index, checking each log's last indexed line,
   the search);
@@ -39,8 +39,8 @@ if str(ROOT) not in sys.path:  # run as a script: the repository root is not on 
     sys.path.insert(0, str(ROOT))
 
 from agentd.client.connection import Connection  # noqa: E402
-from agentd.recall import RecallService  # noqa: E402
-from agentd.recall_frames import encode, read_frame  # noqa: E402
+from agentd.recall.frames import encode, read_frame  # noqa: E402
+from agentd.recall.service import RecallService  # noqa: E402
 from shared.models.agents import BASE_SYSTEM_PROMPT, AgentRecord  # noqa: E402
 from shared.models.messages import Message, ToolCall  # noqa: E402
 from shared.recall.documents import Document  # noqa: E402
@@ -146,12 +146,12 @@ def _page_cache(directory: Path, cold: bool) -> None:
 
 
 def recall_process(home: Path) -> dict[str, Any]:
-    """``agentd.recall_process`` spawned as the daemon spawns it: spawn to first answer."""
+    """``agentd.recall.process`` spawned as the daemon spawns it: spawn to first answer."""
     ours, theirs = socket.socketpair()
     started = time.perf_counter()
     with theirs:
         process = subprocess.Popen(
-            [sys.executable, "-m", "agentd.recall_process", str(theirs.fileno()), str(home), *LOG],
+            [sys.executable, "-m", "agentd.recall.process", str(theirs.fileno()), str(home), *LOG],
             pass_fds=(theirs.fileno(),),
             env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdin=subprocess.DEVNULL,

@@ -50,8 +50,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script: the test server is under tests/
     sys.path.insert(0, str(ROOT))
 
-from agentd.requests import AgentCreate  # noqa: E402
-from agentd.server import Daemon  # noqa: E402
+from agentd.daemon.requests import AgentCreate  # noqa: E402
+from agentd.daemon.server import Daemon  # noqa: E402
 from shared.logging import configure  # noqa: E402
 from shared.settings import Settings  # noqa: E402
 

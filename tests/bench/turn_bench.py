@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentd.agents import Agents
-from agentd.recall import RecallService
-from agentd.reflections import Reflections
-from agentd.requests import AgentCreate
-from agentd.turns import Turns
+from agentd.daemon.agents import Agents
+from agentd.daemon.requests import AgentCreate
+from agentd.daemon.turns import Turns
+from agentd.recall.service import RecallService
+from agentd.reflection.reflections import Reflections
 from shared.coordination.broker import locate
 from shared.ids import new_id
 from shared.logging import configure

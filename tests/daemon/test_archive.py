@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentd import archive_members
+from agentd.archive import members as archive_members
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import run_agentctl

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agentd.outbox import OutboxEntry
+from agentd.reflection.outbox import OutboxEntry
 from shared.coordination import redis_keys
 from shared.providers.base import ModelRequest, ModelResponse
 from shared.providers.scripted import ScriptedProvider, text_reply

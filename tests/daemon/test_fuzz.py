@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic.fields import FieldInfo
 
-from agentd.ops import OPS as TABLE
+from agentd.daemon.ops import OPS as TABLE
 from shared.providers.base import Provider
 from shared.providers.factory import ProviderFactory
 from shared.providers.mock import MOCK_MODEL

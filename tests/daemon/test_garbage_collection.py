@@ -1,5 +1,5 @@
 """Full garbage collections run when the daemon is quiet, or when one is overdue; never
-because a busy daemon's heap grew (``agentd/garbage_collection.py`` says why)."""
+because a busy daemon's heap grew (``agentd/daemon/garbage_collection.py`` says why)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentd.garbage_collection import QuietCollection
+from agentd.daemon.garbage_collection import QuietCollection
 
 TICK_S = 0.02
 

@@ -9,7 +9,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from agentd.reflections import Reflections
+from agentd.reflection.reflections import Reflections
 from shared.coordination import redis_keys
 from shared.coordination.broker import locate
 from shared.memory.repo import MemoryRepo

@@ -15,7 +15,7 @@ OUT_OF_DESCRIPTORS = textwrap.dedent(
     """
     import asyncio, json, os, resource, select, socket, sys
     from pathlib import Path
-    from agentd.listener import Listener, Slots, listen_at
+    from agentd.daemon.listener import Listener, Slots, listen_at
 
     async def main(path: Path) -> dict:
         served = []

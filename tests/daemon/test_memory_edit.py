@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agentd.doctor import check_uncommitted_memory
+from agentd.stack.doctor import check_uncommitted_memory
 from shared.settings import Settings
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import run_agentctl

@@ -1,4 +1,4 @@
-"""The socket's ops are one table (``agentd.ops.OPS``): each op's row names its request
+"""The socket's ops are one table (``agentd.daemon.ops.OPS``): each op's row names its request
 model, its handler and its reply model. The daemon checks every reply against its model
 before sending it, so a handler that answers in another shape is a typed internal error
 and the daemon serves on; the events a request streams are models too, and what a client
@@ -15,10 +15,10 @@ from typing import Any, get_type_hints
 import pytest
 from pydantic import BaseModel
 
-from agentd import ops, replies
-from agentd.handlers import Handlers
-from agentd.ops import OPS, Op
-from agentd.requests import NoParams, Params
+from agentd.daemon import ops, replies
+from agentd.daemon.handlers import Handlers
+from agentd.daemon.ops import OPS, Op
+from agentd.daemon.requests import NoParams, Params
 from shared.errors import InvalidReply
 from shared.models import events
 from shared.models.events import Emit, Event
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_op_has_one_row_that_a_grep_for_its_name_finds() -> None:
-    source = (ROOT / "agentd" / "ops.py").read_text()
+    source = (ROOT / "agentd" / "daemon" / "ops.py").read_text()
     for op, row in OPS.items():
         handler = row.handler.__name__
         assert re.search(rf'"{re.escape(op)}": Op\(\s*\w+, Handlers\.{handler}, ', source), op
@@ -49,7 +49,7 @@ def test_each_rows_handler_takes_its_params_model_and_returns_its_reply_model() 
 
 
 def test_the_server_dispatches_through_the_table_and_not_by_method_name() -> None:
-    server = (ROOT / "agentd" / "server.py").read_text()
+    server = (ROOT / "agentd" / "daemon" / "server.py").read_text()
     assert "getattr(" not in server
     assert 'replace(".", "_")' not in server
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from agentd.reflections import Reflections
+from agentd.reflection.reflections import Reflections
 from shared.coordination import jobs, redis_keys
 from shared.coordination.broker import locate
 from shared.coordination.jobs import JobState

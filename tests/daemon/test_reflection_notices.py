@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.reflections import Reflections
+from agentd.reflection.reflections import Reflections
 from shared.coordination.broker import locate
 from shared.models.reflection import ReflectionOutcome
 from shared.reflection.pause import Pause

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentd.ops import OPS
+from agentd.daemon.ops import OPS
 from shared.errors import SocketPathTooLong
 from shared.home import socket_path
 from shared.protocol import MAX_REQUEST_BYTES

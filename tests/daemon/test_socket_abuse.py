@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agentd.listener import listen_at
+from agentd.daemon.listener import listen_at
 from shared.home import socket_path
 from shared.models.agents import MAX_CONTEXT_WINDOW
 from shared.protocol import request

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agentd import supervisor
-from agentd.supervisor import Child, Stack
+from agentd.stack import supervisor
+from agentd.stack.supervisor import Child, Stack
 from shared.settings import Settings
 from tests.support.waiting import ceiling, wait_for
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentd.supervisor import worker_command
+from agentd.stack.supervisor import worker_command
 from shared.coordination import redis_keys
 from shared.coordination.embedded import ping
 from shared.store.layout import Layout

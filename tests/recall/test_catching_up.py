@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.recall import READ_AT_OPEN
+from agentd.recall.service import READ_AT_OPEN
 from shared.ids import new_id
 from shared.models.messages import Message
 from shared.store.jsonl import MessageLog
@@ -62,7 +62,7 @@ def test_a_search_while_the_index_catches_up_says_what_it_cannot_see_yet(
     daemon.stop()
     _written_after_the_stop(agentd_home, agent["id"], TAIL)
     release = agentd_home / "release-the-catch-up"
-    monkeypatch.setattr("agentd.recall_client.RECALL_MODULE", "tests.support.held_recall")
+    monkeypatch.setattr("agentd.recall.client.RECALL_MODULE", "tests.support.held_recall")
     monkeypatch.setenv(RELEASE_ENV, str(release))
     again = DaemonRunner(agentd_home)
     again.start()
@@ -100,7 +100,7 @@ def test_a_restart_over_an_index_that_misses_nothing_is_ready_at_once(
     daemon.result("chat", {"text": "apple pie recipe"})
     daemon.stop()  # an orderly stop writes every indexed message to the segments
     release = agentd_home / "release-the-catch-up"  # a catch-up reading a log waits for it
-    monkeypatch.setattr("agentd.recall_client.RECALL_MODULE", "tests.support.held_recall")
+    monkeypatch.setattr("agentd.recall.client.RECALL_MODULE", "tests.support.held_recall")
     monkeypatch.setenv(RELEASE_ENV, str(release))
     again = DaemonRunner(agentd_home)
     again.start()

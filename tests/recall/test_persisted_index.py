@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agentd import recall
-from agentd.recall import RecallService
+from agentd.recall import service as recall
+from agentd.recall.service import RecallService
 from shared.ids import new_id
 from shared.models.messages import Message
 from shared.recall.documents import read_documents

@@ -1,4 +1,4 @@
-"""Recall runs in a process of its own (``agentd/recall_process.py``): the daemon outlives
+"""Recall runs in a process of its own (``agentd/recall/process.py``): the daemon outlives
 it, a new one finds every message, including those appended while none ran, and it does
 not outlive the daemon."""
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentd.recall_client import RecallClient
+from agentd.recall.client import RecallClient
 from shared.errors import RecallUnavailable
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import AgentdProcess, run_agentctl

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from agentd.agents import Agents
-from agentd.requests import AgentCreate
+from agentd.daemon.agents import Agents
+from agentd.daemon.requests import AgentCreate
 from shared.ids import new_id
 from shared.models.agents import AgentRecord
 from shared.models.reflection import ReflectionOutcome, ReflectionRequest

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agentd.agents import Agents
+from agentd.daemon.agents import Agents
 from reflector import work
 from shared import sandbox
 from shared.clock import user_zone

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentd import outbox
+from agentd.reflection import outbox
 from shared.clock import user_zone
 from shared.models.reflection import ReflectionOutcome
 from shared.reflection.job import JOB_FORMAT, JobMessage

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from agentd.agents import Agents
-from agentd.requests import AgentCreate
+from agentd.daemon.agents import Agents
+from agentd.daemon.requests import AgentCreate
 from shared.models.reflection import ReflectionOutcome
 from shared.reflection.policy import ReflectionOverrides
 from shared.reflection.state import load_state, record_turn

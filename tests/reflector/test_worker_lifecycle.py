@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.status import redis_status
+from agentd.daemon.status import redis_status
 from reflector.app import create_app
 from shared.coordination import redis_keys
 from shared.coordination.broker import locate

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from agentd.doctor import check_agent_bash
+from agentd.stack.doctor import check_agent_bash
 from shared import sandbox
 from shared.agent.tools.base import Tool, ToolContext
 from shared.agent.tools.bash import Bash

@@ -28,9 +28,9 @@ from pathlib import Path
 import pytest
 import structlog
 
-from agentd.doctor import check_sandbox
 from agentd.jobs.checkout import create_worktree
 from agentd.jobs.finalize import finalize
+from agentd.stack.doctor import check_sandbox
 from reflector.tools import ReflectionBash, reflection_context
 from shared import sandbox
 from shared.agent.tools.base import ToolContext

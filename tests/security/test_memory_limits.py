@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from agentd.doctor import run_doctor
-from agentd.doctor_memory import check_memory_sizes, check_memory_walls
+from agentd.stack.doctor import run_doctor
+from agentd.stack.doctor_memory import check_memory_sizes, check_memory_walls
 from shared.errors import ClientError
 from shared.memory import git
 from shared.providers.scripted import ScriptedProvider, text_reply, tool_reply

@@ -116,7 +116,7 @@ def test_no_process_of_agentd_up_is_started_with_a_key_and_the_keys_still_work(
 ) -> None:
     tree = [stack.pid, *descendants(stack.pid)]
     names = " | ".join(cmdline(pid) for pid in tree)
-    for part in ("agentd.cli up", "valkey", "agentd.cli serve", "agentd.recall_process", "celery"):
+    for part in ("agentd.cli up", "valkey", "agentd.cli serve", "agentd.recall.process", "celery"):
         assert part in names, f"{part} is not in the stack: {names}"
     assert len([pid for pid in tree if "celery" in cmdline(pid)]) == 2, "a worker and its child"
     assert leaks(tree) == []

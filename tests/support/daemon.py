@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd.client.connection import Connection
-from agentd.server import Daemon
+from agentd.daemon.server import Daemon
 from shared.clock import Clock, utc_now
 from shared.providers.base import Provider
 from shared.providers.factory import ProviderFactory

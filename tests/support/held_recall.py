@@ -1,7 +1,7 @@
 """A recall process whose catch-up on the logs waits until a file exists.
 
-Run by the daemon in place of ``agentd.recall_process`` (a test sets
-``agentd.recall_client.RECALL_MODULE``), with the file named by ``HELD_RECALL_RELEASE``:
+Run by the daemon in place of ``agentd.recall.process`` (a test sets
+``agentd.recall.client.RECALL_MODULE``), with the file named by ``HELD_RECALL_RELEASE``:
 a test can then look at the daemon while its index is still catching up.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import agentd.recall
-from agentd.recall_process import main
+import agentd.recall.service
+from agentd.recall.process import main
 from shared.recall.documents import Document, read_documents
 from tests.support.waiting import wait_for
 
@@ -28,5 +28,5 @@ def _held(*args: Any, **kwargs: Any) -> Iterator[Document]:
 
 
 if __name__ == "__main__":
-    agentd.recall.read_documents = _held  # type: ignore[assignment]
+    agentd.recall.service.read_documents = _held  # type: ignore[assignment]
     main(sys.argv[1:])

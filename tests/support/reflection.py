@@ -16,7 +16,7 @@ import redis
 from agentd.jobs.prepare import Desk, Prepared, prepare_or_fail
 from agentd.jobs.record import record
 from agentd.jobs.settle import read_answer, settle
-from agentd.outbox import OutboxEntry
+from agentd.reflection.outbox import OutboxEntry
 from reflector.gates import model_setup
 from reflector.work import RedisTransfer, WorkerContext, run_work
 from shared.coordination import jobs, transfer

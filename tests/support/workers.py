@@ -14,7 +14,7 @@ from pathlib import Path
 
 import redis
 
-from agentd.supervisor import worker_command
+from agentd.stack.supervisor import worker_command
 from shared.coordination.embedded import EmbeddedRedis
 from shared.store.layout import Layout
 from tests.support.waiting import ceiling, wait_for

@@ -11,8 +11,8 @@ import pytest
 
 from agentd import cli
 from agentd.client import main as agentctl
-from agentd.supervisor import Stack
-from agentd.up_web import check_address
+from agentd.stack.supervisor import Stack
+from agentd.stack.up_web import check_address
 from agentd.web.address import WebAddress
 from agentd.web.charts import CHART_DAYS, outcomes_per_day
 from agentd.web.markdown import render_blocks
