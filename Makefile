@@ -13,9 +13,9 @@ up: $(STAMP)  ## install, then run the whole stack in the foreground (Ctrl-C sto
 
 # The suite runs in parallel processes (pytest-xdist), three per core and at most 8: most of
 # its time is spent waiting on the daemons, workers and Valkeys it starts, not computing.
-# Measured on the shared 2-core VM, never idle (load average 16-20): `make test` 12 min 34 s
-# (1,342 tests), `make test-fast` 4 min 13 s (the 1,033 not marked slow, none of which
-# imports litellm). A busy machine makes them slower, not red: every wait is a ceiling that
+# Measured on the 2-core VM, idle (load average 1-5): `make test` 4 min 41 s (1,404 tests),
+# `make test-fast` 55 s (the 1,064 not marked slow, none of which imports litellm). A busy
+# machine makes them slower, not red: every wait is a ceiling that
 # AGENTD_TEST_TIMEOUT_SCALE scales (default 4; tests/support/waiting.py).
 # TEST_WORKERS=0 runs it in this one process. Bytecode caches are written (into the ignored
 # __pycache__ directories) even where PYTHONDONTWRITEBYTECODE is set, so that the hundreds
