@@ -6,49 +6,33 @@ run made before the command that names it runs."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.readme import TIME, console_steps, shaped, with_this_python_first
 from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 ID = re.compile(r"\b[0-9A-HJKMNP-TV-Z]{8}\b")
 """A short id (of an approval, a turn): eight of ULID's Crockford base32 characters."""
 VARYING = [
-    (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:Z|[+-]\d\d:\d\d)"), "<time>"),
+    (TIME, "<time>"),
     (re.compile(r"\bconv-[0-9A-Z]{26}\b"), "<conversation>"),
     (ID, "<id>"),
 ]
 
 
 def walkthrough() -> list[tuple[str, list[str]]]:
-    """The commands of the Approvals section's console block, each with its output."""
-    text = README.read_text()
-    section = text[text.index("### Approvals") :]
-    block = section[section.index("```console\n") + len("```console\n") :]
-    block = block[: block.index("```")]
-    steps: list[tuple[str, list[str]]] = []
-    for line in block.splitlines():
-        if line.startswith("$ "):
-            steps.append((line[2:], []))
-        else:
-            steps[-1][1].append(line)
-    return steps
+    return console_steps("### Approvals")
 
 
 def shape(line: str) -> str:
-    for pattern, placeholder in VARYING:
-        line = pattern.sub(placeholder, line)
-    return line
+    return shaped(line, VARYING)
 
 
 @pytest.fixture
@@ -60,7 +44,7 @@ def agentd() -> Iterator[AgentdProcess]:
 
 def test_the_readme_approvals_walkthrough_prints_what_it_shows(agentd: AgentdProcess) -> None:
     assert run_agentctl("agents", "show", env=agentd.env).returncode == 0  # the default agent
-    env = {**agentd.env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{agentd.env['PATH']}"}
+    env = with_this_python_first(agentd.env)
     steps = walkthrough()
     assert [command.split()[:2] for command, _ in steps] == [
         ["agentctl", "agents"],

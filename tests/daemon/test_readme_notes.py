@@ -6,47 +6,31 @@ one this run made before the command that names it runs."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.support.processes import AgentdProcess
+from tests.support.readme import TIME, console_steps, shaped, with_this_python_first
 from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 SHA = re.compile(r"\b[0-9a-f]{7}\b")
 VARYING = [
-    (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:Z|[+-]\d\d:\d\d)"), "<time>"),
+    (TIME, "<time>"),
     (SHA, "<sha>"),
 ]
 
 
 def walkthrough() -> list[tuple[str, list[str]]]:
-    """The commands of the section's console block, each with its output."""
-    text = README.read_text()
-    section = text[text.index("### Remember and forget") :]
-    block = section[section.index("```console\n") + len("```console\n") :]
-    block = block[: block.index("```")]
-    steps: list[tuple[str, list[str]]] = []
-    for line in block.splitlines():
-        if line.startswith("$ "):
-            steps.append((line[2:], []))
-        else:
-            steps[-1][1].append(line)
-    return steps
+    return console_steps("### Remember and forget")
 
 
 def shape(line: str) -> str:
-    for pattern, placeholder in VARYING:
-        line = pattern.sub(placeholder, line)
-    return line
+    return shaped(line, VARYING)
 
 
 @pytest.fixture
@@ -59,7 +43,7 @@ def agentd() -> Iterator[AgentdProcess]:
 def test_the_readme_remember_and_forget_walkthrough_prints_what_it_shows(
     agentd: AgentdProcess,
 ) -> None:
-    env = {**agentd.env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{agentd.env['PATH']}"}
+    env = with_this_python_first(agentd.env)
     steps = walkthrough()
     assert [command.split()[:2] for command, _ in steps] == [
         ["agentctl", "chat"],

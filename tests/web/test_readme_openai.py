@@ -7,22 +7,19 @@ that names them runs."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.readme import console_steps, shaped, with_this_python_first
 from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 KEY = re.compile(r"agentd-[A-Za-z0-9_-]{43}")
 ENDPOINT = re.compile(r"http://127\.0\.0\.1:\d+/v1")
 VARYING = [
@@ -34,23 +31,11 @@ VARYING = [
 
 
 def walkthrough() -> list[tuple[str, list[str]]]:
-    text = README.read_text()
-    section = text[text.index("## The OpenAI-compatible endpoint") :]
-    block = section[section.index("```console\n") + len("```console\n") :]
-    block = block[: block.index("```")]
-    steps: list[tuple[str, list[str]]] = []
-    for line in block.splitlines():
-        if line.startswith("$ "):
-            steps.append((line[2:], []))
-        else:
-            steps[-1][1].append(line)
-    return steps
+    return console_steps("## The OpenAI-compatible endpoint")
 
 
 def shape(line: str) -> str:
-    for pattern, placeholder in VARYING:
-        line = pattern.sub(placeholder, line)
-    return line
+    return shaped(line, VARYING)
 
 
 @pytest.fixture
@@ -64,7 +49,7 @@ def test_the_readme_endpoint_walkthrough_prints_what_it_shows(agentd: AgentdProc
     # The Quick start's first chat: the default agent, and what it was told.
     said = run_agentctl("chat", "-p", "我更喜欢用 tabs 缩进", env=agentd.env)
     assert said.returncode == 0, said.stderr
-    env = {**agentd.env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{agentd.env['PATH']}"}
+    env = with_this_python_first(agentd.env)
     steps = walkthrough()
     assert [command.split()[0] for command, _ in steps] == [
         "agentctl",
