@@ -26,7 +26,37 @@ from typing import Any
 from tests.support.waiting import ceiling, wait_for
 from tests.support.workers import RedisForTests
 
-HIDE_TMP = 'mount -t tmpfs -o mode=0700 tmpfs /tmp && mkdir -p /tmp/worker-home && exec "$@"'
+ROOT = Path(__file__).resolve().parents[2]
+
+HIDE_TMP = """set -e
+IFS=:
+i=0
+for keep in $KEEP_UNDER_TMP; do
+  i=$((i + 1)); mkdir -p "/run/agentd-keep-$$/$i"; mount --bind "$keep" "/run/agentd-keep-$$/$i"
+done
+mount -t tmpfs -o mode=0700 tmpfs /tmp
+i=0
+for keep in $KEEP_UNDER_TMP; do
+  i=$((i + 1)); mkdir -p "$keep"; mount --move "/run/agentd-keep-$$/$i" "$keep"
+  rmdir "/run/agentd-keep-$$/$i"
+done
+[ "$i" = 0 ] || rmdir "/run/agentd-keep-$$"
+mkdir -p /tmp/worker-home
+exec "$@"
+"""
+"""Cover ``/tmp``, where the daemon's home is, with an empty tmpfs; first set aside (and
+then put back) what the worker runs from when that is under ``/tmp`` too: a checkout cloned
+there, as CI's is, and its virtualenv."""
+
+
+def kept_under_tmp() -> str:
+    """This checkout and this Python where they lie under ``/tmp`` (``:``-separated, the
+    outermost of nested ones only)."""
+    wanted = {ROOT, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
+    under = [p for p in wanted if p.is_relative_to("/tmp") and p != Path("/tmp")]
+    return ":".join(
+        str(p) for p in sorted(under) if not any(p != q and p.is_relative_to(q) for q in under)
+    )
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -115,6 +145,7 @@ class RemoteWorker:
             "AGENTD_BLOCK_REMOTE_MODELS": "1",
             "AGENTD_LOG_FORMAT": "console",
             "PYTHONUNBUFFERED": "1",
+            "KEEP_UNDER_TMP": kept_under_tmp(),
             **env,
         }
         self.proc: subprocess.Popen[bytes] | None = None
@@ -187,6 +218,9 @@ def remote_redis(home: Path, out: Path, password: str) -> Iterator[dict[str, Any
     pair, with ``password``: ``link``, ``redis``, ``url`` (for a remote worker), ``out``
     (where workers' output goes) and ``workers`` (stopped at the end)."""
     assert home.is_relative_to("/tmp"), "the home must be where the remote worker sees none"
+    assert not any(home.is_relative_to(kept) for kept in kept_under_tmp().split(":") if kept), (
+        "the home must not lie in what the remote worker keeps of /tmp"
+    )
     link = Link().up()
     port = link.free_port()
     redis = RedisForTests(home, listen=(link.host_ip, port), password=password)
