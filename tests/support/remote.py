@@ -15,7 +15,6 @@ import fcntl
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.waiting import ceiling, wait_for
-from tests.support.workers import RedisForTests
+from tests.support.workers import RedisForTests, kill_group, stop_group
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -198,18 +197,10 @@ class RemoteWorker:
     def kill_hard(self) -> None:
         """kill -9 of the whole worker (its main process and its pool children)."""
         assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(ceiling(10))
+        kill_group(self.proc)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(ceiling(30))
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(ceiling(10))
+        stop_group(self.proc)
 
 
 @contextlib.contextmanager

@@ -20,6 +20,23 @@ from shared.store.layout import Layout
 from tests.support.waiting import ceiling, wait_for
 
 
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """kill -9 of ``proc``'s whole process group (a worker and its pool children)."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(ceiling(10))
+
+
+def stop_group(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM to ``proc``'s process group, kill -9 if it has not ended within a ceiling."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(ceiling(30))
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+
+
 class RedisForTests:
     """The embedded Valkey exactly as ``agentd up`` runs it, persistence included, so a
     restart in a test loads what the last server wrote."""
@@ -94,15 +111,7 @@ class WorkerProcess:
     def kill_hard(self) -> None:
         """kill -9 of the whole worker (main process and its pool children)."""
         assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(ceiling(10))
+        kill_group(self.proc)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(ceiling(30))
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(ceiling(10))
+        stop_group(self.proc)
