@@ -1,6 +1,9 @@
 """``agentctl chat`` asks in place about a call that waits for approval: the real agentctl
-on a pseudo-terminal, the real agentd, a model on the scripted OpenAI-compatible server
-calling ``bash``, which the agent's settings say needs a yes."""
+on a pseudo-terminal, the real agentd, the mock model calling ``bash`` when told to "run
+`CMD`", which the agent's settings say needs a yes; what the model read of the call's
+result is what the mock answers (``The command printed: …`` / ``The command did not run:
+…``). Keys typed ahead need the turn held before its question: a model on the scripted
+OpenAI-compatible server, held there, does that."""
 
 from __future__ import annotations
 
@@ -24,7 +27,17 @@ from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
 
-TOUCH = json.dumps({"command": "echo ran >> count.txt; echo touched"})
+TOUCHING = "echo ran >> count.txt; echo touched"
+TOUCH = json.dumps({"command": TOUCHING})
+ASK = f"run `{TOUCHING}`"
+"""What makes the mock model call ``bash`` with :data:`TOUCH`."""
+
+
+@pytest.fixture
+def agentd() -> Iterator[AgentdProcess]:
+    process = AgentdProcess().start(timeout_s=120)
+    yield process
+    process.stop()
 
 
 @pytest.fixture
@@ -34,7 +47,7 @@ def server() -> Iterator[FakeOpenAIServer]:
 
 
 @pytest.fixture
-def agentd(server: FakeOpenAIServer) -> Iterator[AgentdProcess]:
+def litellm_agentd(server: FakeOpenAIServer) -> Iterator[AgentdProcess]:
     process = AgentdProcess(
         AGENTD_MODEL="openai/test-model",
         AGENTD_API_BASE=server.url,
@@ -45,11 +58,16 @@ def agentd(server: FakeOpenAIServer) -> Iterator[AgentdProcess]:
     process.stop()
 
 
-@pytest.fixture
-def ada(agentd: AgentdProcess) -> dict[str, Any]:
+def make_ada(agentd: AgentdProcess) -> dict[str, Any]:
     for args in (("agents", "create", "ada"), ("agents", "update", "ada", "--approve", "bash")):
         assert run_agentctl(*args, env=agentd.env).returncode == 0
-    return json.loads(run_agentctl("agents", "show", "ada", "--json", env=agentd.env).stdout)
+    shown = run_agentctl("agents", "show", "ada", "--json", env=agentd.env)
+    return json.loads(shown.stdout)
+
+
+@pytest.fixture
+def ada(agentd: AgentdProcess) -> dict[str, Any]:
+    return make_ada(agentd)
 
 
 @contextmanager
@@ -66,70 +84,67 @@ def runs(agentd: AgentdProcess, agent: dict[str, Any]) -> int:
     return len(count.read_text().splitlines()) if count.exists() else 0
 
 
+def users(agentd: AgentdProcess) -> list[str]:
+    """What the user said in ada's conversation: each line that reached the model."""
+    shown = run_agentctl("messages", "--agent", "ada", "--json", env=agentd.env)
+    return [m["content"] for m in json.loads(shown.stdout) if m["role"] == "user"]
+
+
 def test_the_repl_asks_in_place_and_yes_runs_the_call_and_goes_on(
-    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+    agentd: AgentdProcess, ada: dict[str, Any]
 ) -> None:
-    server.enqueue(body=chat_completion(None, tool_calls=[tool_call("bash", TOUCH)]))
-    server.enqueue(body=chat_completion("Touched it."))
     with chat(agentd) as terminal:
         terminal.expect(PROMPT)
-        terminal.type("touch the file" + ENTER)
-        before = terminal.expect("run bash `echo ran >> count.txt; echo touched`? [y/N] ")
+        terminal.type(ASK + ENTER)
+        before = terminal.expect(f"run bash `{TOUCHING}`? [y/N] ")
         assert f"⚙ bash({TOUCH})  (awaiting approval " in before
-        assert runs(agentd, ada) == 0 and len(server.requests) == 1
+        assert runs(agentd, ada) == 0
         terminal.type("y" + ENTER)
         carried = terminal.expect(PROMPT)
-        assert "✓ touched" in carried and "Touched it." in carried
+        assert "✓ touched" in carried and "The command printed: touched" in carried
         terminal.type(CTRL_D)
         assert terminal.exit_status() == 0
     assert runs(agentd, ada) == 1
-    assert server.requests[1]["messages"][-1]["content"] == "touched"
 
 
 def test_words_at_the_question_deny_the_call_and_are_the_reason_the_model_reads(
-    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+    agentd: AgentdProcess, ada: dict[str, Any]
 ) -> None:
-    server.enqueue(body=chat_completion(None, tool_calls=[tool_call("bash", TOUCH)]))
-    server.enqueue(body=chat_completion("I will leave it."))
     with chat(agentd) as terminal:
         terminal.expect(PROMPT)
-        terminal.type("touch the file" + ENTER)
+        terminal.type(ASK + ENTER)
         terminal.expect("? [y/N] ")
         terminal.type("not now, it is being backed up" + ENTER)
         carried = terminal.expect(PROMPT)
         assert "✗ the user denied this call: not now, it is being backed up" in carried
-        assert "I will leave it." in carried
+        read = "The command did not run: the user denied this call: not now, it is being backed up"
+        assert read in carried
         terminal.type(CTRL_D)
         assert terminal.exit_status() == 0
     assert runs(agentd, ada) == 0
-    told = server.requests[1]["messages"][-1]
-    assert told["content"] == "the user denied this call: not now, it is being backed up"
 
 
 def test_a_call_left_waiting_by_chat_p_is_asked_about_when_the_repl_opens_it(
-    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+    agentd: AgentdProcess, ada: dict[str, Any]
 ) -> None:
-    server.enqueue(body=chat_completion(None, tool_calls=[tool_call("bash", TOUCH)]))
-    waits = run_agentctl("chat", "-p", "touch the file", "--agent", "ada", env=agentd.env)
+    waits = run_agentctl("chat", "-p", ASK, "--agent", "ada", env=agentd.env)
     assert waits.returncode == 3
-    server.enqueue(body=chat_completion("Done now."))
     with chat(agentd) as terminal:
         shown = terminal.expect("? [y/N] ")
         assert "1 tool call(s) of this conversation wait" in shown
         terminal.type("y" + ENTER)
-        assert "Done now." in terminal.expect(PROMPT)
+        assert "The command printed: touched" in terminal.expect(PROMPT)
         terminal.type(CTRL_D)
         assert terminal.exit_status() == 0
     assert runs(agentd, ada) == 1
 
 
 def test_ctrl_c_at_the_question_leaves_the_call_waiting(
-    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+    agentd: AgentdProcess, ada: dict[str, Any]
 ) -> None:
-    server.enqueue(body=chat_completion(None, tool_calls=[tool_call("bash", TOUCH)]))
     with chat(agentd) as terminal:
         terminal.expect(PROMPT)
-        terminal.type("touch the file" + ENTER)
+        terminal.type(ASK + ENTER)
         terminal.expect("? [y/N] ")
         terminal.interrupt()
         left = terminal.expect(PROMPT)
@@ -153,24 +168,25 @@ def piped(agentd: AgentdProcess, lines: str) -> subprocess.CompletedProcess[str]
 
 
 def test_piped_lines_stop_at_a_call_that_waits_with_exit_3_and_send_no_more(
-    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+    agentd: AgentdProcess, ada: dict[str, Any]
 ) -> None:
-    server.enqueue(body=chat_completion(None, tool_calls=[tool_call("bash", TOUCH)]))
-
-    first = piped(agentd, "touch the file\nand one more\n")
+    first = piped(agentd, f"{ASK}\nand one more\n")
 
     assert first.returncode == 3
     assert "■ bash waits for your approval: agentctl approve " in first.stderr
-    assert len(server.requests) == 1, "the line after the waiting turn was sent"
+    assert users(agentd) == [ASK], "the line after the waiting turn was sent"
     later = piped(agentd, "and another thing\n")
     assert later.returncode == 1 and later.stderr.startswith("approval_pending: ")
-    assert len(server.requests) == 1 and runs(agentd, ada) == 0
+    assert users(agentd) == [ASK] and runs(agentd, ada) == 0
 
 
 def test_keys_typed_while_the_turn_ran_answer_no_question_they_never_saw(
-    agentd: AgentdProcess, server: FakeOpenAIServer, ada: dict[str, Any]
+    litellm_agentd: AgentdProcess, server: FakeOpenAIServer
 ) -> None:
-    """A ``y`` typed ahead for the next prompt must not approve a call asked about later."""
+    """A ``y`` typed ahead for the next prompt must not approve a call asked about later
+    (the scripted model holds the turn, so the keys are surely typed while it runs)."""
+    agentd = litellm_agentd
+    ada = make_ada(agentd)
     server.enqueue(body=chat_completion(None, tool_calls=[tool_call("bash", TOUCH)]), hang_after=0)
     server.enqueue(body=chat_completion("Left it alone."))
     with chat(agentd) as terminal:
