@@ -6,8 +6,8 @@ own config, ``filter.x.clean = sh .f.sh``, a script that copies ``agentd.toml`` 
 key) to a canary on the host, then changes a file without changing its size (so git must
 filter it to know). Git in the parent descends into a tracked nested repository
 (``status``, ``add``) and runs that filter there, outside every sandbox, as the daemon's
-user. Two routes: the main agent's own ``bash`` (a scripted model
-over the real OpenAI-compatible HTTP path, a real ``agentd serve``, real bubblewrap, real
+user. Two routes: the main agent's own ``bash`` (the mock model, told to run the attack,
+calls it and says what the call returned; a real ``agentd serve``, real bubblewrap, real
 git), and the reflection sub-agent in its clone (the real pipeline and sandbox). Each ends
 with no canary on the host, the typed error where the model or the user sees it, and no
 nested repository in memory's history. A 20 MB file made by the same ``bash`` is not
@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +33,6 @@ from shared.reflection.backoff import load_backoff
 from tests.reflector.conftest import READ, World, watermark
 from tests.reflector.conftest import world as world  # the fixture
 from tests.security.walls import CANARY_KEY
-from tests.support.openai_server import FakeOpenAIServer, chat_completion, tool_call
 from tests.support.processes import AgentdProcess, run_agentctl
 
 pytestmark = pytest.mark.skipif(
@@ -75,12 +75,6 @@ def no_nested_repository_in(entries: list[str]) -> bool:
 
 
 @pytest.fixture
-def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as fake:
-        yield fake
-
-
-@pytest.fixture
 def home_outside_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """The daemon's home, short enough for its socket."""
     home = Path(tempfile.mkdtemp(prefix="agentd-nr-", dir="/tmp"))
@@ -89,39 +83,32 @@ def home_outside_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(home, ignore_errors=True)
 
 
-def bash_turn(server: FakeOpenAIServer, command: str, *, id: str) -> None:
-    server.enqueue(
-        body=chat_completion(
-            None, tool_calls=[tool_call("bash", json.dumps({"command": command}), id=id)]
-        )
-    )
-    server.enqueue(body=chat_completion("done"))
+def bash_turn(daemon: AgentdProcess, command: str) -> subprocess.CompletedProcess[str]:
+    """A turn in which the mock model runs ``command`` and says what the call returned."""
+    return run_agentctl("chat", "-p", f"run `{command}`", env=daemon.env)
+
+
+def what_the_model_read(turn: subprocess.CompletedProcess[str]) -> str:
+    """The call's result as the mock model read it (its answer, the last line)."""
+    return turn.stdout.splitlines()[-1]
 
 
 @pytest.mark.slow
 def test_the_agents_bash_leaves_no_nested_repository_and_nothing_runs_on_the_host(
-    server: FakeOpenAIServer, home_outside_tmp: Path
+    home_outside_tmp: Path,
 ) -> None:
     home = home_outside_tmp
     canary = home / "CANARY"
     (home / "agentd.toml").write_text(f'api_key = "{CANARY_KEY}"\n')
-    daemon = AgentdProcess(
-        AGENTD_MODEL="openai/test-model",
-        AGENTD_API_BASE=server.url,
-        AGENTD_CONTEXT_WINDOW="32000",
-    ).start()
+    daemon = AgentdProcess().start()
     try:
-        bash_turn(server, nested_repository_attack(home, canary), id="call-plant")
-        first = run_agentctl("chat", "-p", "keep notes", env=daemon.env)
+        first = bash_turn(daemon, nested_repository_attack(home, canary))
         status = run_agentctl("status", env=daemon.env)
-        bash_turn(
-            server,
+        second = bash_turn(
+            daemon,
             'echo "- more" > "$MEMORY_DIR/notes/more.md" && '
             'head -c 20000000 /dev/zero > "$MEMORY_DIR/notes/huge.md" && echo written',
-            id="call-huge",
         )
-        second = run_agentctl("chat", "-p", "and more", env=daemon.env)
-        server.enqueue(body=chat_completion("nothing to do"))
         third = run_agentctl("chat", "-p", "anything else?", env=daemon.env)
         committed = run_agentctl("memory", "commit", env=daemon.env)
         again = run_agentctl("status", env=daemon.env)
@@ -133,11 +120,12 @@ def test_the_agents_bash_leaves_no_nested_repository_and_nothing_runs_on_the_hos
     assert not canary.exists(), canary.read_text()
     for result in (first, status, second, third, committed, again):
         assert result.returncode == 0, result.stderr
-    planted = server.requests[1]["messages"][-1]["content"]
-    assert "planted" in planted
+    planted = what_the_model_read(first)
+    assert planted.startswith("The command printed: planted"), planted
     assert "[nested_repository: notes/sub/.git is a git repository inside memory" in planted
     assert "also refused: notes/sub2/.git" in planted
-    huge = server.requests[3]["messages"][-1]["content"]
+    huge = what_the_model_read(second)
+    assert huge.startswith("The command printed: written"), huge
     assert "[memory_too_large: notes/huge.md is 20,000,000 bytes, over the 1,048,576-byte" in huge
     entries = history_of(memory)
     assert no_nested_repository_in(entries), entries
