@@ -4,8 +4,10 @@ suite's own ``AGENTD_TEST_TIMEOUT_SCALE``, which the processes it starts read to
 ``tests/support/waiting.py``).
 
 Unix socket paths are limited to ~107 bytes, and pytest's ``tmp_path`` can be longer, so
-the home lives in a short directory under /tmp. Remote model calls are refused
-(``AGENTD_BLOCK_REMOTE_MODELS``): only the local fake OpenAI server may be reached.
+the home lives in a short directory under /tmp; it goes at the test's end, and so does
+whatever the test kept beside it under the home's name (a worker's output). Remote
+model calls are refused (``AGENTD_BLOCK_REMOTE_MODELS``): only the local fake OpenAI
+server may be reached.
 Every test starts under the common login umask 022, whatever the one before it did:
 agentd's entry points set umask 077 for the whole process, and a test that calls one
 in-process would otherwise decide the modes of every later test's files on that worker.
@@ -52,6 +54,11 @@ def agentd_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield home
     shutil.rmtree(home, ignore_errors=True)
     shutil.rmtree(worker_dir, ignore_errors=True)
+    for beside in home.parent.glob(f"{home.name}-*"):  # e.g. a worker's output, kept beside
+        if beside.is_dir() and not beside.is_symlink():
+            shutil.rmtree(beside, ignore_errors=True)
+        else:
+            beside.unlink(missing_ok=True)
 
 
 @pytest.fixture
