@@ -152,7 +152,8 @@ def test_agentd_worker_hands_its_celery_process_the_keys_on_a_descriptor(
     ``EnvironmentFile``): the Celery process it becomes holds none in its environment, and
     the reflection's model call still carries the key."""
     env = {**os.environ, **KEYS, **MODEL, "AGENTD_API_BASE": server.url}
-    with open(agentd_home.parent / f"{agentd_home.name}-worker.out", "wb") as out:
+    output = agentd_home.parent / f"{agentd_home.name}-worker.out"
+    with open(output, "wb") as out:
         worker = subprocess.Popen(
             [sys.executable, "-m", "agentd.cli", "worker", "--concurrency", "1"],
             env=env,
@@ -167,8 +168,10 @@ def test_agentd_worker_hands_its_celery_process_the_keys_on_a_descriptor(
         assert "celery" in cmdline(worker.pid)  # it became the worker, in place
         assert leaks(tree) == []
         ask(agentd_home, "chat", {"text": "I prefer tabs."})
-        assert ask(agentd_home, "reflection.request", {})["queued"] is True
-        wait_for(lambda: len(server.requests) > 1, "the reflection's model call", timeout_s=60)
+        asked = ask(agentd_home, "reflection.request", {"wait_s": ceiling(50)})
+        log = output.read_text(errors="replace")
+        assert asked["outcome"] is not None, f"no outcome of the reflection; the worker:\n{log}"
+        assert len(server.requests) > 1, f"no model call in {asked['outcome']}; worker:\n{log}"
         assert server.authorizations[1] == f"Bearer {KEYS['AGENTD_API_KEY']}"
         assert leaks([worker.pid, *descendants(worker.pid)]) == []
     finally:
