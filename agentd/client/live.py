@@ -103,12 +103,15 @@ class WaitingLine:
                 return
 
     def stop(self) -> None:
-        """Stop drawing and erase the line, before anything else is printed."""
-        if self._thread is None:
+        """Stop drawing and erase the line, before anything else is printed. A Ctrl-C can
+        cut ``start`` short before its thread began: told to stop, that one draws nothing
+        when it does begin, and there is nothing to wait for."""
+        thread, self._thread = self._thread, None
+        if thread is None:
             return
         self._stopped.set()
-        self._thread.join()
-        self._thread = None
+        if thread.is_alive():
+            thread.join()
         if self._drawn:
             self._drawn = False
             sys.stderr.write(_ERASE)
