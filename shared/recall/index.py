@@ -32,6 +32,7 @@ from shared.recall.ranking import SearchRequest
 from shared.recall.schema import (
     ROLE_CODE,
     SEQ_MASK,
+    block_of,
     conversation_hash,
     fast_ints,
     keys_of,
@@ -44,8 +45,11 @@ from shared.recall.text import parse_query
 
 WRITER_HEAP = 16_000_000
 """Bytes tantivy's writer buffers before it writes a segment on its own (its least)."""
-BUILD_HEAP = 128_000_000
-"""The same while a build reads the logs: fewer, larger segments, fewer merges."""
+BUILD_HEAP = 256_000_000
+"""The same while a build reads the logs: fewer, larger segments, fewer merges. 200,000
+messages of the bench's corpus fit (one segment: 0.96× the raw text on disk where two
+segments of 128 MB took 1.01×); it is what the recall process may grow by while it
+rebuilds a large agent's index, and no more."""
 BUILD_COMMIT = 200_000
 """Messages a build adds between commits: what a crash makes it read again, at most."""
 
@@ -254,9 +258,14 @@ class AgentIndex:
             return None
         conversation = conversation_hash(request.current_conversation_id)
         key = self._asking.get(conversation)
-        if key is not None:
-            query = tantivy.Query.term_query(self._schema, "key", key)
-            found = self._searcher.search(query, 1, count=False).hits
+        if key is not None:  # one of the (at most eight) messages of its block
+            query = tantivy.Query.term_query(self._schema, "block", block_of(key))
+            block = [address for _, address in self._searcher.search(query, 8, count=False).hits]
+            found = [
+                (0.0, address)
+                for address, other in zip(block, keys_of(self._searcher, block), strict=True)
+                if other == key
+            ]
         else:  # not added since the index was opened: the newest in the index
             users = [
                 (tantivy.Occur.Must, tantivy.Query.term_query(self._schema, field, value))

@@ -13,8 +13,9 @@ adds to a match; it makes none.
 tantivy ranks by BM25 alone, so this is a rerank of its best candidates
 (:data:`~shared.recall.ranking.CANDIDATES` of them, by their own BM25) and of their
 neighbours that match too, which are the messages lending most often lifts: for each
-query term, one search restricted to those messages and theirs gives each of them its
-BM25 for that term, from which every candidate's loan is summed. On LoCoMo
+query term, one search restricted to those messages and theirs (by the blocks holding
+them, see ``block`` in :mod:`~shared.recall.schema`) gives each of them its BM25 for that
+term, from which every candidate's loan is summed. On LoCoMo
 (``tests/bench/locomo_bench.py``) this ranks as well as lending to every match.
 """
 
@@ -24,10 +25,9 @@ from collections.abc import Callable, Sequence
 
 import tantivy
 
-from shared.recall.queries import keys as with_keys
-from shared.recall.queries import restricted
+from shared.recall.queries import around, restricted
 from shared.recall.ranking import NEIGHBOUR_SHARE
-from shared.recall.schema import keys_of, place
+from shared.recall.schema import BLOCK_BITS, block_of, keys_of, place
 
 REACH = 2
 """Keys either side of a candidate whose scores are read: its neighbours, and theirs (a
@@ -53,15 +53,21 @@ def lend(
     addresses = [address for _, address in hits]
     keys = keys_of(searcher, addresses)
     steps = range(-REACH, REACH + 1)
-    among = with_keys(schema, {k + step for k in keys for step in steps if k + step >= 0})
-    room = len(keys) * (2 * REACH + 1)
+    wanted = {k + step for k in keys for step in steps if k + step >= 0}
+    among = around(schema, wanted)
+    room = len({block_of(key) for key in wanted}) << BLOCK_BITS
     scores: list[dict[int, float]] = []
     found: dict[int, tantivy.DocAddress] = dict(zip(keys, addresses, strict=True))
     for term in terms:
         matched = searcher.search(restricted(term, among, []), room, count=False).hits
         matched_keys = keys_of(searcher, [address for _, address in matched])
-        scores.append(dict(zip(matched_keys, (score for score, _ in matched), strict=True)))
-        found.update(zip(matched_keys, (address for _, address in matched), strict=True))
+        near = [
+            (key, score, address)
+            for key, (score, address) in zip(matched_keys, matched, strict=True)
+            if key in wanted  # the blocks hold a few messages farther off
+        ]
+        scores.append({key: score for key, score, _ in near})
+        found.update((key, address) for key, _, address in near)
     extra = [key for key in found if key not in set(keys)]
     for key, inside in zip(extra, in_scope([found[key] for key in extra]), strict=True):
         if not inside:

@@ -66,8 +66,3 @@ class Found:
     rebuilding (``index catching up: 12,000 messages not searchable yet``); None when
     every message the logs held when the search began was searched. Shown with the hits,
     so neither the model nor the user takes a partial answer for a whole one."""
-
-
-def order_key(score: float, created_at: float, message_id: str) -> tuple[float, float, str]:
-    """Sort descending by this: score, then newer, then the later id."""
-    return (score, created_at, message_id)

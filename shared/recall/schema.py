@@ -9,8 +9,11 @@ search reads for its hits without touching the text:
 - ``key``: the conversation's hash in the high 32 bits and the message's number among the
   conversation's indexed messages (``seq``: 0, 1, 2 …) in the low 32: the message before
   is ``key - 1`` and the one after ``key + 1``, which is how ranking finds a message's
-  neighbours (:mod:`shared.recall.lending`) without storing links; indexed (a neighbour is
-  a one-posting term) and fast;
+  neighbours (:mod:`shared.recall.lending`) without storing links; fast;
+- ``block``: ``key`` less its low :data:`BLOCK_BITS` bits, indexed: the eight messages
+  around a key are one term, so that a search among a few candidates' neighbours looks up
+  a term per block (a candidate's five nearest keys lie in one or two) rather than one
+  per key, and the index holds an eighth as many of these terms;
 - ``role`` (0 user, 1 assistant, 2 tool; indexed), ``created`` (POSIX microseconds: an
   integer column is read several times faster than a float one);
 - ``line``: where the message's line starts in its conversation's ``messages.jsonl``, in
@@ -48,14 +51,18 @@ SEQ_MASK = (1 << SEQ_BITS) - 1
 OFFSET_BITS = 40
 OFFSET_MASK = (1 << OFFSET_BITS) - 1
 """A log's size the ``line`` field can point into (1 TB)."""
-SCHEMA_VERSION = 2
+BLOCK_BITS = 3
+"""``block`` is ``key >> BLOCK_BITS``: blocks of eight consecutive messages."""
+SCHEMA_VERSION = 3
 """Bump whenever the fields change (1: ``seq`` and ``offset`` columns; 2: ``key`` and
-``line``): an index stored with another version is rebuilt."""
+``line``; 3: ``block``, and ``key`` no longer indexed): an index stored with another
+version is rebuilt."""
 
 
 def build_schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
-    builder.add_unsigned_field("key", indexed=True, fast=True)
+    builder.add_unsigned_field("key", fast=True)
+    builder.add_unsigned_field("block", indexed=True)
     builder.add_unsigned_field("conv", indexed=True, fast=True)
     builder.add_unsigned_field("role", indexed=True, fast=True)
     builder.add_unsigned_field("created", fast=True)
@@ -109,6 +116,11 @@ def fast_ints(
     return cast(list[int], searcher.fast_field_values(field, addresses))
 
 
+def block_of(key: int) -> int:
+    """The ``block`` of the message with this ``key``."""
+    return key >> BLOCK_BITS
+
+
 def keys_of(searcher: tantivy.Searcher, addresses: list[tantivy.DocAddress]) -> list[int]:
     """The keys of these messages (from the fast field)."""
     return fast_ints(searcher, "key", addresses)
@@ -129,7 +141,9 @@ def to_document(document: Document, conversation: int, seq: int) -> tantivy.Docu
     text = prepare(document.text)
     prefix = ECHO if document.echo else ""
     indexed = tantivy.Document()
-    indexed.add_unsigned("key", message_key(conversation, seq))
+    key = message_key(conversation, seq)
+    indexed.add_unsigned("key", key)
+    indexed.add_unsigned("block", block_of(key))
     indexed.add_unsigned("conv", conversation)
     indexed.add_unsigned("role", ROLE_CODE[document.role])
     indexed.add_unsigned("created", microseconds(document.created_at))

@@ -18,6 +18,10 @@ under ``--dir`` and then searched with every query of ``recall_corpus.query_sets
   CJK figures are not agentd's work: ``en_stem`` keeps a CJK run as one token, so a CJK
   term finds only runs equal to it (about 5% of the messages holding it as a substring),
   one short posting list, where agentd searches the substring in every run.
+- tantivy on agentd's fields (:class:`OwnFields`, queries only): agentd's own index
+  searched with the same terms, phrases and filters as one plain BM25 query, top 10,
+  nothing else: the difference to agentd's figure is recall's rules (echoes, neighbours'
+  loans, the question, tie-breaks, the hits' places), not the matching.
 
 Measured too: the size of each index on disk against the raw text (UTF-8 bytes of every
 message), appends (a turn of four messages added, then committed, as the daemon does),
@@ -52,8 +56,10 @@ if __package__ is None:  # run as a script: the repository root is not on the pa
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from shared.recall.documents import Document
 from shared.recall.index import BUILD_HEAP, AgentIndex
+from shared.recall.queries import combine, filters, phrase_clauses, term_clauses
 from shared.recall.ranking import SearchRequest
-from shared.recall.schema import ROLE_CODE
+from shared.recall.schema import ROLE_CODE, open_index
+from shared.recall.text import parse_query
 from tests.bench.recall_corpus import Corpus, describe, needles, query_sets
 
 QUERY_CORPUS = 100_000
@@ -132,6 +138,29 @@ class Tantivy:
         return list(self.searcher.search(query, request.limit, count=False).hits)
 
 
+class OwnFields:
+    """tantivy alone on agentd's own index and fields: the query parsed and its terms,
+    phrases and filters searched as one BM25 query, top ``limit``, and nothing else (no
+    echoes, no neighbours' loans, no question, no tie-break, no hit's place read). What
+    agentd's search costs beyond this is recall's rules, not the engine's matching."""
+
+    def __init__(self, directory: Path) -> None:
+        self.index = open_index(directory)
+        self.schema = self.index.schema
+        self.searcher = self.index.searcher()
+
+    def search(self, request: SearchRequest) -> list[Any]:
+        query = parse_query(request.query)
+        conversation = None if request.conversation_id is None else _hash(request.conversation_id)
+        scope = filters(self.schema, request, conversation)
+        terms = term_clauses(self.schema, query, "")
+        phrases = phrase_clauses(self.schema, query, "")
+        if not (terms or phrases):
+            return []
+        combined = combine(terms, phrases, scope)
+        return list(self.searcher.search(combined, request.limit, count=False).hits)
+
+
 def _hash(conversation_id: str) -> int:
     return xxh3_64_intdigest(conversation_id.encode())
 
@@ -202,6 +231,22 @@ def print_queries(size: int, times: dict[str, dict[str, list[float]]], repeat: i
         )
 
 
+def print_rules_cost(times: dict[str, dict[str, list[float]]]) -> None:
+    """agentd's search against tantivy's search of the same terms in the same index
+    (:class:`OwnFields`): the cost of recall's rules, by the searching thread's CPU."""
+    print("  agentd's rules over tantivy searching agentd's fields (CPU p50 ms):")
+    every: dict[str, list[float]] = {"agentd cpu": [], "fields cpu": []}
+    for kind in [*times["agentd cpu"], "all"]:
+        if kind != "all":
+            for name in every:
+                every[name] += times[name][kind]
+        ours, bare = (
+            percentile(every[name] if kind == "all" else times[name][kind], 0.5)
+            for name in ("agentd cpu", "fields cpu")
+        )
+        print(f"    {kind:<22} {ours:>7.2f} {bare:>7.2f} {ours / bare:>6.2f}×")
+
+
 def slowest(
     times: dict[str, list[float]], sets: dict[str, list[SearchRequest]], repeat: int
 ) -> None:
@@ -267,9 +312,12 @@ def measure(
     ours = AgentIndex(ours_dir)
     ours.know(sorted({d.conversation_id for d in chosen}))
     theirs.open()
-    times = time_queries({"agentd": ours.search, "tantivy": theirs.search}, sets, repeat)
+    fields = OwnFields(ours_dir)
+    engines = {"agentd": ours.search, "tantivy": theirs.search, "fields": fields.search}
+    times = time_queries(engines, sets, repeat)
     ours.close()
     print_queries(size, times, repeat)
+    print_rules_cost(times)
     slowest(times["agentd"], sets, repeat)
     figures["times"] = times
     return figures
