@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shared.models.messages import CompactionStats
 from shared.models.reflection import OutcomeStatus, ReflectionOutcome, TriggerSource
 from shared.protocol import (
     EVENT_ARCHIVE,
@@ -108,20 +109,10 @@ class MemoryUpdate(Event):
     files: list[str]
 
 
-class Compacted(Event):
-    """What one compaction did (:class:`shared.models.messages.CompactionStats`)."""
+class Compacted(CompactionStats, Event):
+    """What one compaction did: the stats its summary keeps, as an event."""
 
     name: ClassVar[str] = EVENT_COMPACTION
-    trigger: str
-    messages_before: int
-    messages_after: int
-    summarised: int
-    tokens_before: int
-    tokens_after: int
-    window: int
-    threshold: int
-    floor: int
-    at: datetime
 
 
 class ReflectionTold(Event):
