@@ -15,6 +15,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 REBOUND_HOST = "rebound.test"
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "web-screenshots"
@@ -41,3 +43,15 @@ def chromium() -> str | None:
 def screenshot_path(name: str) -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     return SCREENSHOTS / f"{name}.png"
+
+
+CHROMIUM = chromium()
+BROWSER_TESTS = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="Debian's chromium is not installed (apt-get install chromium; .ci/run does it "
+        "as root): the web view's browser tests are skipped",
+    ),
+]
+"""The marks of a module of browser tests (its ``pytestmark``)."""

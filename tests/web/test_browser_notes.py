@@ -12,32 +12,16 @@ import pytest
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
 from tests.support.waiting import ceiling
-from tests.web.browser import CHROMIUM_ARGS, chromium, screenshot_path
+from tests.web.browser import BROWSER_TESTS, screenshot_path
 from tests.web.site import TURN_LINE, Site, serve_site
 
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed (pip install -e '.[dev]')"
 )
-CHROMIUM = chromium()
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        CHROMIUM is None,
-        reason="Debian's chromium is not installed (apt-get install chromium; .ci/run does it "
-        "as root): the web view's browser tests are skipped",
-    ),
-]
+pytestmark = BROWSER_TESTS
 TIMEOUT_MS = int(ceiling(30) * 1000)
 """A generous ceiling (see tests/support/waiting.py)."""
 HUMAN = "system/human.md"
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[sync_api.Browser]:
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
 
 
 @pytest.fixture
