@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import tantivy
 
-from shared.recall.queries import around, restricted
+from shared.recall.queries import in_blocks, restricted
 from shared.recall.ranking import NEIGHBOUR_SHARE
 from shared.recall.schema import BLOCK_BITS, block_of, keys_of, place
 
@@ -54,8 +54,9 @@ def lend(
     keys = keys_of(searcher, addresses)
     steps = range(-REACH, REACH + 1)
     wanted = {k + step for k in keys for step in steps if k + step >= 0}
-    among = around(schema, wanted)
-    room = len({block_of(key) for key in wanted}) << BLOCK_BITS
+    blocks = {block_of(key) for key in wanted}
+    among = in_blocks(schema, blocks)  # a few messages more, dropped below
+    room = len(blocks) << BLOCK_BITS
     scores: list[dict[int, float]] = []
     found: dict[int, tantivy.DocAddress] = dict(zip(keys, addresses, strict=True))
     for term in terms:

@@ -23,7 +23,7 @@ from datetime import datetime
 import tantivy
 
 from shared.recall.ranking import PHRASE_BONUS, SearchRequest
-from shared.recall.schema import ROLE_CODE, block_of, microseconds
+from shared.recall.schema import ROLE_CODE, microseconds
 from shared.recall.text import Query, bigrams, is_cjk
 
 Occur = tantivy.Occur
@@ -136,14 +136,12 @@ def restricted(
     return tantivy.Query.boolean_query([(Occur.Must, q) for q in (clause, keys, *scope)])
 
 
-def around(schema: tantivy.Schema, wanted: Iterable[int]) -> tantivy.Query:
-    """The messages in the blocks of these keys (see ``block`` in
-    :mod:`~shared.recall.schema`; the caller keeps those it wants): one term query per
-    block, a posting list of at most eight, so that a search restricted to them steps
-    through a few hundred documents. A range of the keys is not a seek but a bit set of the
-    whole index per range (3–15 ms at a million messages for twenty ranges), and a term set
-    query builds one too."""
-    blocks = sorted({block_of(key) for key in wanted})
+def in_blocks(schema: tantivy.Schema, blocks: Iterable[int]) -> tantivy.Query:
+    """The messages of these blocks (see ``block`` in :mod:`~shared.recall.schema`): one
+    term query per block, a posting list of at most eight, so that a search restricted to
+    them steps through a few hundred documents. A range of the keys is not a seek but a
+    bit set of the whole index per range (3–15 ms at a million messages for twenty
+    ranges), and a term set query builds one too."""
     return tantivy.Query.const_score_query(
         _any([tantivy.Query.term_query(schema, "block", block) for block in blocks]), 0.0
     )

@@ -209,3 +209,18 @@ def test_a_reply_ranks_by_the_question_before_it_too() -> None:
     )
     found = _ids(index, "research adoption")
     assert found.index("reply") < found.index("elsewhere")
+
+
+def test_only_the_message_just_before_or_after_lends_not_one_further_in_its_block() -> None:
+    """The loans are read by blocks of eight messages (``block`` in shared.recall.schema):
+    a message two places off, in the same block, lends nothing; "lent" (a question just
+    before it) beats "two-off", which is newer and matches alike."""
+    index = _index(
+        _doc("far-question", "What did you research last month?", at=1),
+        _doc("filler", "Fine, thanks.", at=2),
+        _doc("two-off", "Adoption forms, mostly.", at=10),
+        _doc("question", "What did you research last week?", at=3, conversation="c2"),
+        _doc("lent", "Adoption agencies, mostly.", at=4, conversation="c2"),
+    )
+    found = _ids(index, "research adoption")
+    assert found.index("lent") < found.index("two-off")
