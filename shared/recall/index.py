@@ -1,4 +1,4 @@
-"""One agent's messages in a tantivy index, on disk or in memory.
+"""One agent's messages in a tantivy index on disk.
 
 tantivy keeps the postings (in segments it writes, memory-maps and merges in threads of
 its own) and evaluates queries; this class feeds it messages in log order, numbering each
@@ -64,9 +64,14 @@ class Tail:
 
 
 class AgentIndex:
-    def __init__(self, directory: Path | None = None) -> None:
-        """The index in ``directory`` (opened, or made empty), or one in memory. Raises
-        what tantivy raises for an index it cannot open."""
+    def __init__(self, directory: Path) -> None:
+        """The index in ``directory`` (opened, or made empty). Raises what tantivy raises
+        for an index it cannot open.
+
+        Never in memory: there tantivy takes its meta lock by retrying every 100 ms, and a
+        merge ending in the background holds it while it cleans up, so making a commit
+        searchable waited 100 ms for two commits in three when they came one by one. On
+        disk the lock is a flock, waited on only as long as it is held."""
         self._index = open_index(directory)
         self._schema = self._index.schema
         self._lock = threading.Lock()

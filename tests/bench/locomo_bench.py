@@ -71,6 +71,7 @@ import math
 import re
 import statistics
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -243,8 +244,9 @@ class Tally:
 
 def measure(conversations: list[Conversation]) -> tuple[Tally, Tally]:
     index_tally, plain_tally = Tally(), Tally()
-    for conversation in conversations:
-        index = AgentIndex()
+    scratch = tempfile.TemporaryDirectory(prefix="locomo-")
+    for number, conversation in enumerate(conversations):
+        index = AgentIndex(Path(scratch.name) / str(number))
         for document in conversation.documents:
             index.add(document)
         index.commit()
@@ -259,6 +261,7 @@ def measure(conversations: list[Conversation]) -> tuple[Tally, Tally]:
             started = time.perf_counter()
             found = plain.search(question.text, max(K))
             plain_tally.add(found, question.evidence, time.perf_counter() - started)
+    scratch.cleanup()
     return index_tally, plain_tally
 
 

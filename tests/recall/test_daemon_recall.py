@@ -8,12 +8,12 @@ from typing import Any
 from shared.ids import new_id
 from shared.models.messages import Message
 from shared.recall.documents import read_documents
-from shared.recall.index import AgentIndex
 from shared.recall.ranking import SearchRequest
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
 from tests.support.messages import summary_payload
+from tests.support.recall_oracle import scratch_index
 
 STATEMENT = "我们的数据库端口是 5433，别用默认的 5432"
 QUESTION = "还记得数据库端口吗？"
@@ -145,7 +145,7 @@ def test_a_summary_newer_than_the_question_does_not_steal_its_demotion(tmp_path:
         ]
     )
     documents = list(read_documents(conversation.log.path))
-    index = AgentIndex()
+    index = scratch_index()
     index.build(documents)
     by_offset = {document.offset: document.message_id for document in documents}
 

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 import shared.recall.search
 from shared.recall.documents import Document
-from shared.recall.index import AgentIndex
 from shared.recall.ranking import SearchRequest
 from tests.support.recall_oracle import (
     assert_agrees,
@@ -21,6 +20,7 @@ from tests.support.recall_oracle import (
     numbered,
     reference_search,
     results,
+    scratch_index,
 )
 from tests.support.waiting import ceiling
 
@@ -142,7 +142,7 @@ def test_appends_committed_one_by_one_agree_too(
         for d in more
     ]
     everything = numbered(first + more)
-    index = AgentIndex()
+    index = scratch_index()
     index.build(everything[: len(first)])
     for document in everything[len(first) :]:
         index.add(document)
@@ -170,7 +170,7 @@ def test_an_append_does_not_wait_for_a_running_search_and_the_next_search_finds_
             Document("m2", "c", "user", 2.0, "deploy vault", False),
         ]
     )
-    index = AgentIndex()
+    index = scratch_index()
     index.build(documents[:1])
     scanning, finish = threading.Event(), threading.Event()
     ranking = shared.recall.search.run

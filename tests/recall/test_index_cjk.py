@@ -21,6 +21,7 @@ from tests.support.recall_oracle import (
     numbered,
     reference_search,
     results,
+    scratch_index,
 )
 
 CHARS = "哈你好们我𠮷"
@@ -114,7 +115,7 @@ def test_cjk_terms_and_phrases_agree_with_the_reference_scan(
     commit each when appended) than a request to ask, so 100 corpora asked that many
     compare as many requests as 200 corpora asked one, in less time."""
     documents = numbered(documents)
-    index = AgentIndex()
+    index = scratch_index()
     if appended:  # committed one by one: many small segments
         for document in documents:
             index.add(document)

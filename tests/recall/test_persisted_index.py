@@ -20,6 +20,7 @@ from shared.recall.ranking import SearchRequest
 from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
+from tests.support.recall_oracle import scratch_index
 from tests.support.waiting import ceiling
 
 AGENT = "a"
@@ -78,7 +79,7 @@ def _search(service: RecallService, query: str) -> list[tuple[str, float]]:
 
 def _fresh(layout: Layout, query: str) -> list[tuple[str, float]]:
     """What an index in memory built from the logs as they are now answers."""
-    index = AgentIndex()
+    index = scratch_index()
     ids = {}
     for directory in sorted(layout.conversations_dir(AGENT).iterdir()):
         documents = list(read_documents(layout.conversation_files(AGENT, directory.name).messages))

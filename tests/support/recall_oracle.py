@@ -17,8 +17,12 @@ reads its hits by it: see :func:`indexed`).
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import tempfile
+import weakref
 from collections.abc import Sequence
 from itertools import pairwise
+from pathlib import Path
 
 import tantivy
 
@@ -34,9 +38,21 @@ def numbered(documents: Sequence[Document]) -> list[Document]:
     return [dataclasses.replace(d, offset=n) for n, d in enumerate(documents)]
 
 
+SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
+"""Where scratch indexes go: tmpfs where there is one, so a commit's syncs cost nothing."""
+
+
+def scratch_index() -> AgentIndex:
+    """An empty index in a directory of its own, removed once the index is garbage."""
+    directory = Path(tempfile.mkdtemp(prefix="agentd-index-", dir=SCRATCH))
+    index = AgentIndex(directory)
+    weakref.finalize(index, shutil.rmtree, directory, True)
+    return index
+
+
 def indexed(documents: Sequence[Document]) -> AgentIndex:
-    """An index in memory holding ``documents`` (numbered, see :func:`numbered`)."""
-    index = AgentIndex()
+    """A scratch index holding ``documents`` (numbered, see :func:`numbered`)."""
+    index = scratch_index()
     index.build(numbered(documents))
     return index
 
