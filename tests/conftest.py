@@ -4,10 +4,11 @@ suite's own ``AGENTD_TEST_TIMEOUT_SCALE``, which the processes it starts read to
 ``tests/support/waiting.py``).
 
 Unix socket paths are limited to ~107 bytes, and pytest's ``tmp_path`` can be longer, so
-the home lives in a short directory under /tmp; it goes at the test's end, and so does
-whatever the test kept beside it under the home's name (a worker's output). Remote
-model calls are refused (``AGENTD_BLOCK_REMOTE_MODELS``): only the local fake OpenAI
-server may be reached.
+the home lives in a short directory (:mod:`tests.support.homes`: on tmpfs under ``make
+test``); it goes at the test's end, and so does whatever the test kept beside it under the
+home's name: a worker's output, and the ``TMPDIR`` of the processes it starts (a Celery
+worker killed with -9 leaves its ``pymp-*`` directory there). Remote model calls are
+refused (``AGENTD_BLOCK_REMOTE_MODELS``): only the local fake OpenAI server may be reached.
 Every test starts under the common login umask 022, whatever the one before it did:
 agentd's entry points set umask 077 for the whole process, and a test that calls one
 in-process would otherwise decide the modes of every later test's files on that worker.
@@ -25,6 +26,7 @@ import pytest
 
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
+from tests.support.homes import HOMES
 from tests.support.small_disk import SmallDisk, mounted_small_disk
 from tests.support.waiting import SCALE_VARIABLE
 from tests.support.workers import RedisForTests
@@ -44,10 +46,13 @@ def agentd_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for name in list(os.environ):
         if name.startswith("AGENTD_") and name != SCALE_VARIABLE:
             monkeypatch.delenv(name)
-    home = Path(tempfile.mkdtemp(prefix="agentd-t-", dir="/tmp"))
-    worker_dir = Path(tempfile.mkdtemp(prefix="agentd-w-", dir="/tmp"))
+    home = Path(tempfile.mkdtemp(prefix="agentd-t-", dir=HOMES))
+    worker_dir = Path(tempfile.mkdtemp(prefix="agentd-w-", dir=HOMES))
     monkeypatch.setenv("AGENTD_HOME", str(home))
     monkeypatch.setenv("AGENTD_WORKER_DIR", str(worker_dir))
+    temp = home.parent / f"{home.name}-tmp"  # the processes' temp files go with the home
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
     monkeypatch.setenv("AGENTD_BLOCK_REMOTE_MODELS", "1")
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     monkeypatch.setenv("LITELLM_OFFLINE_MODE", "true")

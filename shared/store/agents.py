@@ -24,7 +24,6 @@ from datetime import datetime
 from pathlib import Path
 
 import structlog
-from git.config import GitConfigParser
 
 from shared.clock import utc_now
 from shared.errors import AgentRecordMissing, CorruptStateFile, NameTaken, StoreError, UnknownAgent
@@ -264,10 +263,13 @@ def _name_in_memory_config(memory: Path) -> str | None:
     """The agent name its memory repo was created with (``user.name`` of the repo).
 
     Read by GitPython's config parser, in Python: no git process runs in a repo whose
-    config a model may have written."""
+    config a model may have written. Imported here, for this rare repair: it costs every
+    process that reads the store 30 ms."""
     config = memory / ".git" / "config"
     if not config.is_file():
         return None
+    from git.config import GitConfigParser
+
     try:
         with GitConfigParser(str(config), read_only=True) as parser:
             name = parser.get_value("user", "name", "")

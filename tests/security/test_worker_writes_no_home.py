@@ -51,7 +51,7 @@ class TracedWorker(WorkerProcess):
 
 def writes_under(trace: Path, home: Path) -> list[str]:
     """The traced calls that would change a file under ``home``."""
-    root = str(home.resolve())
+    under = re.compile('["<]' + re.escape(str(home.resolve())) + '[">/]')
     found = []
     for line in trace.read_text(errors="replace").splitlines():
         match = CALL.match(line)
@@ -59,7 +59,7 @@ def writes_under(trace: Path, home: Path) -> list[str]:
             continue
         name, args = match[2], match[3]
         changing = name in CHANGING or (name.startswith("open") and WRITES.search(args))
-        if changing and (f'"{root}' in args or f"<{root}" in args):
+        if changing and under.search(args):  # the home itself or below it, not home-tmp
             found.append(line)
     return found
 

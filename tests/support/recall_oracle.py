@@ -17,6 +17,7 @@ reads its hits by it: see :func:`indexed`).
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import tempfile
 import weakref
@@ -38,13 +39,10 @@ def numbered(documents: Sequence[Document]) -> list[Document]:
     return [dataclasses.replace(d, offset=n) for n, d in enumerate(documents)]
 
 
-SCRATCH = "/dev/shm" if Path("/dev/shm").is_dir() else None
-"""Where scratch indexes go: tmpfs where there is one, so a commit's syncs cost nothing."""
-
-
 def scratch_index() -> AgentIndex:
-    """An empty index in a directory of its own, removed once the index is garbage."""
-    directory = Path(tempfile.mkdtemp(prefix="agentd-index-", dir=SCRATCH))
+    """An empty index in a directory of its own in the test's home (which goes at the
+    test's end), removed once the index is garbage: a property test makes hundreds."""
+    directory = Path(tempfile.mkdtemp(prefix="index-", dir=os.environ.get("AGENTD_HOME")))
     index = AgentIndex(directory)
     weakref.finalize(index, shutil.rmtree, directory, True)
     return index

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.support.homes import HOMES
 from tests.support.waiting import ceiling, wait_for
 from tests.support.workers import RedisForTests, kill_group, stop_group
 
@@ -34,6 +35,7 @@ for keep in $KEEP_UNDER_TMP; do
   i=$((i + 1)); mkdir -p "/run/agentd-keep-$$/$i"; mount --bind "$keep" "/run/agentd-keep-$$/$i"
 done
 mount -t tmpfs -o mode=0700 tmpfs /tmp
+[ -z "$HIDE_TOO" ] || mount -t tmpfs -o mode=0700 tmpfs "$HIDE_TOO"
 i=0
 for keep in $KEEP_UNDER_TMP; do
   i=$((i + 1)); mkdir -p "$keep"; mount --move "/run/agentd-keep-$$/$i" "$keep"
@@ -43,9 +45,12 @@ done
 mkdir -p /tmp/worker-home
 exec "$@"
 """
-"""Cover ``/tmp``, where the daemon's home is, with an empty tmpfs; first set aside (and
-then put back) what the worker runs from when that is under ``/tmp`` too: a checkout cloned
-there, as CI's is, and its virtualenv."""
+"""Cover ``/tmp``, where the daemon's home is, with an empty tmpfs (and the temp
+directory, where ``make test`` puts homes, when that is elsewhere: ``HIDE_TOO``); first set
+aside (and then put back) what the worker runs from when that is under ``/tmp`` too: a
+checkout cloned there, as CI's is, and its virtualenv."""
+HIDDEN = [Path("/tmp"), *([] if HOMES == "/tmp" else [Path(HOMES)])]
+"""Where the daemon's home may be: what the remote worker does not see."""
 
 
 def kept_under_tmp() -> str:
@@ -145,6 +150,7 @@ class RemoteWorker:
             "AGENTD_LOG_FORMAT": "console",
             "PYTHONUNBUFFERED": "1",
             "KEEP_UNDER_TMP": kept_under_tmp(),
+            "HIDE_TOO": "" if HOMES == "/tmp" else HOMES,
             **env,
         }
         self.proc: subprocess.Popen[bytes] | None = None
@@ -208,7 +214,9 @@ def remote_redis(home: Path, out: Path, password: str) -> Iterator[dict[str, Any
     """The embedded Valkey of ``home`` listening also on the host's end of a fresh veth
     pair, with ``password``: ``link``, ``redis``, ``url`` (for a remote worker), ``out``
     (where workers' output goes) and ``workers`` (stopped at the end)."""
-    assert home.is_relative_to("/tmp"), "the home must be where the remote worker sees none"
+    assert any(home.is_relative_to(hidden) for hidden in HIDDEN), (
+        "the home must be where the remote worker sees none"
+    )
     assert not any(home.is_relative_to(kept) for kept in kept_under_tmp().split(":") if kept), (
         "the home must not lie in what the remote worker keeps of /tmp"
     )
