@@ -32,20 +32,6 @@ from shared.memory.content import Violation
 
 SUBAGENT_NAME = "Reflection Subagent"
 BRANCH_PREFIX = "reflection/"
-CLONE_CONFIG = """[core]
-\trepositoryformatversion = 0
-\tfilemode = true
-\tbare = false
-\tlogallrefupdates = true
-[gc]
-\tauto = 0
-[user]
-\tname = {name}
-\temail = {email}
-"""
-"""The clone's whole config, written by the harness at creation and again before it reads
-the clone: whatever a model wrote there (a filter driver, an fsmonitor, an include) is
-gone before any harness git runs in it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +109,12 @@ def restore_metadata(clone: Clone) -> None:
 
 
 def _write_metadata(git_dir: Path, base_head: str, author_email: str) -> None:
-    config = CLONE_CONFIG.format(name=SUBAGENT_NAME, email=author_email)
-    (git_dir / "config").write_text(config, encoding="utf-8")
+    """The clone's whole config is agentd's (:func:`git_pin.canonical`), written at
+    creation and again before the harness reads the clone: whatever a model wrote there (a
+    filter driver, an fsmonitor, an include) is gone before any harness git runs in it,
+    and the harness's git finds it pinned without a parse."""
+    identity = [("user.name", SUBAGENT_NAME), ("user.email", author_email)]
+    (git_dir / "config").write_bytes(git_pin.canonical(identity))
     git_pin.write_attributes(git_dir)
     (git_dir / "shallow").write_text(f"{base_head}\n", encoding="utf-8")
 

@@ -19,7 +19,8 @@ harness git command therefore starts from a clean slate:
   (:mod:`shared.memory.git_pin`): a driver has a name of its writer's choosing, so no
   ``-c`` can switch it off. The check costs two small reads when nothing changed (10 to
   40 µs, measured, beside the 1.5 ms a git process costs; ``MemoryRepo.head``, on every
-  turn, runs no git and no check); only a changed config is parsed, by git.
+  turn, runs no git and no check). A config byte for byte as agentd writes it needs no
+  parse; any other is parsed by git, once a process while it stays the same.
 - No system, global or user config or attributes, an environment built from scratch (no
   ``GIT_*`` variable, no provider key inherited from the process), and a timeout.
 
@@ -208,22 +209,52 @@ def pin(repo_dir: Path) -> list[str]:
         return []
     config = git_pin.read_bytes(git_dir / "config")
     attributes = git_pin.attributes_in_place(git_dir)
-    if config is not None and attributes and _pinned.get(git_dir) == config:
+    known = config is not None and (_pinned.get(git_dir) == config or git_pin.is_canonical(config))
+    if known and attributes:
         return []
-    restored = []
+    restored: list[str] = []
+    if config is None or not known:
+        config = _checked_config(repo_dir, git_dir, config, restored)
+    if not attributes:
+        git_pin.write_attributes(git_dir)
+        restored.append(".git/info/attributes")
+    _remember(git_dir, config)
+    return restored
+
+
+def _checked_config(
+    repo_dir: Path, git_dir: Path, config: bytes | None, restored: list[str]
+) -> bytes:
+    """The config, parsed by git; put back to agentd's (and said in ``restored``) if it
+    holds anything agentd did not write, or git cannot read it."""
     entries = config_entries(git_dir / "config") if config is not None else None
     if (unexpected := git_pin.unexpected(entries)) or config is None:
         config = git_pin.canonical(entries)
         git_pin.replace_file(git_dir / "config", config)
         restored.append(f".git/config (it held {', '.join(unexpected)})")
         log.warning("git_config_restored", repo=str(repo_dir), unexpected=unexpected)
-    if not attributes:
-        git_pin.write_attributes(git_dir)
-        restored.append(".git/info/attributes")
+    return config
+
+
+def write_config(repo_dir: Path, name: str, email: str) -> None:
+    """Give the repository at ``repo_dir`` agentd's config (:func:`git_pin.canonical`)
+    with this identity, keeping what ``git init`` found out about the file system: one
+    file written, where a ``git config`` per key took a process each, and a config every
+    later process finds pinned without asking git to parse it."""
+    git_dir = _own_git_dir(repo_dir)
+    if git_dir is None:
+        raise MemoryRepoError(f"{repo_dir} holds no git repository to configure")
+    path = git_dir / "config"
+    found = config_entries(path) if git_pin.read_bytes(path) is not None else None
+    config = git_pin.canonical([*(found or ()), ("user.name", name), ("user.email", email)])
+    git_pin.replace_file(path, config)
+    _remember(git_dir, config)
+
+
+def _remember(git_dir: Path, config: bytes) -> None:
     if len(_pinned) >= _PINNED_KEPT:  # a worker meets a new clone every job
         del _pinned[next(iter(_pinned))]
     _pinned[git_dir] = config
-    return restored
 
 
 def pin_problems(repo_dir: Path) -> list[str]:

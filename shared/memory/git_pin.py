@@ -64,6 +64,11 @@ FALLBACK_NAME = "agentd"
 FALLBACK_EMAIL = "agentd@agentd.local"
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9 _.@+~()-]*")
 """A value written without quotes is exactly as git reads it back."""
+_FILE_SYSTEM_KEYS = ("core.ignorecase", "core.precomposeunicode", "core.symlinks")
+"""What ``git init`` writes where the file system differs (case-insensitive, macOS's
+Unicode, no symbolic links); kept, so git goes on knowing it."""
+_SECTION = re.compile(r"\[([a-z]+)\]")
+_ENTRY = re.compile(r"\t([a-z]+) = ([A-Za-z0-9 _.@+~()-]*)")
 
 Entries = Sequence[tuple[str, str]]
 
@@ -84,7 +89,8 @@ def unexpected(entries: Entries | None) -> list[str]:
 
 def canonical(entries: Entries | None) -> bytes:
     """The config agentd writes, with the identity ``entries`` hold (git's last value
-    wins, as when git reads it) or a neutral one."""
+    wins, as when git reads it) or a neutral one, and what ``git init`` found out about
+    the file system (:data:`_FILE_SYSTEM_KEYS`)."""
     values = dict(entries or ())
     filemode = values.get("core.filemode", "true")
     lines = [
@@ -93,6 +99,11 @@ def canonical(entries: Entries | None) -> bytes:
         f"\tfilemode = {filemode if filemode in ('true', 'false') else 'true'}",
         "\tbare = false",
         "\tlogallrefupdates = true",
+        *(
+            f"\t{key.removeprefix('core.')} = {values[key]}"
+            for key in _FILE_SYSTEM_KEYS
+            if values.get(key) in ("true", "false")
+        ),
         "[user]",
         f"\tname = {_quoted(values.get('user.name') or FALLBACK_NAME)}",
         f"\temail = {_quoted(values.get('user.email') or FALLBACK_EMAIL)}",
@@ -102,6 +113,33 @@ def canonical(entries: Entries | None) -> bytes:
         "\tauto = 0",
     ]
     return ("\n".join(lines) + "\n").encode()
+
+
+def is_canonical(config: bytes) -> bool:
+    """Whether ``config`` is byte for byte what :func:`canonical` writes for some identity
+    of plain values: then git reads from it exactly the entries it was written from, all
+    allowed, and it needs no parse by git. Anything else (another layout, a quoted value,
+    a key more) says no, and git is asked."""
+    entries = _plain_entries(config)
+    return entries is not None and canonical(entries) == config
+
+
+def _plain_entries(config: bytes) -> list[tuple[str, str]] | None:
+    """The entries of a config laid out as :func:`canonical` lays it out with plain values,
+    or None; a guess that :func:`is_canonical` confirms by writing it again."""
+    try:
+        text = config.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    entries, section = [], None
+    for line in text.split("\n")[:-1]:
+        if header := _SECTION.fullmatch(line):
+            section = header[1]
+        elif (entry := _ENTRY.fullmatch(line)) and section is not None:
+            entries.append((f"{section}.{entry[1]}", entry[2]))
+        else:
+            return None
+    return entries
 
 
 def attributes_in_place(git_dir: Path) -> bool:

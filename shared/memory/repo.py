@@ -358,14 +358,7 @@ class MemoryRepo:
     def configure(self, agent_name: str, email: str) -> None:
         """The repo's own settings: who commits, and nothing git would do on its own
         (signing, auto gc). Set when the repo is created or imported."""
-        settings = {
-            "user.name": agent_name,
-            "user.email": email,
-            "commit.gpgsign": "false",
-            "gc.auto": "0",
-        }
-        for key, value in settings.items():
-            self._git("config", "--local", key, value)
+        git.write_config(self.path, agent_name, email)
 
     def _write_system_file(self, name: str, description: str, body: str) -> None:
         target = self.path / "system" / f"{name}.md"

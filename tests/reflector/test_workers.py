@@ -142,7 +142,12 @@ def test_a_worker_killed_mid_job_is_redelivered_and_the_memory_ends_right(
     client = stack["redis"].client
     wait_for(lambda: _running(agentd_home, client), "the job to start", timeout_s=30)
     scratch = Path(slow.env["AGENTD_WORKER_DIR"]) / "jobs"
-    assert any(scratch.iterdir()), "the job runs in the worker's own scratch"
+    # The worker marks the job running, then opens its scratch: wait for that, not assume it.
+    wait_for(
+        lambda: scratch.is_dir() and any(scratch.iterdir()),
+        "the job to run in the worker's own scratch",
+        timeout_s=30,
+    )
 
     slow.kill_hard()
     assert client.hlen("unacked") == 0, "Celery keeps no copy to hand out: the daemon resends"

@@ -113,6 +113,66 @@ def test_drivers_behind_an_include_the_checkout_holds_never_run(
     assert "inc.cfg" not in (repo.path / ".git/config").read_text()
 
 
+def test_a_config_exactly_as_agentd_writes_it_is_pinned_without_git_and_no_other_is(
+    repo: MemoryRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new process meets the repo: agentd's own config is recognised byte for byte (no
+    git parse); a byte more, a quoted value or another layout is parsed by git as before."""
+    config = (repo.path / ".git/config").read_bytes()
+    assert git_pin.is_canonical(config)
+    parsed: list[Path] = []
+    parse = git.config_entries
+    monkeypatch.setattr(git, "config_entries", lambda path: parsed.append(path) or parse(path))
+    monkeypatch.setattr(git, "_pinned", {})
+    assert git.pin(repo.path) == [] and parsed == []
+
+    section = config.index(b"[user]")
+    for variant in (
+        config + b'[filter "x"]\n\tclean = x\n',
+        config + b"[core]\n\tworktree = x\n",
+        config[:section] + b"\tworktree = x\n" + config[section:],
+        config.replace(b"name = Ada", b'name = "Ada"'),
+        config.replace(b"name = Ada", b"name = Ada "),
+        config.replace(b"\n", b"\r\n"),
+        config.replace(b"[user]", b"[User]"),
+        config.replace(b"[gc]", b"[gc]\n[include]"),
+        config[:-1],
+    ):
+        assert not git_pin.is_canonical(variant), variant
+        (repo.path / ".git/config").write_bytes(variant)
+        git.pin(repo.path)
+        assert parsed, variant
+        parsed.clear()
+    assert git.config_entries(repo.path / ".git/config") == [
+        ("core.repositoryformatversion", "0"),
+        ("core.filemode", "true"),
+        ("core.bare", "false"),
+        ("core.logallrefupdates", "true"),
+        ("user.name", "Ada"),
+        ("user.email", "a1@agentd.local"),
+        ("commit.gpgsign", "false"),
+        ("gc.auto", "0"),
+    ]
+
+
+def test_writing_the_identity_keeps_what_git_init_found_about_the_file_system(
+    repo: MemoryRepo,
+) -> None:
+    """On a case-insensitive file system ``git init`` writes ``core.ignorecase``: agentd's
+    config keeps it, and is still recognised as agentd's."""
+    (repo.path / ".git/config").write_text(
+        "[core]\n\trepositoryformatversion = 0\n\tfilemode = false\n\tbare = false\n"
+        "\tlogallrefupdates = true\n\tignorecase = true\n\tprecomposeunicode = true\n"
+    )
+    git.write_config(repo.path, "Ada Lovelace", "a1@agentd.local")
+
+    entries = git.config_entries(repo.path / ".git/config") or []
+    assert ("core.ignorecase", "true") in entries and ("core.filemode", "false") in entries
+    assert ("core.precomposeunicode", "true") in entries
+    assert ("user.name", "Ada Lovelace") in entries
+    assert git_pin.is_canonical((repo.path / ".git/config").read_bytes())
+
+
 def test_an_identity_with_quotes_and_newlines_survives_a_restore(repo: MemoryRepo) -> None:
     """The restored config keeps the agent's name as git read it, whatever its characters."""
     git.run(repo.path, "config", "user.name", 'Ada "the\\agent"\n; #x')
