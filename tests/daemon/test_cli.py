@@ -1,4 +1,7 @@
-"""agentd and agentctl as a user runs them: real processes, a temporary AGENTD_HOME."""
+"""agentctl as a user runs it, a real process on a temporary AGENTD_HOME, against the
+daemon in this worker (``serving``, tests/daemon/conftest.py); ``agentd serve`` as a real
+process where the process is what is tested: SIGTERM, ``shutdown``'s exit code, its serve
+lock against a second one, the log file its entry point sets up."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import pytest
 from agentd import __version__
 from agentd.client.parser import build_parser, parse_args
 from shared.store.layout import Layout
+from tests.support.daemon import DaemonRunner
 from tests.support.processes import AgentdProcess, run_agentctl, socket_exists
 from tests.support.waiting import ceiling, wait_for
 
@@ -23,12 +27,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def agentd() -> Iterator[AgentdProcess]:
+    """``agentd serve``, for the tests of the process itself."""
     process = AgentdProcess().start()
     yield process
     process.stop()
 
 
-def test_the_readme_first_session(agentd: AgentdProcess) -> None:
+def test_the_readme_first_session(serving: DaemonRunner) -> None:
     chat = run_agentctl("chat", "-p", "我更喜欢用 tabs 缩进")
     assert (chat.returncode, chat.stdout) == (0, "（mock）我听到了：我更喜欢用 tabs 缩进\n")
 
@@ -43,7 +48,7 @@ def test_the_readme_first_session(agentd: AgentdProcess) -> None:
 
 
 def test_messages_and_status_are_printed_for_people_and_for_scripts(
-    agentd: AgentdProcess,
+    serving: DaemonRunner,
 ) -> None:
     run_agentctl("chat", "-p", "hello")
     listing = run_agentctl("messages")
@@ -55,7 +60,7 @@ def test_messages_and_status_are_printed_for_people_and_for_scripts(
     assert status["redis"]["reachable"] is False and status["redis"]["embedded"] is True
 
 
-def test_interactive_chat_reads_lines_until_end_of_input(agentd: AgentdProcess) -> None:
+def test_interactive_chat_reads_lines_until_end_of_input(serving: DaemonRunner) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "agentd.client", "chat"],
         input="first\nsecond\n",
@@ -68,7 +73,7 @@ def test_interactive_chat_reads_lines_until_end_of_input(agentd: AgentdProcess) 
     assert "（mock）我听到了：second" in result.stdout
 
 
-def test_a_daemon_error_prints_code_and_message_and_exits_1(agentd: AgentdProcess) -> None:
+def test_a_daemon_error_prints_code_and_message_and_exits_1(serving: DaemonRunner) -> None:
     result = run_agentctl("agents", "show", "ghost")
     assert result.returncode == 1
     assert result.stderr.startswith("unknown_agent: ")
@@ -203,15 +208,13 @@ def test_agentctl_imports_neither_litellm_celery_git_nor_pydantic() -> None:
 
 
 def test_twenty_turns_in_a_small_window_compact_by_pressure_and_keep_every_message(
-    agentd_home: Path,
+    daemon: DaemonRunner, agentd_home: Path
 ) -> None:
-    process = AgentdProcess(AGENTD_CONTEXT_WINDOW="1200").start()
-    try:
-        texts = [f"第 {n} 个无关话题：" + "今天天气不错。" * 12 for n in range(1, 21)]
-        printed = "".join(run_agentctl("chat", "-p", text).stdout for text in texts)
-        context = run_agentctl("context")
-    finally:
-        process.stop()
+    daemon.start(context_window=1200)
+    texts = [f"第 {n} 个无关话题：" + "今天天气不错。" * 12 for n in range(1, 21)]
+    printed = "".join(run_agentctl("chat", "-p", text).stdout for text in texts)
+    context = run_agentctl("context")
+    daemon.stop()
 
     compactions = [line for line in printed.splitlines() if "⇣ compacted" in line]
     assert len(compactions) >= 3
@@ -223,7 +226,7 @@ def test_twenty_turns_in_a_small_window_compact_by_pressure_and_keep_every_messa
     assert "threshold         960 tokens" in context.stdout
 
 
-def test_search_prints_hits_best_first(agentd: AgentdProcess) -> None:
+def test_search_prints_hits_best_first(serving: DaemonRunner) -> None:
     run_agentctl("chat", "-p", "我们的数据库端口是 5433，别用默认的 5432")
     run_agentctl("chat", "-p", "还记得数据库端口吗？")
     result = run_agentctl("search", "数据库端口")

@@ -1,4 +1,5 @@
-"""What agentctl prints and how it exits, as a user sees it: real agentd, real agentctl.
+"""What agentctl prints and how it exits, as a user sees it: the real agentctl, against the
+daemon in this worker (tests/daemon/conftest.py).
 
 Times are checked in zones far from UTC on both sides (UTC+14 and UTC−10/−9) and in UTC
 itself, against the daemon's own ``--json`` times, so the suite passes in any ``TZ``.
@@ -25,7 +26,8 @@ from shared.models.reflection import ReflectionOutcome
 from shared.reflection import events
 from shared.store.layout import Layout
 from tests.support.clock import FakeClock
-from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.daemon import DaemonRunner
+from tests.support.processes import run_agentctl
 from tests.support.waiting import ceiling
 
 pytestmark = pytest.mark.slow
@@ -36,10 +38,10 @@ LONG = "今天天气不错。" * 40
 
 
 @pytest.fixture
-def agentd() -> Iterator[AgentdProcess]:
-    process = AgentdProcess(AGENTD_CONTEXT_WINDOW="1200").start()
-    yield process
-    process.stop()
+def serving(daemon: DaemonRunner) -> DaemonRunner:
+    """The daemon with a 1,200-token window (see :data:`LONG`)."""
+    daemon.start(context_window=1200)
+    return daemon
 
 
 def json_of(*args: str) -> Any:
@@ -104,7 +106,7 @@ def run_into_a_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
         os.close(write_end)
 
 
-def test_a_reader_that_stops_reading_ends_agentctl_quietly_with_0(agentd: AgentdProcess) -> None:
+def test_a_reader_that_stops_reading_ends_agentctl_quietly_with_0(serving: DaemonRunner) -> None:
     run_agentctl("chat", "-p", "我们的数据库端口是 5433")
     for args in (("messages", "--limit", "100"), ("status",), ("search", "数据库端口")):
         result = run_into_a_closed_pipe(*args)
@@ -141,7 +143,7 @@ def test_a_daemon_that_drops_the_connection_is_still_disconnected_and_1(reset: b
 
 
 def test_every_listing_shows_local_time_with_its_offset(
-    agentd: AgentdProcess, agentd_home: Path, clock: FakeClock
+    serving: DaemonRunner, agentd_home: Path, clock: FakeClock
 ) -> None:
     chat_until_a_compaction()
     record_a_reflection(agentd_home, clock)
@@ -174,7 +176,7 @@ def test_every_listing_shows_local_time_with_its_offset(
 
 
 def test_since_and_until_read_a_date_or_a_date_time_in_the_local_zone(
-    agentd: AgentdProcess,
+    serving: DaemonRunner,
 ) -> None:
     run_agentctl("chat", "-p", "heliotrope")
     (hit,) = json_of("search", "heliotrope", "--role", "user")
@@ -197,7 +199,7 @@ def test_since_and_until_read_a_date_or_a_date_time_in_the_local_zone(
 
 
 def test_every_json_time_is_iso_8601_with_an_offset(
-    agentd: AgentdProcess, agentd_home: Path, clock: FakeClock
+    serving: DaemonRunner, agentd_home: Path, clock: FakeClock
 ) -> None:
     chat_until_a_compaction()
     record_a_reflection(agentd_home, clock)
@@ -235,7 +237,7 @@ def _times(value: Any) -> Iterator[Any]:
 # --- 4. order, cursors, short ids ---------------------------------------------------------------
 
 
-def test_desc_lists_newest_first_and_a_cursor_starts_the_page(agentd: AgentdProcess) -> None:
+def test_desc_lists_newest_first_and_a_cursor_starts_the_page(serving: DaemonRunner) -> None:
     for text in ("m0", "m1", "m2"):
         run_agentctl("chat", "-p", text)
     oldest_first = json_of("messages", "--order", "asc")
@@ -253,7 +255,7 @@ def test_desc_lists_newest_first_and_a_cursor_starts_the_page(agentd: AgentdProc
 
 
 def test_search_names_each_hit_by_a_short_id_that_messages_around_takes(
-    agentd: AgentdProcess,
+    serving: DaemonRunner,
 ) -> None:
     run_agentctl("chat", "-p", "我们的数据库端口是 5433，别用默认的 5432")
     run_agentctl("chat", "-p", "hello")
@@ -275,7 +277,7 @@ def test_search_names_each_hit_by_a_short_id_that_messages_around_takes(
 
 
 def test_an_agent_updated_to_the_default_model_follows_agentd_model(
-    agentd: AgentdProcess, agentd_home: Path
+    serving: DaemonRunner, agentd_home: Path
 ) -> None:
     run_agentctl("agents", "create", "ada", "--model", "openai/gpt-4o-mini")
     assert "model          openai/gpt-4o-mini\n" in run_agentctl("agents", "show", "ada").stdout

@@ -1,12 +1,12 @@
 """agentctl where a new user found rough edges: a usage error that exited 1, ``--json``
 flags that were ignored, epoch floats among ISO times, a whole system prompt printed on
 ``agents create``, a window too small to hold one message, silence for an agent without
-reflections. Real agentd and agentctl processes, a temporary home."""
+reflections. The real agentctl against the daemon in this worker (tests/daemon/conftest.py),
+a temporary home."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -15,20 +15,14 @@ import pytest
 from reflector.startup import Heartbeat
 from shared.coordination.broker import locate
 from shared.settings import Settings
-from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.daemon import DaemonRunner
+from tests.support.processes import run_agentctl
 from tests.support.waiting import wait_for
 from tests.support.workers import RedisForTests
 
 pytestmark = pytest.mark.slow
 
 PERSONA = "I am Ada. " + "I keep every detail of the user's projects in mind. " * 40
-
-
-@pytest.fixture
-def agentd() -> Iterator[AgentdProcess]:
-    process = AgentdProcess().start()
-    yield process
-    process.stop()
 
 
 def ok(*args: str) -> str:
@@ -38,7 +32,7 @@ def ok(*args: str) -> str:
 
 
 @pytest.mark.parametrize("query", ["", "   "])
-def test_a_search_for_nothing_is_a_usage_error(agentd: AgentdProcess, query: str) -> None:
+def test_a_search_for_nothing_is_a_usage_error(serving: DaemonRunner, query: str) -> None:
     result = run_agentctl("search", query)
     assert result.returncode == 2, result.stderr
     assert (
@@ -46,7 +40,7 @@ def test_a_search_for_nothing_is_a_usage_error(agentd: AgentdProcess, query: str
     )
 
 
-def test_memory_log_and_path_answer_json_when_asked(agentd: AgentdProcess) -> None:
+def test_memory_log_and_path_answer_json_when_asked(serving: DaemonRunner) -> None:
     commits = json.loads(ok("memory", "log", "--json"))
     assert [c["subject"] for c in commits] == ["chore: initialize local memory"]
     assert datetime.fromisoformat(commits[0]["date"]).tzinfo is not None
@@ -56,7 +50,7 @@ def test_memory_log_and_path_answer_json_when_asked(agentd: AgentdProcess) -> No
 
 
 def test_agents_create_and_update_print_a_summary_and_the_record_with_json(
-    agentd: AgentdProcess,
+    serving: DaemonRunner,
 ) -> None:
     created = ok("agents", "create", "ada", "--persona", PERSONA)
     assert created.splitlines()[0] == "created agent ada"
@@ -70,7 +64,7 @@ def test_agents_create_and_update_print_a_summary_and_the_record_with_json(
     assert json.loads(ok("agents", "create", "bob", "--json"))["name"] == "bob"
 
 
-def test_a_window_too_small_for_any_message_is_refused_when_set(agentd: AgentdProcess) -> None:
+def test_a_window_too_small_for_any_message_is_refused_when_set(serving: DaemonRunner) -> None:
     ok("agents", "create", "ada")
     for args in (("update", "ada"), ("create", "tiny")):
         result = run_agentctl("agents", *args, "--context-window", "10")
@@ -80,7 +74,7 @@ def test_a_window_too_small_for_any_message_is_refused_when_set(agentd: AgentdPr
     assert "as known for the model" in ok("agents", "show", "ada")
 
 
-def test_a_window_memory_outgrew_names_the_agents_own_setting(agentd: AgentdProcess) -> None:
+def test_a_window_memory_outgrew_names_the_agents_own_setting(serving: DaemonRunner) -> None:
     agent = json.loads(
         ok("agents", "create", "ada", "--persona", PERSONA, "--context-window", "1000", "--json")
     )
@@ -92,7 +86,7 @@ def test_a_window_memory_outgrew_names_the_agents_own_setting(agentd: AgentdProc
 
 
 def test_an_imported_agent_without_reflections_says_so(
-    agentd: AgentdProcess, agentd_home: Path
+    serving: DaemonRunner, agentd_home: Path
 ) -> None:
     ok("chat", "-p", "hello")
     archive = agentd_home / "default.tar.gz"
@@ -106,7 +100,7 @@ def test_an_imported_agent_without_reflections_says_so(
 
 
 def test_status_gives_worker_start_times_in_iso_8601(
-    redis_server: RedisForTests, agentd: AgentdProcess
+    redis_server: RedisForTests, serving: DaemonRunner
 ) -> None:
     heartbeat = Heartbeat(locate(Settings()), every_s=1.0)  # the embedded Valkey's
     heartbeat.start("reflector-1@here", "test", 1)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.daemon import DaemonRunner
-from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.processes import run_agentctl
 from tests.support.waiting import ceiling, wait_for
 
 
@@ -46,24 +46,20 @@ def _agent_dir(home: Path, agent_id: str) -> Path:
 
 @pytest.mark.slow
 def test_an_agent_without_its_memory_repo_is_refused_while_the_others_serve(
-    agentd_home: Path,
+    daemon: DaemonRunner,
 ) -> None:
-    daemon = AgentdProcess().start()
-    try:
-        assert run_agentctl("agents", "create", "keeper").returncode == 0
-        broken = json.loads(run_agentctl("agents", "create", "broken", "--json").stdout)
-    finally:
-        daemon.terminate()
+    daemon.start()
+    assert run_agentctl("agents", "create", "keeper").returncode == 0
+    broken = json.loads(run_agentctl("agents", "create", "broken", "--json").stdout)
+    daemon.stop()
     memory = Path(broken["memory_dir"])
     shutil.rmtree(memory / ".git")
 
-    daemon = AgentdProcess().start()
-    try:
-        kept = run_agentctl("chat", "--agent", "keeper", "-p", "still there?")
-        refused = run_agentctl("chat", "--agent", "broken", "-p", "and you?")
-        doctor = _doctor()
-    finally:
-        assert daemon.terminate() == 0
+    daemon.start()
+    kept = run_agentctl("chat", "--agent", "keeper", "-p", "still there?")
+    refused = run_agentctl("chat", "--agent", "broken", "-p", "and you?")
+    doctor = _doctor()
+    daemon.stop()  # raises what the daemon raised, if it did not serve on
 
     assert kept.returncode == 0, kept.stderr
     assert "still there?" in kept.stdout

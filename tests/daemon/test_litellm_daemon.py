@@ -1,5 +1,7 @@
-"""The daemon on a real litellm model over real HTTP: tool calls printed, and a kill -9 in
-the middle of a turn loses no complete message."""
+"""The daemon on a real litellm model over real HTTP: tool calls printed and a rate limit
+waited out, as the real agentctl shows them from the daemon in this worker
+(tests/daemon/conftest.py); and, of a real ``agentd serve``, a kill -9 in the middle of a
+turn loses no complete message, and a process started without a key says what to set."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from shared.models.messages import Message
+from tests.support.daemon import DaemonRunner
 from tests.support.openai_server import (
     FakeOpenAIServer,
     chat_completion,
@@ -32,7 +35,17 @@ def server() -> Iterator[FakeOpenAIServer]:
 
 
 @pytest.fixture
+def serving(daemon: DaemonRunner, server: FakeOpenAIServer) -> DaemonRunner:
+    """The daemon in this worker, its model litellm speaking to ``server``."""
+    daemon.start(
+        model="openai/test-model", api_base=server.url, api_key="sk-test", context_window=32000
+    )
+    return daemon
+
+
+@pytest.fixture
 def agentd(server: FakeOpenAIServer) -> Iterator[AgentdProcess]:
+    """``agentd serve`` on the same settings, for the test that kills it."""
     process = AgentdProcess(
         AGENTD_MODEL="openai/test-model",
         AGENTD_API_BASE=server.url,
@@ -49,7 +62,7 @@ def _log(home: Path) -> list[Message]:
 
 
 def test_tool_calls_and_results_are_printed_then_the_answer(
-    agentd: AgentdProcess, server: FakeOpenAIServer
+    serving: DaemonRunner, server: FakeOpenAIServer
 ) -> None:
     server.enqueue(
         body=chat_completion(
@@ -58,7 +71,7 @@ def test_tool_calls_and_results_are_printed_then_the_answer(
     )
     server.enqueue(body=chat_completion("The command printed hi.", usage=usage(950, 8)))
 
-    result = run_agentctl("chat", "-p", "run echo hi", env=agentd.env)
+    result = run_agentctl("chat", "-p", "run echo hi")
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
@@ -114,13 +127,13 @@ def test_kill_9_mid_turn_loses_no_complete_message(
 
 
 def test_a_rate_limit_shows_one_retry_line_and_the_answer_and_context_names_the_setting(
-    agentd: AgentdProcess, server: FakeOpenAIServer
+    serving: DaemonRunner, server: FakeOpenAIServer
 ) -> None:
     server.enqueue(status=429, body=error_body("slow down"), headers={"Retry-After": "1"})
     server.enqueue(body=chat_completion("there you are"))
 
-    result = run_agentctl("chat", "-p", "hello", env=agentd.env)
-    context = run_agentctl("context", env=agentd.env)
+    result = run_agentctl("chat", "-p", "hello")
+    context = run_agentctl("context")
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "there you are"

@@ -1,8 +1,9 @@
-"""Replies stream, as a user sees them: the real agentd on a real litellm model (the local
-OpenAI-compatible server streaming over HTTP) and the real agentctl, on a pipe and on a
-pseudo-terminal. The text arrives while the model is still writing, a pipe gets nothing
-but the text, a terminal is told how long the model is waited on, a hung provider ends at
-the timeout, and Ctrl-C mid-stream keeps what arrived, marked cancelled."""
+"""Replies stream, as a user sees them: the daemon in this worker (tests/daemon/conftest.py)
+on a real litellm model (the local OpenAI-compatible server streaming over HTTP) and the
+real agentctl, on a pipe and on a pseudo-terminal. The text arrives while the model is
+still writing, a pipe gets nothing but the text, a terminal is told how long the model is
+waited on, a hung provider ends at the timeout, and Ctrl-C mid-stream keeps what arrived,
+marked cancelled."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import pytest
 from shared.models.messages import Message
 from tests.support.daemon import DaemonRunner
 from tests.support.openai_server import FakeOpenAIServer, chat_completion
-from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.processes import run_agentctl
 from tests.support.terminal import Terminal
 from tests.support.waiting import ceiling, wait_for
 
@@ -35,23 +36,17 @@ def server() -> Iterator[FakeOpenAIServer]:
 
 
 @pytest.fixture
-def start_agentd(server: FakeOpenAIServer) -> Iterator[Callable[..., AgentdProcess]]:
-    started: list[AgentdProcess] = []
+def start_agentd(daemon: DaemonRunner, server: FakeOpenAIServer) -> Callable[..., None]:
+    def start(timeout_s: float = 120.0) -> None:
+        daemon.start(
+            model=MODEL,
+            api_base=server.url,
+            api_key="sk-test",
+            context_window=32000,
+            provider_timeout_s=timeout_s,
+        )
 
-    def start(timeout_s: float = 120.0) -> AgentdProcess:
-        process = AgentdProcess(
-            AGENTD_MODEL=MODEL,
-            AGENTD_API_BASE=server.url,
-            AGENTD_API_KEY="sk-test",
-            AGENTD_CONTEXT_WINDOW="32000",
-            AGENTD_PROVIDER_TIMEOUT_S=str(timeout_s),
-        ).start()
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        process.stop()
+    return start
 
 
 def _log(home: Path) -> list[Message]:
@@ -59,10 +54,9 @@ def _log(home: Path) -> list[Message]:
     return [Message.parse_line(line) for line in path.read_text().splitlines()]
 
 
-def _agentctl(*args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _agentctl(*args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "agentd.client", *args],
-        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -86,15 +80,15 @@ def _read_until(proc: subprocess.Popen[bytes], text: str, timeout_s: float = 60.
 
 
 def test_agentctl_prints_the_reply_while_the_model_writes_it_and_a_pipe_gets_only_the_text(
-    start_agentd: Callable[..., AgentdProcess], server: FakeOpenAIServer, agentd_home: Path
+    start_agentd: Callable[..., None], server: FakeOpenAIServer, agentd_home: Path
 ) -> None:
-    agentd = start_agentd()
+    start_agentd()
     server.enqueue(
         body=chat_completion("Hello from the stream."),
         chunks=["Hello", " from", " the stream."],
         hang_after=2,
     )
-    proc = _agentctl("chat", "-p", "say hello", env=agentd.env)
+    proc = _agentctl("chat", "-p", "say hello")
     try:
         early = _read_until(proc, "Hello from")
         assert server.holding.is_set(), "the model has not finished writing"
@@ -113,11 +107,11 @@ def test_agentctl_prints_the_reply_while_the_model_writes_it_and_a_pipe_gets_onl
 
 
 def test_a_terminal_is_shown_how_long_the_model_is_waited_on_until_it_writes(
-    start_agentd: Callable[..., AgentdProcess], server: FakeOpenAIServer
+    start_agentd: Callable[..., None], server: FakeOpenAIServer
 ) -> None:
-    agentd = start_agentd()
+    start_agentd()
     server.enqueue(body=chat_completion("Here it is."), hang_after=0)
-    terminal = Terminal("-m", "agentd.client", "chat", "-p", "slow one", env=agentd.env)
+    terminal = Terminal("-m", "agentd.client", "chat", "-p", "slow one", env=dict(os.environ))
     try:
         terminal.expect(f"… waiting for {MODEL} · 2 s")
         server.release()
@@ -130,12 +124,12 @@ def test_a_terminal_is_shown_how_long_the_model_is_waited_on_until_it_writes(
 
 
 def test_a_hung_provider_ends_at_the_configured_timeout_with_provider_timeout(
-    start_agentd: Callable[..., AgentdProcess], server: FakeOpenAIServer, agentd_home: Path
+    start_agentd: Callable[..., None], server: FakeOpenAIServer, agentd_home: Path
 ) -> None:
-    agentd = start_agentd(timeout_s=1.0)
+    start_agentd(timeout_s=1.0)
     server.enqueue(body=chat_completion("never"), hang_after=0)
 
-    result = run_agentctl("chat", "-p", "are you there?", env=agentd.env)
+    result = run_agentctl("chat", "-p", "are you there?")
 
     assert result.returncode == 1
     assert result.stderr.startswith(
@@ -149,15 +143,15 @@ def test_a_hung_provider_ends_at_the_configured_timeout_with_provider_timeout(
 
 
 def test_ctrl_c_mid_stream_cancels_the_turn_and_keeps_what_arrived_marked_cancelled(
-    start_agentd: Callable[..., AgentdProcess], server: FakeOpenAIServer, agentd_home: Path
+    start_agentd: Callable[..., None], server: FakeOpenAIServer, agentd_home: Path
 ) -> None:
-    agentd = start_agentd()
+    start_agentd()
     server.enqueue(
         body=chat_completion("The first half and the rest"),
         chunks=["The first half", " and the rest"],
         hang_after=1,
     )
-    terminal = Terminal("-m", "agentd.client", "chat", "-p", "tell me", env=agentd.env)
+    terminal = Terminal("-m", "agentd.client", "chat", "-p", "tell me", env=dict(os.environ))
     try:
         terminal.expect("The first half")
         terminal.interrupt()

