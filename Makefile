@@ -13,12 +13,12 @@ up: $(STAMP)  ## install, then run the whole stack in the foreground (Ctrl-C sto
 
 # The suite runs in parallel processes (pytest-xdist), two per core and at most 8: it is
 # CPU-bound (the daemons, workers, git and bubblewrap it starts), so more workers only add
-# their own start-up (each collects every test, ~3.5 s of CPU, and imports litellm, ~3.5 s,
-# once one of its tests does). On 2 cores, one run each (runs vary by up to a minute),
-# 3, 4 and 6 workers took 4 min 40 s, 4 min 29 s and 4 min 50 s.
-# Measured on the 2-core VM, idle (load average 1-5 at the start): `make test` 4 min 29 s to
-# 5 min 32 s (1,405 tests; 7 min 46 s to 8 min 26 s of CPU, user and system), `make
-# test-fast` 55 s (the 1,065 not marked slow, none of which imports litellm). A busy
+# their own start-up (each collects every test, ~3.8 s of CPU, and imports litellm, ~3.5 s,
+# once one of its tests does). On 2 cores, one run each, 3 workers took 4 min 11 s and 4
+# took 3 min 38 s.
+# Measured on the 2-core VM, idle: `make test` 3 min 38 s (1,408 tests; 6 min 30 s of CPU,
+# user and system: docs/performance.md says where it goes), `make test-fast` 48 s (the
+# 1,068 not marked slow, none of which imports litellm). A busy
 # machine makes them slower, not red: every wait is a ceiling that
 # AGENTD_TEST_TIMEOUT_SCALE scales (default 4; tests/support/waiting.py).
 # TEST_WORKERS=0 runs it in this one process. Bytecode caches are written (into the ignored
