@@ -24,6 +24,17 @@ from shared.memory.repo import MemoryRepo
 from tests.security.walls import tripped, tripwire_script
 
 AUTHOR = {"author_name": "Ada", "author_email": "a1@agentd.local"}
+AGENTDS_CONFIG = [
+    ("core.repositoryformatversion", "0"),
+    ("core.filemode", "true"),
+    ("core.bare", "false"),
+    ("core.logallrefupdates", "true"),
+    ("user.name", "Ada"),
+    ("user.email", "a1@agentd.local"),
+    ("commit.gpgsign", "false"),
+    ("gc.auto", "0"),
+]
+"""What git reads from the config agentd writes for the repo of :func:`repo`."""
 
 
 @pytest.fixture
@@ -80,16 +91,7 @@ def test_drivers_in_the_repos_own_config_and_attributes_never_run(
     every_harness_command(repo)
 
     assert not tripped(wire), (wire / "agentd-tripwire").read_text()
-    assert git.config_entries(repo.path / ".git/config") == [
-        ("core.repositoryformatversion", "0"),
-        ("core.filemode", "true"),
-        ("core.bare", "false"),
-        ("core.logallrefupdates", "true"),
-        ("user.name", "Ada"),
-        ("user.email", "a1@agentd.local"),
-        ("commit.gpgsign", "false"),
-        ("gc.auto", "0"),
-    ]
+    assert git.config_entries(repo.path / ".git/config") == AGENTDS_CONFIG
     assert (repo.path / ".git/info/attributes").read_bytes() == git_pin.ATTRIBUTES
 
 
@@ -143,16 +145,7 @@ def test_a_config_exactly_as_agentd_writes_it_is_pinned_without_git_and_no_other
         git.pin(repo.path)
         assert parsed, variant
         parsed.clear()
-    assert git.config_entries(repo.path / ".git/config") == [
-        ("core.repositoryformatversion", "0"),
-        ("core.filemode", "true"),
-        ("core.bare", "false"),
-        ("core.logallrefupdates", "true"),
-        ("user.name", "Ada"),
-        ("user.email", "a1@agentd.local"),
-        ("commit.gpgsign", "false"),
-        ("gc.auto", "0"),
-    ]
+    assert git.config_entries(repo.path / ".git/config") == AGENTDS_CONFIG
 
 
 def test_writing_the_identity_keeps_what_git_init_found_about_the_file_system(
