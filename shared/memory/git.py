@@ -209,12 +209,11 @@ def pin(repo_dir: Path) -> list[str]:
         return []
     config = git_pin.read_bytes(git_dir / "config")
     attributes = git_pin.attributes_in_place(git_dir)
-    known = config is not None and (_pinned.get(git_dir) == config or git_pin.is_canonical(config))
-    if known and attributes:
-        return []
     restored: list[str] = []
-    if config is None or not known:
-        config = _checked_config(repo_dir, git_dir, config, restored)
+    if config is None or not (_pinned.get(git_dir) == config or git_pin.is_canonical(config)):
+        config, restored = _checked_config(repo_dir, git_dir, config)
+    elif attributes:
+        return []
     if not attributes:
         git_pin.write_attributes(git_dir)
         restored.append(".git/info/attributes")
@@ -222,18 +221,16 @@ def pin(repo_dir: Path) -> list[str]:
     return restored
 
 
-def _checked_config(
-    repo_dir: Path, git_dir: Path, config: bytes | None, restored: list[str]
-) -> bytes:
-    """The config, parsed by git; put back to agentd's (and said in ``restored``) if it
-    holds anything agentd did not write, or git cannot read it."""
+def _checked_config(repo_dir: Path, git_dir: Path, config: bytes | None) -> tuple[bytes, list[str]]:
+    """The config, parsed by git, and what was put back: agentd's config, if it held
+    anything agentd did not write, or git cannot read it."""
     entries = config_entries(git_dir / "config") if config is not None else None
-    if (unexpected := git_pin.unexpected(entries)) or config is None:
-        config = git_pin.canonical(entries)
-        git_pin.replace_file(git_dir / "config", config)
-        restored.append(f".git/config (it held {', '.join(unexpected)})")
-        log.warning("git_config_restored", repo=str(repo_dir), unexpected=unexpected)
-    return config
+    if not (unexpected := git_pin.unexpected(entries)) and config is not None:
+        return config, []
+    config = git_pin.canonical(entries)
+    git_pin.replace_file(git_dir / "config", config)
+    log.warning("git_config_restored", repo=str(repo_dir), unexpected=unexpected)
+    return config, [f".git/config (it held {', '.join(unexpected)})"]
 
 
 def write_config(repo_dir: Path, name: str, email: str) -> None:
