@@ -78,7 +78,7 @@ def _search(service: RecallService, query: str) -> list[tuple[str, float]]:
 
 
 def _fresh(layout: Layout, query: str) -> list[tuple[str, float]]:
-    """What an index in memory built from the logs as they are now answers."""
+    """What a scratch index built from the logs as they are now answers."""
     index = scratch_index()
     ids = {}
     for directory in sorted(layout.conversations_dir(AGENT).iterdir()):

@@ -49,7 +49,8 @@ exec "$@"
 directory, where ``make test`` puts homes, when that is elsewhere: ``HIDE_TOO``); first set
 aside (and then put back) what the worker runs from when that is under ``/tmp`` too: a
 checkout cloned there, as CI's is, and its virtualenv."""
-HIDDEN = [Path("/tmp"), *([] if HOMES == "/tmp" else [Path(HOMES)])]
+HIDE_TOO = "" if HOMES == "/tmp" else HOMES
+HIDDEN = [Path(hidden) for hidden in ("/tmp", HIDE_TOO) if hidden]
 """Where the daemon's home may be: what the remote worker does not see."""
 
 
@@ -150,7 +151,7 @@ class RemoteWorker:
             "AGENTD_LOG_FORMAT": "console",
             "PYTHONUNBUFFERED": "1",
             "KEEP_UNDER_TMP": kept_under_tmp(),
-            "HIDE_TOO": "" if HOMES == "/tmp" else HOMES,
+            "HIDE_TOO": HIDE_TOO,
             **env,
         }
         self.proc: subprocess.Popen[bytes] | None = None
