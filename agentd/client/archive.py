@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import hashlib
 import os
 import sys
 from collections.abc import Iterator
@@ -30,6 +29,8 @@ def cmd_export(conn: Connection, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    import hashlib  # here, not at the top: no other command of agentctl needs it
+
     with _destination(args.output) as out:
         sha, size = hashlib.sha256(), 0
         result: dict[str, Any] | None = None
