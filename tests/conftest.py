@@ -34,6 +34,17 @@ from tests.support.workers import RedisForTests
 LOGIN_UMASK = 0o022
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests marked ``sdk`` first, in their order, then the rest in theirs.
+
+    Under ``--dist worksteal`` (the Makefile's) each xdist worker starts on a contiguous
+    slice of this list and others steal only from its end, so the ``sdk`` tests all run on
+    the first worker: litellm, OpenAI's client and the MCP SDK (five seconds of CPU
+    together) are imported by one worker instead of by every one.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("sdk") is None)
+
+
 @pytest.fixture(autouse=True)
 def login_umask() -> Iterator[None]:
     before = os.umask(LOGIN_UMASK)

@@ -72,6 +72,7 @@ def dense_server() -> Any:
         yield server
 
 
+@pytest.mark.sdk  # imports litellm
 def test_twenty_turns_on_a_dense_tokenizer_compact_at_most_four_times_and_it_is_remembered(
     daemon: DaemonRunner, dense_server: FakeOpenAIServer, agentd_home: Path
 ) -> None:
@@ -100,6 +101,7 @@ def test_twenty_turns_on_a_dense_tokenizer_compact_at_most_four_times_and_it_is_
     assert daemon.result("context.show")["token_ratio"] == pytest.approx(REPORTED_RATIO, abs=0.02)
 
 
+@pytest.mark.sdk  # imports litellm
 def test_a_window_the_prompt_nearly_fills_is_named_once_with_a_window_that_has_room(
     daemon: DaemonRunner, dense_server: FakeOpenAIServer
 ) -> None:

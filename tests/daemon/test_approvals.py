@@ -291,6 +291,7 @@ def test_which_tools_need_approval_is_checked_listed_and_cleared(
     assert usage.returncode == 2 and "none alone" in usage.stderr
 
 
+@pytest.mark.sdk  # imports litellm
 def test_a_step_with_calls_that_need_no_approval_waits_whole_and_runs_in_the_models_order(
     daemon: DaemonRunner, server: FakeOpenAIServer
 ) -> None:

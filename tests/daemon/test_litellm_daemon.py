@@ -61,6 +61,7 @@ def _log(home: Path) -> list[Message]:
     return [Message.parse_line(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.sdk  # imports litellm
 def test_tool_calls_and_results_are_printed_then_the_answer(
     serving: DaemonRunner, server: FakeOpenAIServer
 ) -> None:
@@ -126,6 +127,7 @@ def test_kill_9_mid_turn_loses_no_complete_message(
         restarted.stop()
 
 
+@pytest.mark.sdk  # imports litellm
 def test_a_rate_limit_shows_one_retry_line_and_the_answer_and_context_names_the_setting(
     serving: DaemonRunner, server: FakeOpenAIServer
 ) -> None:

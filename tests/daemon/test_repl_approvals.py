@@ -162,6 +162,7 @@ def test_piped_lines_stop_at_a_call_that_waits_with_exit_3_and_send_no_more(
     assert users() == [ASK] and runs(ada) == 0
 
 
+@pytest.mark.sdk  # imports litellm
 def test_keys_typed_while_the_turn_ran_answer_no_question_they_never_saw(
     daemon: DaemonRunner, server: FakeOpenAIServer
 ) -> None:

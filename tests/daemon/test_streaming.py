@@ -79,6 +79,7 @@ def _read_until(proc: subprocess.Popen[bytes], text: str, timeout_s: float = 60.
     return seen
 
 
+@pytest.mark.sdk  # imports litellm
 def test_agentctl_prints_the_reply_while_the_model_writes_it_and_a_pipe_gets_only_the_text(
     start_agentd: Callable[..., None], server: FakeOpenAIServer, agentd_home: Path
 ) -> None:
@@ -106,6 +107,7 @@ def test_agentctl_prints_the_reply_while_the_model_writes_it_and_a_pipe_gets_onl
     assert [(m.content, m.stop_reason) for m in replies] == [("Hello from the stream.", "end_turn")]
 
 
+@pytest.mark.sdk  # imports litellm
 def test_a_terminal_is_shown_how_long_the_model_is_waited_on_until_it_writes(
     start_agentd: Callable[..., None], server: FakeOpenAIServer
 ) -> None:
@@ -123,6 +125,7 @@ def test_a_terminal_is_shown_how_long_the_model_is_waited_on_until_it_writes(
     assert before.endswith("\r\x1b[K"), "the waiting line is erased before the reply"
 
 
+@pytest.mark.sdk  # imports litellm
 def test_a_hung_provider_ends_at_the_configured_timeout_with_provider_timeout(
     start_agentd: Callable[..., None], server: FakeOpenAIServer, agentd_home: Path
 ) -> None:
@@ -142,6 +145,7 @@ def test_a_hung_provider_ends_at_the_configured_timeout_with_provider_timeout(
     assert stop.payload is not None and stop.payload.code == "provider_timeout"
 
 
+@pytest.mark.sdk  # imports litellm
 def test_ctrl_c_mid_stream_cancels_the_turn_and_keeps_what_arrived_marked_cancelled(
     start_agentd: Callable[..., None], server: FakeOpenAIServer, agentd_home: Path
 ) -> None:

@@ -18,21 +18,25 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import anyio
 import pytest
-from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
-from mcp_types import CallToolResult, Implementation, TextContent
 
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import run_agentctl
 from tests.support.waiting import wait_for
 from tests.web.site import HeldProvider
 
-pytestmark = pytest.mark.slow
+if TYPE_CHECKING:
+    from mcp import ClientSession
+    from mcp_types import CallToolResult
 
-HOST = Implementation(name="test-host", version="1.2.3")
+# The SDK is imported where a test first speaks it, not when the module is collected: it
+# costs most of a second, which every xdist worker would pay (see the sdk mark).
+pytestmark = [pytest.mark.slow, pytest.mark.sdk]
+
+HOST = {"name": "test-host", "version": "1.2.3"}
 TOOLS = {
     "list_agents",
     "search_history",
@@ -48,12 +52,15 @@ READ_ONLY = {"list_agents", "search_history", "list_memory_files", "read_memory_
 @asynccontextmanager
 async def mcp_session(*args: str, errlog: TextIO | None = None) -> AsyncIterator[ClientSession]:
     """``agentctl mcp ARGS`` started by the SDK's stdio client, initialized as HOST."""
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+    from mcp_types import Implementation
+
     server = StdioServerParameters(
         command=sys.executable, args=["-m", "agentd.client", "mcp", *args], env=dict(os.environ)
     )
     async with (
         stdio_client(server, errlog=errlog or sys.stderr) as (read, write),
-        ClientSession(read, write, client_info=HOST) as session,
+        ClientSession(read, write, client_info=Implementation(**HOST)) as session,
     ):
         await session.initialize()
         yield session
@@ -68,6 +75,8 @@ def run(test: Callable[[ClientSession], Awaitable[None]], *args: str) -> None:
 
 
 def text(result: CallToolResult) -> str:
+    from mcp_types import TextContent
+
     [block] = result.content
     assert isinstance(block, TextContent)
     return block.text
@@ -215,6 +224,8 @@ def test_memory_files_are_resources(daemon: DaemonRunner, agent: dict[str, Any])
             f"agentd://agents/{agent['id']}/memory/notes/project.md"
         )
         assert by_id.contents[0].text == project  # type: ignore[union-attr]
+        from mcp import MCPError
+
         for uri in (
             "agentd://agents/default/memory/notes/none.md",
             "agentd://agents/nobody/memory/system/human.md",
@@ -276,6 +287,8 @@ def test_a_call_while_the_daemon_is_down_says_so_and_the_next_one_after_it_start
     with tempfile.TemporaryFile("w+") as errlog:
 
         async def main() -> None:
+            from mcp import MCPError
+
             async with mcp_session(errlog=errlog) as session:
                 down = await session.call_tool("list_agents", {})
                 assert down.is_error
@@ -308,10 +321,10 @@ def test_a_call_the_host_cancels_cancels_the_agents_turn(
             with anyio.move_on_after(60) as scope:
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(session.call_tool, "send_message", {"text": "take your time"})
+                    # Its model call, not just the turn: a cancel before the turn's input
+                    # is on disk would leave nothing for the checks below.
                     await anyio.to_thread.run_sync(
-                        wait_for,
-                        lambda: daemon.result("status")["active_turns"] == 1,
-                        "the turn to start",
+                        wait_for, lambda: provider.holding, "the turn's model call"
                     )
                     tasks.cancel_scope.cancel()
             assert not scope.cancelled_caught, "the turn never started"

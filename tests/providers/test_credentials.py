@@ -97,6 +97,7 @@ def test_a_process_started_with_keys_runs_again_without_them_and_reads_them_back
     assert seen["open_fds"] == ["0", "1", "2", "3"], "the descriptor was closed once read"
 
 
+@pytest.mark.sdk  # imports litellm
 def test_a_provider_gets_the_taken_key_explicitly_and_its_call_succeeds(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -46,7 +46,7 @@ from tests.support.openai_server import (
 )
 from tests.support.waiting import ceiling
 
-pytestmark = pytest.mark.slow  # imports litellm: seconds of CPU in each worker
+pytestmark = [pytest.mark.slow, pytest.mark.sdk]  # imports litellm
 
 MODEL = "openai/test-model"
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ from tests.support.openai_server import (
     usage,
 )
 
-pytestmark = pytest.mark.slow  # imports litellm: seconds of CPU in each worker
+pytestmark = [pytest.mark.slow, pytest.mark.sdk]  # imports litellm
 
 MODEL = "openai/test-model"
 

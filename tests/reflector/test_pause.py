@@ -24,7 +24,7 @@ from shared.store.layout import Layout
 from tests.reflector.conftest import READ, World, watermark
 from tests.support.openai_server import FakeOpenAIServer, chat_completion, error_body, tool_call
 
-pytestmark = pytest.mark.slow  # model checks import litellm: seconds of CPU in each worker
+pytestmark = [pytest.mark.slow, pytest.mark.sdk]  # model checks import litellm
 
 MODEL = "openai/reflector-model"
 

@@ -100,6 +100,7 @@ def test_a_reflector_that_deletes_core_memory_is_held_and_memory_is_untouched(
     assert ReflectionOutcome.model_validate_json(logged[-1]).status == "held"
 
 
+@pytest.mark.sdk  # imports litellm
 @pytest.mark.slow
 def test_the_attack_over_the_real_openai_compatible_path_is_held(world: World) -> None:
     """The same model, spoken to as litellm speaks to any OpenAI-compatible server."""

@@ -124,6 +124,7 @@ def server() -> Iterator[FakeOpenAIServer]:
         yield fake
 
 
+@pytest.mark.sdk  # imports litellm
 @pytest.mark.slow
 @pytest.mark.skipif(not sandbox.available(), reason=f"bubblewrap unusable: {sandbox.reason()}")
 def test_a_reflector_posing_as_an_mcp_hosts_note_lands_as_the_reflection_job(

@@ -52,6 +52,8 @@ class HeldProvider(ScriptedProvider):
         self._held = asyncio.Event()
         self._hold_at: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.holding = False
+        """True while a call waits for :meth:`release`: the turn's input is on disk by then."""
 
     def hold_call_after(self, calls: int) -> None:
         """Answer ``calls`` more model calls, then hold the next one until :meth:`release`."""
@@ -67,7 +69,11 @@ class HeldProvider(ScriptedProvider):
         self._loop = asyncio.get_running_loop()
         if len(self.requests) == self._hold_at:
             self._hold_at = None
-            await self._held.wait()
+            self.holding = True
+            try:
+                await self._held.wait()
+            finally:
+                self.holding = False
         return await super().complete(request)
 
 

@@ -67,6 +67,7 @@ def conversation_url(daemon: DaemonRunner, agent: dict[str, Any]) -> str:
     return f"http://127.0.0.1:{port}/agents/{agent['id']}/conversations/{agent['default_conversation_id']}"
 
 
+@pytest.mark.sdk  # imports litellm
 def test_a_chat_that_waits_shows_approve_and_approve_streams_the_turn_it_carries_on(
     daemon: DaemonRunner,
     server: FakeOpenAIServer,
@@ -103,6 +104,7 @@ def test_a_chat_that_waits_shows_approve_and_approve_streams_the_turn_it_carries
     assert page.locator("#approvals form.approval").count() == 0
 
 
+@pytest.mark.sdk  # imports litellm
 def test_a_call_waiting_when_the_page_loads_is_denied_with_a_reason_the_model_reads(
     daemon: DaemonRunner,
     server: FakeOpenAIServer,

@@ -11,16 +11,21 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 import pytest
 
 from shared.redact import redact
 from tests.support.daemon import DaemonRunner
+from tests.support.sdk import LazyModule
 from tests.support.waiting import ceiling
 
-pytestmark = pytest.mark.slow
+if TYPE_CHECKING:
+    import openai
+else:
+    openai = LazyModule("openai")
+
+pytestmark = [pytest.mark.slow, pytest.mark.sdk]
 
 
 @dataclass

@@ -7,16 +7,21 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 import pytest
 
 from tests.support.daemon import DaemonRunner
 from tests.support.openai_server import FakeOpenAIServer, chat_completion, error_body
+from tests.support.sdk import LazyModule
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.slow
+if TYPE_CHECKING:
+    import openai
+else:
+    openai = LazyModule("openai")
+
+pytestmark = [pytest.mark.slow, pytest.mark.sdk]
 
 
 @dataclass

@@ -1,0 +1,22 @@
+"""SDKs a test module speaks (OpenAI's client, the MCP SDK), imported at first use.
+
+Each costs most of a second of CPU to import, and every xdist worker imports every test
+module to collect it: a module-level ``import openai`` is paid four times for the one
+worker that runs those tests. Such modules are marked ``sdk`` (tests/conftest.py runs them
+first, together, on one worker) and name the SDK through :class:`LazyModule`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+
+class LazyModule:
+    """Stands for the module ``name`` and imports it at the first attribute asked of it."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(importlib.import_module(self._name), attribute)
