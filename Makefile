@@ -11,20 +11,21 @@ STAMP := $(VENV)/.installed
 up: $(STAMP)  ## install, then run the whole stack in the foreground (Ctrl-C stops it)
 	$(BIN)/agentd up
 
-# The suite runs in parallel processes (pytest-xdist), two per core and at most 8: it is
-# CPU-bound (the daemons, workers, git and bubblewrap it starts), so more workers only add
-# their own start-up (each collects every test, ~3.8 s of CPU, and imports litellm, ~3.5 s,
-# once one of its tests does). On 2 cores, one run each, 3 workers took 4 min 11 s and 4
-# took 3 min 38 s.
-# Measured on the 2-core VM, idle: `make test` 3 min 38 s (1,408 tests; 6 min 30 s of CPU,
-# user and system: docs/performance.md says where it goes), `make test-fast` 48 s (the
-# 1,068 not marked slow, none of which imports litellm). A busy
+# The suite runs in parallel processes (pytest-xdist), three per core and at most 8. It is
+# CPU-bound (the daemons, workers, git and bubblewrap it starts), yet many tests wait on a
+# process they started, so a third worker per core keeps the cores busy through those
+# waits; each more collects every test (~3 s of CPU). On 2 cores, idle, two runs each:
+# 4 workers 3 min 47 s, 6 workers 3 min 32 s and 3 min 36 s, 8 workers 3 min 35 s.
+# Tests marked sdk run first, on one worker: only it imports litellm (tests/conftest.py).
+# Measured on the 2-core VM, idle: `make test` 3 min 32 s (1,408 tests; about 6 min 30 s
+# of CPU, user and system: docs/performance.md says where it goes), `make test-fast` 48 s
+# (the 1,068 not marked slow, none of which imports litellm). A busy
 # machine makes them slower, not red: every wait is a ceiling that
 # AGENTD_TEST_TIMEOUT_SCALE scales (default 4; tests/support/waiting.py).
 # TEST_WORKERS=0 runs it in this one process. Bytecode caches are written (into the ignored
 # __pycache__ directories) even where PYTHONDONTWRITEBYTECODE is set, so that the hundreds
 # of Python processes the suite starts do not each recompile the project and its tests.
-TEST_WORKERS ?= $(shell n=$$(( $$(nproc) * 2 )); echo $$(( n > 8 ? 8 : n )))
+TEST_WORKERS ?= $(shell n=$$(( $$(nproc) * 3 )); echo $$(( n > 8 ? 8 : n )))
 # The tests' homes, their pytest tmp_path and what the processes they start write to the
 # temp directory go to the tmpfs /dev/shm where there is one (tests/support/homes.py): the
 # fsyncs that durability asks for cost nothing there, where on ext4 they took a tenth of
