@@ -206,7 +206,7 @@ class RecallService:
             self._open(agent_id, state)
         lower_this_thread()  # the catch-up is background work
         for agent_id, state in states:
-            if state.ready.is_set() or state.index is None:
+            if state.ready.is_set() or state.index is None or state.closed:
                 continue
             started = time.perf_counter()
             try:
@@ -245,6 +245,13 @@ class RecallService:
                     self._catch_up(state)
                 finally:
                     self._finish(state)
+        except FileNotFoundError:
+            if self.layout.agent_dir(agent_id).exists():
+                log.exception("recall_open_failed", agent_id=agent_id)
+            else:  # deleted meanwhile (moved to the trash): its drop follows
+                state.closed = True
+                log.info("recall_agent_gone", agent_id=agent_id)
+                return
         except Exception:
             log.exception("recall_open_failed", agent_id=agent_id)
         finally:

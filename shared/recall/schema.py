@@ -75,12 +75,16 @@ def build_schema() -> tantivy.Schema:
 
 
 def open_index(directory: Path | None) -> tantivy.Index:
-    """The index in ``directory`` (made there if there is none), or one in memory."""
+    """The index in ``directory`` (made there if there is none), or one in memory.
+
+    ``directory`` is made, never its parent: an agent deleted while its index was being
+    opened has had its directory moved to the trash, and it must not come back as a
+    directory holding only an index (:class:`FileNotFoundError` instead)."""
     schema = build_schema()
     if directory is None:
         index = tantivy.Index(schema)
     else:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(exist_ok=True)
         index = tantivy.Index(schema, path=str(directory))
     for name, analyzer in analyzers().items():
         index.register_tokenizer(name, analyzer)

@@ -298,6 +298,26 @@ def test_a_conversation_log_truncated_or_replaced_invalidates_what_covers_it(
         assert sorted(found) == sorted(message_id for message_id, _ in _fresh(layout, query))
 
 
+def test_an_agent_deleted_while_its_index_opens_does_not_come_back(
+    layout: Layout, conversations: list[Conversation]
+) -> None:
+    """A deletion moves the agent's directory to the trash, then has recall drop the
+    agent. A recall process still opening that agent's index in between (one just
+    started, say) must not make the directory again, holding only an index."""
+    agent_dir = layout.agent_dir(AGENT)
+    trashed = layout.home / "trashed-agent"
+    agent_dir.rename(trashed)
+
+    service = _service(layout)
+    _opened(service)
+
+    assert not agent_dir.exists()
+    assert not (trashed / "recall").exists()
+    service.drop(AGENT)
+    assert service.wait_for_writes(ceiling(30))
+    assert not agent_dir.exists()
+
+
 def test_status_counts_the_bytes_on_disk(layout: Layout, conversations: list[Conversation]) -> None:
     service = _service(layout)
     _opened(service)
