@@ -245,14 +245,11 @@ class RecallService:
                     self._catch_up(state)
                 finally:
                     self._finish(state)
-        except FileNotFoundError:
-            if self.layout.agent_dir(agent_id).exists():
-                log.exception("recall_open_failed", agent_id=agent_id)
-            else:  # deleted meanwhile (moved to the trash): its drop follows
-                state.closed = True
+        except Exception as exc:
+            if isinstance(exc, FileNotFoundError) and not self.layout.agent_dir(agent_id).exists():
+                state.closed = True  # deleted meanwhile (moved to the trash): its drop follows
                 log.info("recall_agent_gone", agent_id=agent_id)
                 return
-        except Exception:
             log.exception("recall_open_failed", agent_id=agent_id)
         finally:
             state.searchable.set()
