@@ -237,12 +237,14 @@ def write_config(repo_dir: Path, name: str, email: str) -> None:
     """Give the repository at ``repo_dir`` agentd's config (:func:`git_pin.canonical`)
     with this identity, keeping what ``git init`` found out about the file system: one
     file written, where a ``git config`` per key took a process each, and a config every
-    later process finds pinned without asking git to parse it."""
+    later process finds pinned without asking git to parse it. What ``git init`` wrote is
+    read from the bytes already in hand; a config of another layout is parsed by git."""
     git_dir = _own_git_dir(repo_dir)
     if git_dir is None:
         raise MemoryRepoError(f"{repo_dir} holds no git repository to configure")
     path = git_dir / "config"
-    found = config_entries(path) if git_pin.read_bytes(path) is not None else None
+    written = git_pin.read_bytes(path)
+    found = None if written is None else git_pin.plain_entries(written) or config_entries(path)
     config = git_pin.canonical([*(found or ()), ("user.name", name), ("user.email", email)])
     git_pin.replace_file(path, config)
     _remember(git_dir, config)

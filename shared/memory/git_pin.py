@@ -68,7 +68,7 @@ _FILE_SYSTEM_KEYS = ("core.ignorecase", "core.precomposeunicode", "core.symlinks
 """What ``git init`` writes where the file system differs (case-insensitive, macOS's
 Unicode, no symbolic links); kept, so git goes on knowing it."""
 _SECTION = re.compile(r"\[([a-z]+)\]")
-_ENTRY = re.compile(r"\t([a-z]+) = ([A-Za-z0-9 _.@+~()-]*)")
+_ENTRY = re.compile(rf"\t([a-z]+) = ({_PLAIN_VALUE.pattern})")
 
 Entries = Sequence[tuple[str, str]]
 
@@ -120,13 +120,15 @@ def is_canonical(config: bytes) -> bool:
     of plain values: then git reads from it exactly the entries it was written from, all
     allowed, and it needs no parse by git. Anything else (another layout, a quoted value,
     a key more) says no, and git is asked."""
-    entries = _plain_entries(config)
+    entries = plain_entries(config)
     return entries is not None and canonical(entries) == config
 
 
-def _plain_entries(config: bytes) -> list[tuple[str, str]] | None:
-    """The entries of a config laid out as :func:`canonical` lays it out with plain values,
-    or None; a guess that :func:`is_canonical` confirms by writing it again."""
+def plain_entries(config: bytes) -> list[tuple[str, str]] | None:
+    """The entries of a config of plain ``[section]`` and ``\tkey = value`` lines (as
+    :func:`canonical` and ``git init`` write them), or None for any other: what git reads
+    from it, but for the blanks git strips from a value's end, which is why
+    :func:`is_canonical` confirms it by writing it again."""
     try:
         text = config.decode("ascii")
     except UnicodeDecodeError:

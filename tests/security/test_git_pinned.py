@@ -166,6 +166,28 @@ def test_writing_the_identity_keeps_what_git_init_found_about_the_file_system(
     assert git_pin.is_canonical((repo.path / ".git/config").read_bytes())
 
 
+def test_writing_the_identity_over_a_config_of_another_layout_asks_git_and_keeps_no_driver(
+    repo: MemoryRepo,
+) -> None:
+    """An imported repository's config need not be laid out as ``git init`` lays it out:
+    it is parsed by git, and what agentd writes keeps the file system's keys, and no
+    driver, include or worktree it held."""
+    (repo.path / ".git/config").write_text(
+        '[core]\n    filemode = false\n\tIgnoreCase = "true"\n\tworktree = /elsewhere\n'
+        '[filter "x"]\n\tclean = touch /tmp/agentd-pwned\n[include]\n\tpath = ../inc.cfg\n'
+    )
+    git.write_config(repo.path, "Ada", "a1@agentd.local")
+
+    entries = git.config_entries(repo.path / ".git/config") or []
+    assert ("core.ignorecase", "true") in entries and ("core.filemode", "false") in entries
+    assert not [
+        key
+        for key, _ in entries
+        if key.startswith(("filter.", "include.")) or key == "core.worktree"
+    ]
+    assert git_pin.is_canonical((repo.path / ".git/config").read_bytes())
+
+
 def test_an_identity_with_quotes_and_newlines_survives_a_restore(repo: MemoryRepo) -> None:
     """The restored config keeps the agent's name as git read it, whatever its characters."""
     git.run(repo.path, "config", "user.name", 'Ada "the\\agent"\n; #x')
