@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +33,8 @@ from tests.support.waiting import SCALE_VARIABLE
 from tests.support.workers import RedisForTests
 
 LOGIN_UMASK = 0o022
+SDKS = ("litellm", "openai", "mcp")
+"""The SDKs that cost seconds of CPU to import (the ``sdk`` mark)."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -43,6 +46,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     together) are imported by one worker instead of by every one.
     """
     items.sort(key=lambda item: item.get_closest_marker("sdk") is None)
+
+
+@pytest.fixture(autouse=True)
+def sdk_imports_are_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that imports an SDK into this process without the ``sdk`` mark fails: left
+    unmarked, it would have every xdist worker it lands on pay the import. (Caught on a
+    worker that had not imported that SDK yet, as every worker but the first has not.)"""
+    before = {name for name in SDKS if name in sys.modules}
+    yield
+    imported = [name for name in SDKS if name in sys.modules and name not in before]
+    if imported and request.node.get_closest_marker("sdk") is None:
+        pytest.fail(f"imported {', '.join(imported)} in-process: mark the test sdk")
 
 
 @pytest.fixture(autouse=True)

@@ -25,15 +25,17 @@ import pytest
 
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import run_agentctl
+from tests.support.sdk import LazyModule
 from tests.support.waiting import wait_for
 from tests.web.site import HeldProvider
 
 if TYPE_CHECKING:
-    from mcp import ClientSession
-    from mcp_types import CallToolResult
+    import mcp
+    import mcp_types
+else:  # imported where a test first speaks the SDK, not at collection (tests/support/sdk.py)
+    mcp = LazyModule("mcp")
+    mcp_types = LazyModule("mcp_types")
 
-# The SDK is imported where a test first speaks it, not when the module is collected: it
-# costs most of a second, which every xdist worker would pay (see the sdk mark).
 pytestmark = [pytest.mark.slow, pytest.mark.sdk]
 
 HOST = {"name": "test-host", "version": "1.2.3"}
@@ -50,23 +52,20 @@ READ_ONLY = {"list_agents", "search_history", "list_memory_files", "read_memory_
 
 
 @asynccontextmanager
-async def mcp_session(*args: str, errlog: TextIO | None = None) -> AsyncIterator[ClientSession]:
+async def mcp_session(*args: str, errlog: TextIO | None = None) -> AsyncIterator[mcp.ClientSession]:
     """``agentctl mcp ARGS`` started by the SDK's stdio client, initialized as HOST."""
-    from mcp import ClientSession, StdioServerParameters, stdio_client
-    from mcp_types import Implementation
-
-    server = StdioServerParameters(
+    server = mcp.StdioServerParameters(
         command=sys.executable, args=["-m", "agentd.client", "mcp", *args], env=dict(os.environ)
     )
     async with (
-        stdio_client(server, errlog=errlog or sys.stderr) as (read, write),
-        ClientSession(read, write, client_info=Implementation(**HOST)) as session,
+        mcp.stdio_client(server, errlog=errlog or sys.stderr) as (read, write),
+        mcp.ClientSession(read, write, client_info=mcp_types.Implementation(**HOST)) as session,
     ):
         await session.initialize()
         yield session
 
 
-def run(test: Callable[[ClientSession], Awaitable[None]], *args: str) -> None:
+def run(test: Callable[[mcp.ClientSession], Awaitable[None]], *args: str) -> None:
     async def main() -> None:
         async with mcp_session(*args) as session:
             await test(session)
@@ -74,15 +73,13 @@ def run(test: Callable[[ClientSession], Awaitable[None]], *args: str) -> None:
     anyio.run(main)
 
 
-def text(result: CallToolResult) -> str:
-    from mcp_types import TextContent
-
+def text(result: mcp_types.CallToolResult) -> str:
     [block] = result.content
-    assert isinstance(block, TextContent)
+    assert isinstance(block, mcp_types.TextContent)
     return block.text
 
 
-def ok(result: CallToolResult) -> dict[str, Any]:
+def ok(result: mcp_types.CallToolResult) -> dict[str, Any]:
     assert not result.is_error, text(result)
     assert result.structured_content is not None
     return result.structured_content
@@ -98,7 +95,7 @@ def agent(daemon: DaemonRunner) -> dict[str, Any]:
 def test_the_tools_are_listed_with_schemas_made_from_their_pydantic_types(
     agent: dict[str, Any],
 ) -> None:
-    async def check(session: ClientSession) -> None:
+    async def check(session: mcp.ClientSession) -> None:
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
 
         assert set(tools) == TOOLS
@@ -123,7 +120,7 @@ def test_every_tool_answers_from_the_daemon(daemon: DaemonRunner, agent: dict[st
     human = daemon.result("memory.show", {"path": "system/human.md"})["text"]
     default_conversation = daemon.result("conversation.list")["conversations"]
 
-    async def check(session: ClientSession) -> None:
+    async def check(session: mcp.ClientSession) -> None:
         agents = ok(await session.call_tool("list_agents", {}))["agents"]
         assert agents == [{"id": agent["id"], "name": "default", "model": "mock"}]
 
@@ -179,7 +176,7 @@ def test_a_reply_names_the_calls_that_wait_for_the_users_approval(
     daemon.result("agent.update", {"agent": "default", "requires_approval": ["bash"]})
     replies: list[dict[str, Any]] = []
 
-    async def check(session: ClientSession) -> None:
+    async def check(session: mcp.ClientSession) -> None:
         replies.append(ok(await session.call_tool("send_message", {"text": "run `echo hi`"})))
 
     run(check)
@@ -196,7 +193,7 @@ def test_memory_files_are_resources(daemon: DaemonRunner, agent: dict[str, Any])
     daemon.result("memory.remember", {"text": "ships in May", "path": "notes/project.md"})
     project = daemon.result("memory.show", {"path": "notes/project.md"})["text"]
 
-    async def check(session: ClientSession) -> None:
+    async def check(session: mcp.ClientSession) -> None:
         listed = (await session.list_resources()).resources
         assert [(str(r.uri), r.name, r.mime_type) for r in listed] == [
             (
@@ -224,13 +221,11 @@ def test_memory_files_are_resources(daemon: DaemonRunner, agent: dict[str, Any])
             f"agentd://agents/{agent['id']}/memory/notes/project.md"
         )
         assert by_id.contents[0].text == project  # type: ignore[union-attr]
-        from mcp import MCPError
-
         for uri in (
             "agentd://agents/default/memory/notes/none.md",
             "agentd://agents/nobody/memory/system/human.md",
         ):
-            with pytest.raises(MCPError) as refused:
+            with pytest.raises(mcp.MCPError) as refused:
                 await session.read_resource(uri)
             assert "memory_path" in str(refused.value) or "unknown_agent" in str(refused.value)
 
@@ -266,7 +261,7 @@ def test_bad_input_is_a_tool_error_saying_why_and_changes_nothing(
     conversations = daemon.result("conversation.list")["conversations"]
     errors: list[str] = []
 
-    async def check(session: ClientSession) -> None:
+    async def check(session: mcp.ClientSession) -> None:
         for name, arguments, _reason in BAD_CALLS:
             result = await session.call_tool(name, arguments)
             assert result.is_error, (name, arguments)
@@ -287,8 +282,6 @@ def test_a_call_while_the_daemon_is_down_says_so_and_the_next_one_after_it_start
     with tempfile.TemporaryFile("w+") as errlog:
 
         async def main() -> None:
-            from mcp import MCPError
-
             async with mcp_session(errlog=errlog) as session:
                 down = await session.call_tool("list_agents", {})
                 assert down.is_error
@@ -297,7 +290,7 @@ def test_a_call_while_the_daemon_is_down_says_so_and_the_next_one_after_it_start
                     "agentd.sock). Start it with `agentd up` (from a checkout: `make up`), then "
                     "try again."
                 )
-                with pytest.raises(MCPError, match="not_running: agentd is not running"):
+                with pytest.raises(mcp.MCPError, match="not_running: agentd is not running"):
                     await session.list_resources()
                 await anyio.to_thread.run_sync(daemon.start)
                 up = ok(await session.call_tool("list_agents", {}))

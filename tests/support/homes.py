@@ -10,4 +10,5 @@ from __future__ import annotations
 
 import tempfile
 
-HOMES = tempfile.gettempdir() if len(tempfile.gettempdir()) <= 16 else "/tmp"
+_TEMP = tempfile.gettempdir()
+HOMES = _TEMP if len(_TEMP) <= 16 else "/tmp"

@@ -1,9 +1,9 @@
 """SDKs a test module speaks (OpenAI's client, the MCP SDK), imported at first use.
 
 Each costs most of a second of CPU to import, and every xdist worker imports every test
-module to collect it: a module-level ``import openai`` is paid four times for the one
-worker that runs those tests. Such modules are marked ``sdk`` (tests/conftest.py runs them
-first, together, on one worker) and name the SDK through :class:`LazyModule`.
+module to collect it: a module-level ``import openai`` is paid by every worker for the one
+that runs those tests. Such modules are marked ``sdk`` (tests/conftest.py runs them first,
+together, on one worker) and name the SDK through :class:`LazyModule`.
 """
 
 from __future__ import annotations
