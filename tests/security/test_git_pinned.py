@@ -148,43 +148,37 @@ def test_a_config_exactly_as_agentd_writes_it_is_pinned_without_git_and_no_other
     assert git.config_entries(repo.path / ".git/config") == AGENTDS_CONFIG
 
 
-def test_writing_the_identity_keeps_what_git_init_found_about_the_file_system(
-    repo: MemoryRepo,
+AS_GIT_INIT_WRITES_IT = (
+    "[core]\n\trepositoryformatversion = 0\n\tfilemode = false\n\tbare = false\n"
+    "\tlogallrefupdates = true\n\tignorecase = true\n\tprecomposeunicode = true\n"
+)
+"""``git init`` on a case-insensitive file system with macOS's Unicode."""
+IMPORTED_OF_ANOTHER_LAYOUT = (
+    '[core]\n    filemode = false\n\tIgnoreCase = "true"\n\tprecomposeunicode = true\n'
+    "\tworktree = /elsewhere\n"
+    '[filter "x"]\n\tclean = touch /tmp/agentd-pwned\n[include]\n\tpath = ../inc.cfg\n'
+)
+"""An imported repository's: laid out otherwise (read by git), with a driver and more."""
+
+
+@pytest.mark.parametrize(
+    "written", [AS_GIT_INIT_WRITES_IT, IMPORTED_OF_ANOTHER_LAYOUT], ids=["git-init", "imported"]
+)
+def test_writing_the_identity_keeps_the_file_systems_keys_and_nothing_else(
+    repo: MemoryRepo, written: str
 ) -> None:
-    """On a case-insensitive file system ``git init`` writes ``core.ignorecase``: agentd's
-    config keeps it, and is still recognised as agentd's."""
-    (repo.path / ".git/config").write_text(
-        "[core]\n\trepositoryformatversion = 0\n\tfilemode = false\n\tbare = false\n"
-        "\tlogallrefupdates = true\n\tignorecase = true\n\tprecomposeunicode = true\n"
-    )
+    """agentd's config keeps what ``git init`` found out about the file system, whether
+    it reads that from ``git init``'s plain lines or asks git, drops any driver, include
+    or worktree, and is still recognised as agentd's."""
+    (repo.path / ".git/config").write_text(written)
     git.write_config(repo.path, "Ada Lovelace", "a1@agentd.local")
 
     entries = git.config_entries(repo.path / ".git/config") or []
     assert ("core.ignorecase", "true") in entries and ("core.filemode", "false") in entries
     assert ("core.precomposeunicode", "true") in entries
     assert ("user.name", "Ada Lovelace") in entries
-    assert git_pin.is_canonical((repo.path / ".git/config").read_bytes())
-
-
-def test_writing_the_identity_over_a_config_of_another_layout_asks_git_and_keeps_no_driver(
-    repo: MemoryRepo,
-) -> None:
-    """An imported repository's config need not be laid out as ``git init`` lays it out:
-    it is parsed by git, and what agentd writes keeps the file system's keys, and no
-    driver, include or worktree it held."""
-    (repo.path / ".git/config").write_text(
-        '[core]\n    filemode = false\n\tIgnoreCase = "true"\n\tworktree = /elsewhere\n'
-        '[filter "x"]\n\tclean = touch /tmp/agentd-pwned\n[include]\n\tpath = ../inc.cfg\n'
-    )
-    git.write_config(repo.path, "Ada", "a1@agentd.local")
-
-    entries = git.config_entries(repo.path / ".git/config") or []
-    assert ("core.ignorecase", "true") in entries and ("core.filemode", "false") in entries
-    assert not [
-        key
-        for key, _ in entries
-        if key.startswith(("filter.", "include.")) or key == "core.worktree"
-    ]
+    dropped = ("filter.", "include.", "core.worktree")
+    assert not [key for key, _ in entries if key.startswith(dropped)]
     assert git_pin.is_canonical((repo.path / ".git/config").read_bytes())
 
 
