@@ -191,8 +191,12 @@ class AgentStore:
             raise
 
     def _missing(self, directory: Path) -> AgentRecordMissing | None:
-        """The refusal for a directory that holds an agent's data but no record, if so."""
-        if (directory / _CREATING).exists():
+        """The refusal for a directory that holds an agent's data but no record, if so.
+
+        The caller found no record; the mark is looked for after that, and a creation
+        saves the record before it removes the mark. So a record found now is a creation
+        that ended in between (two requests racing for the default agent), not a loss."""
+        if (directory / _CREATING).exists() or AgentFiles(directory).record.exists():
             return None
         conversations = _conversations_with_messages(directory)
         has_memory = (AgentFiles(directory).memory / ".git").exists()

@@ -8,6 +8,7 @@ import pytest
 
 from shared.errors import AgentRecordMissing, CorruptStateFile, UnknownAgent
 from shared.models.agents import AgentRecord
+from shared.store import agents
 from shared.store.agents import AgentStore
 from shared.store.atomic import write_model_atomic
 from shared.store.layout import Layout
@@ -56,6 +57,31 @@ def test_a_directory_being_created_or_holding_nothing_is_not_an_agent(tmp_path: 
         with pytest.raises(UnknownAgent):
             store.find("default")
         assert store.scan().missing == []
+
+
+def test_a_creation_ending_between_the_record_read_and_the_mark_looked_for_is_no_loss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two requests race for the default agent: one creates it while the other scans. The
+    scan read the record just before it was saved, and looked for the creation's mark just
+    after it was removed: that is an agent just made, not one that lost its record, and
+    nothing is rebuilt."""
+    store = _store(tmp_path)
+    directory = _agent_with_a_conversation(store, "agent-new", "default")
+    read_first = {directory / "agent.json"}
+    read = agents.read_model
+
+    def read_before_the_save(path: Path, model: type[AgentRecord]) -> AgentRecord | None:
+        if path in read_first:
+            read_first.discard(path)
+            return None
+        return read(path, model)
+
+    monkeypatch.setattr(agents, "read_model", read_before_the_save)
+
+    assert store.scan().missing == []
+    assert not (directory / "agent.json.rebuilt").exists()
+    assert store.find("default").id == "agent-new"
 
 
 def test_a_creation_that_fails_leaves_no_directory(tmp_path: Path) -> None:
