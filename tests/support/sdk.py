@@ -13,10 +13,17 @@ from typing import Any
 
 
 class LazyModule:
-    """Stands for the module ``name`` and imports it at the first attribute asked of it."""
+    """Stands for the module ``name`` and imports it at the first public attribute asked of it.
+
+    Collection looks at every name of a test module for pytest's private marks
+    (``_fixture_function_marker``, ``__pytest_wrapped__``…): a private name is answered as
+    missing without the import, or collecting would import the SDK after all.
+    """
 
     def __init__(self, name: str) -> None:
         self._name = name
 
     def __getattr__(self, attribute: str) -> Any:
+        if attribute.startswith("_"):
+            raise AttributeError(attribute)
         return getattr(importlib.import_module(self._name), attribute)
