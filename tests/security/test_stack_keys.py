@@ -131,26 +131,13 @@ def test_no_process_of_agentd_up_is_started_with_a_key_and_the_keys_still_work(
     assert leaks([stack.pid, *descendants(stack.pid)]) == []
 
 
-def test_agentd_serve_alone_is_not_started_with_a_key_either(
-    agentd_home: Path, server: FakeOpenAIServer
-) -> None:
-    """The systemd unit's way: ``agentd serve`` with keys from an ``EnvironmentFile``."""
-    daemon = AgentdProcess(**KEYS, **MODEL, AGENTD_API_BASE=server.url).start()
-    try:
-        assert daemon.proc is not None
-        assert leaks([daemon.proc.pid, *descendants(daemon.proc.pid)]) == []
-        ask(agentd_home, "chat", {"text": "hi"})
-        assert server.authorizations == [f"Bearer {KEYS['AGENTD_API_KEY']}"]
-    finally:
-        daemon.stop()
-
-
-def test_agentd_worker_hands_its_celery_process_the_keys_on_a_descriptor(
+def test_agentd_serve_and_agentd_worker_started_alone_hand_on_their_keys_too(
     agentd_home: Path, server: FakeOpenAIServer, redis_server: RedisForTests
 ) -> None:
-    """A second host's way (``agentd worker``, started with keys from an
-    ``EnvironmentFile``): the Celery process it becomes holds none in its environment, and
-    the reflection's model call still carries the key."""
+    """The systemd units' way and a second host's: ``agentd serve`` and ``agentd worker``,
+    each started with keys from an ``EnvironmentFile``. Neither the daemon (nor its recall
+    process) nor the Celery process the worker becomes holds one in its environment, and
+    the chat's and the reflection's model calls still carry the key."""
     env = {**os.environ, **KEYS, **MODEL, "AGENTD_API_BASE": server.url}
     output = agentd_home.parent / f"{agentd_home.name}-worker.out"
     with open(output, "wb") as out:
@@ -163,11 +150,16 @@ def test_agentd_worker_hands_its_celery_process_the_keys_on_a_descriptor(
         )
     daemon = AgentdProcess(**KEYS, **MODEL, AGENTD_API_BASE=server.url).start()
     try:
+        assert daemon.proc is not None
+        serving = [daemon.proc.pid, *descendants(daemon.proc.pid)]
+        assert any("agentd.recall.process" in cmdline(pid) for pid in serving), serving
+        assert leaks(serving) == []
         wait_for(lambda: len(ask(agentd_home, "status")["redis"]["workers"]) == 1, "the worker")
         tree = [worker.pid, *descendants(worker.pid)]
         assert "celery" in cmdline(worker.pid)  # it became the worker, in place
         assert leaks(tree) == []
         ask(agentd_home, "chat", {"text": "I prefer tabs."})
+        assert server.authorizations == [f"Bearer {KEYS['AGENTD_API_KEY']}"]
         asked = ask(agentd_home, "reflection.request", {"wait_s": ceiling(50)})
         log = output.read_text(errors="replace")
         assert asked["outcome"] is not None, f"no outcome of the reflection; the worker:\n{log}"
