@@ -91,10 +91,14 @@ class Reflect:
 def register_reflect(
     app: Celery, settings: Settings, location: RedisLocation, provider_keys: ProviderKeys | None
 ) -> None:
-    """Register :data:`redis_keys.REFLECT_TASK` on ``app``: the name the daemon sends by."""
+    """Register :data:`redis_keys.REFLECT_TASK` on ``app``: the name the daemon sends by.
+
+    On ``app`` alone (``shared=False``): Celery's default also registers a task on every
+    app made later in the process, and there the first registered wins, so a second app
+    would run the first one's task, with the first one's settings."""
     reflect = Reflect(settings, location, provider_keys)
 
-    @app.task(name=redis_keys.REFLECT_TASK, bind=True)
+    @app.task(name=redis_keys.REFLECT_TASK, bind=True, shared=False)
     def _reflect(self: Any, job: dict[str, Any]) -> dict[str, Any] | None:
         reflect.worker = reflect.worker or str(getattr(self.request, "hostname", "") or "")
         return reflect(job)

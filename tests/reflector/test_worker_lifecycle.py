@@ -7,6 +7,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +40,20 @@ def test_the_app_follows_the_settings_it_is_given(agentd_home: Path) -> None:
     assert redis_keys.REFLECT_TASK in app.tasks
     assert (app.conf.task_time_limit, app.conf.task_soft_time_limit) == (600, 540)
     assert app.conf.broker_connection_timeout == 7
+
+
+def test_two_apps_in_one_process_each_run_their_own_task(agentd_home: Path) -> None:
+    """Each app's reflect task is its own, made with its settings: Celery shares a task
+    with every later app unless told not to, and then the first app's task would answer
+    for the second."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first = create_app(Settings(home=agentd_home, reflection_time_limit_s=600))
+        second = create_app(Settings(home=agentd_home, reflection_time_limit_s=900))
+        tasks = [app.tasks[redis_keys.REFLECT_TASK] for app in (first, second)]
+
+    assert tasks[0].run is not tasks[1].run
+    assert [task.app for task in tasks] == [first, second]
 
 
 def test_celery_hands_out_a_job_once_and_only_to_a_free_process(agentd_home: Path) -> None:
