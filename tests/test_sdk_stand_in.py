@@ -41,7 +41,10 @@ def test_collecting_a_module_that_names_an_sdk_does_not_import_it(tmp_path: Path
     (tmp_path / "stand_in_target.py").write_text("VALUE = 1\n")
     (tmp_path / "test_speaker.py").write_text(SPEAKER)
     (tmp_path / "conftest.py").write_text(REPORTER)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])}
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")},
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)]),
+    }  # a pytest of its own: not the options or plugins the suite was run with
 
     collected = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "--collect-only"],
