@@ -16,6 +16,7 @@ in-process would otherwise decide the modes of every later test's files on that 
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -65,6 +66,19 @@ def login_umask() -> Iterator[None]:
     before = os.umask(LOGIN_UMASK)
     yield
     os.umask(before)
+
+
+@pytest.fixture(autouse=True)
+def no_console_log_on_a_closed_stream() -> Iterator[None]:
+    """A test that runs an entry point in-process under ``capsys`` (``agentd doctor``, say)
+    has logging write to the stream capsys gave it, which is closed when the test ends.
+    Every later test on that worker would then lose its log lines, each with a
+    ``--- Logging error ---`` traceback: the handler goes with its stream."""
+    yield
+    root = logging.getLogger()
+    for handler in root.handlers[:]:
+        if getattr(getattr(handler, "stream", None), "closed", False):
+            root.removeHandler(handler)
 
 
 @pytest.fixture(autouse=True)
