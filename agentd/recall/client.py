@@ -27,8 +27,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from pydantic import ValidationError
@@ -54,9 +55,40 @@ EXIT_WAIT_S = 5.0
 """How long a stop waits for the process to exit once its socket is closed."""
 
 
+class RecallProcess(Protocol):
+    """What the client needs of a started recall process (a ``subprocess.Popen`` is one)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Its exit status; ``subprocess.TimeoutExpired`` if it runs on past ``timeout``."""
+        ...
+
+    def kill(self) -> None: ...
+
+
+SpawnRecall = Callable[[socket.socket, list[str]], RecallProcess]
+"""Starts :data:`RECALL_MODULE`'s ``main`` on ``[FD, *args]`` in a process of its own, in a
+process group of its own, with ``sock`` as descriptor FD there."""
+
+
+def spawn_recall_process(sock: socket.socket, args: list[str]) -> subprocess.Popen[bytes]:
+    """``python -m RECALL_MODULE FD *args``: how the daemon starts its recall process."""
+    return subprocess.Popen(
+        [sys.executable, "-m", RECALL_MODULE, str(sock.fileno()), *args],
+        pass_fds=(sock.fileno(),),
+        stdin=subprocess.DEVNULL,
+        # In a process group of its own: a terminal's Ctrl-C and a stop signal to the
+        # daemon's group must not end it before the daemon has had it commit what it was
+        # sent. It ends when the daemon closes its socket, or dies.
+        process_group=0,
+    )
+
+
 @dataclass(eq=False)
 class _Process:
-    popen: subprocess.Popen[bytes]
+    child: RecallProcess
     sock: socket.socket
     in_flight: set[int] = field(default_factory=set)
     """Calls sent to this process and not answered yet (guarded by the client's lock)."""
@@ -64,8 +96,11 @@ class _Process:
 
 
 class RecallClient:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, spawn: SpawnRecall = spawn_recall_process) -> None:
+        """``spawn`` starts each recall process: the tests' in-process daemons fork theirs
+        from a parent that has imported recall already (``tests/support/forked_recall.py``)."""
         self.settings = settings
+        self._spawn_process = spawn
         self._outbox: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._agents: set[str] = set()
@@ -74,6 +109,8 @@ class RecallClient:
         self._call_ids = itertools.count(1)
         self._process: _Process | None = None
         self._last_spawn = -RESPAWN_DELAY_S
+        self._opened = False
+        """Set by the first :meth:`open`: from then on a process runs or is being started."""
         self._closing = False
         self._sender = threading.Thread(target=self._send_frames, name="recall-send", daemon=True)
         self._sender.start()
@@ -82,7 +119,7 @@ class RecallClient:
     def pid(self) -> int | None:
         """The recall process's, while one runs."""
         process = self._process
-        return None if process is None or process.gone else process.popen.pid
+        return None if process is None or process.gone else process.child.pid
 
     @property
     def calls_waiting(self) -> int:
@@ -98,8 +135,8 @@ class RecallClient:
         with self._lock:
             new = [agent_id for agent_id in agent_ids if agent_id not in self._agents]
             self._agents.update(new)
-            started = self._process is not None
-        if new or not started:
+            first, self._opened = not self._opened, True
+        if new or first:
             self._outbox.put(("start", new))
 
     def start(self, agent_ids: list[str]) -> None:
@@ -145,10 +182,10 @@ class RecallClient:
     async def status(self, agent_id: str) -> dict[str, object]:
         """The index's state and size on disk (see ``RecallService.status``), or what is
         wrong with the process that holds it."""
-        process = self._process
-        if process is None:
+        if not self._opened:
             return {"state": "not open", "bytes_on_disk": None}
-        if process.gone:
+        process = self._process  # None while the sender starts it: the call waits for it
+        if process is not None and process.gone:
             return {"state": "restarting", "bytes_on_disk": None}
         try:
             return await asyncio.wait_for(self._call("status", agent_id), STATUS_TIMEOUT_S)
@@ -160,16 +197,18 @@ class RecallClient:
 
     async def close(self, timeout_s: float = WRITE_AT_STOP_S) -> None:
         """At an orderly stop: let the process commit what it was sent (for at most
-        ``timeout_s``), then close its socket, which ends it."""
-        process = self._process
-        if process is not None and not process.gone:
+        ``timeout_s``), then close its socket, which ends it. The flush is asked for also
+        while the sender is still starting the process: it goes after every frame before
+        it, so a stop right after the start still commits them."""
+        process = self._process  # None while the sender starts it: the flush waits for it
+        if self._opened and (process is None or not process.gone):
             with contextlib.suppress(TimeoutError, RecallUnavailable):
                 await asyncio.wait_for(self._call("flush", timeout_s), timeout_s + EXIT_WAIT_S)
         self._closing = True
         self._outbox.put(None)
         await asyncio.to_thread(self._sender.join, EXIT_WAIT_S)
         if self._process is not None:
-            await asyncio.to_thread(_end, self._process.popen)
+            await asyncio.to_thread(_end, self._process.child)
 
     async def _call(self, method: str, *args: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -240,25 +279,10 @@ class RecallClient:
         time.sleep(max(0.0, self._last_spawn + RESPAWN_DELAY_S - time.monotonic()))
         self._last_spawn = time.monotonic()
         ours, theirs = socket.socketpair()
+        args = [str(self.settings.home), self.settings.log_level, self.settings.log_format]
         with theirs:
-            popen = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    RECALL_MODULE,
-                    str(theirs.fileno()),
-                    str(self.settings.home),
-                    self.settings.log_level,
-                    self.settings.log_format,
-                ],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                # In a process group of its own: a terminal's Ctrl-C and a stop signal to
-                # the daemon's group must not end it before the daemon has had it commit
-                # what it was sent. It ends when the daemon closes its socket, or dies.
-                process_group=0,
-            )
-        process = _Process(popen, ours)
+            child = self._spawn_process(theirs, args)
+        process = _Process(child, ours)
         with self._lock:
             agents = sorted(self._agents)
         ours.sendall(encode(("start", agents)))
@@ -268,7 +292,7 @@ class RecallClient:
         threading.Thread(
             target=self._read_answers, args=(process,), name="recall-answers", daemon=True
         ).start()
-        log.info("recall_process_spawned", pid=popen.pid, agents=len(agents))
+        log.info("recall_process_spawned", pid=child.pid, agents=len(agents))
         return process
 
     def _read_answers(self, process: _Process) -> None:
@@ -289,8 +313,8 @@ class RecallClient:
             self._settle(call_id, False, RecallUnavailable("its process stopped"))
         if self._closing:
             return
-        code = _end(process.popen)
-        log.warning("recall_process_died", pid=process.popen.pid, exit_code=code)
+        code = _end(process.child)
+        log.warning("recall_process_died", pid=process.child.pid, exit_code=code)
         self._outbox.put(("wake",))
 
 
@@ -303,10 +327,10 @@ def _resolve(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
         future.set_exception(value)
 
 
-def _end(popen: subprocess.Popen[bytes]) -> int:
+def _end(child: RecallProcess) -> int:
     """Wait for the process to exit, killing it if it will not."""
     try:
-        return popen.wait(EXIT_WAIT_S)
+        return child.wait(EXIT_WAIT_S)
     except subprocess.TimeoutExpired:
-        popen.kill()
-        return popen.wait()
+        child.kill()
+        return child.wait()

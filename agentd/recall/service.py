@@ -160,13 +160,19 @@ class RecallService:
     def flush(self, timeout_s: float = WRITE_AT_STOP_S) -> bool:
         """At an orderly stop: commit what every agent's index holds (waiting at most
         ``timeout_s``); whatever is cut short is read again from the logs at the next
-        start, as after a kill."""
+        start, as after a kill. An index still opening (a stop right after the start) is
+        waited for first: its opening reads what the logs gained since the last commit."""
         started = time.perf_counter()
+        deadline = time.monotonic() + timeout_s
+        with self._lock:
+            opening = list(self._agents.values())
+        for state in opening:
+            state.searchable.wait(max(0.0, deadline - time.monotonic()))
         with self._lock:
             states = [state for state in self._agents.values() if state.index is not None]
         for state in states:
             self._writes.put(_closer(state))
-        written = self.wait_for_writes(timeout_s)
+        written = self.wait_for_writes(max(0.0, deadline - time.monotonic()))
         log.info(
             "recall_committed" if written else "recall_commit_cut_short",
             agents=len(states),

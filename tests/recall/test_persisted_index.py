@@ -7,6 +7,7 @@ import asyncio
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ from shared.store.conversations import Conversation
 from shared.store.layout import Layout
 from tests.support.daemon import DaemonRunner
 from tests.support.recall_oracle import scratch_index
-from tests.support.waiting import ceiling
+from tests.support.waiting import ceiling, wait_for
 
 AGENT = "a"
 QUERIES = ("apple", "banana cherry", "word7", '"apple banana"', "数据库", "端口 word3")
@@ -134,6 +135,54 @@ def test_a_restart_searches_the_persisted_index_and_reads_only_the_tail(
         assert len(index.search(SearchRequest(query, limit=1000))) >= len(expected[query])
     assert len(_search(second, "unique500 unique501 unique502")) == 3
     assert second.status(AGENT)["state"] == "ready"
+
+
+class _FlushWatched(threading.Event):
+    """An index's ``searchable`` event that tells when a flush starts waiting on it."""
+
+    def __init__(self, flush_waits: threading.Event) -> None:
+        super().__init__()
+        self.flush_waits = flush_waits
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.flush_waits.set()
+        return super().wait(timeout)
+
+
+def test_a_flush_right_after_the_start_commits_the_index_it_was_still_opening(
+    layout: Layout, conversations: list[Conversation], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An orderly stop that comes while the index still opens (a daemon stopped right
+    after its start) waits for the opening, which reads the logs, and commits what it
+    read: the next start reads nothing again. The opening here is held until the flush
+    waits for it, or for ten seconds if it never does."""
+    flush_waits = threading.Event()
+    first = _service(layout)
+    new_state = first._new_state
+
+    def watched(agent_id: str) -> Any:
+        state = new_state(agent_id)
+        state.searchable = _FlushWatched(flush_waits)
+        return state
+
+    def held_opened(*args: Any) -> Any:
+        flush_waits.wait(ceiling(10))
+        return opened(*args)
+
+    opened = recall.opened
+    monkeypatch.setattr(first, "_new_state", watched)
+    monkeypatch.setattr(recall, "opened", held_opened)
+    first.start([AGENT])
+
+    assert first.flush()
+    monkeypatch.undo()
+    for conversation in conversations:  # what is persisted can no longer be read again
+        _every_line_blanked_but_the_last(conversation.log.path)
+
+    second = _service(layout)
+    _opened(second)
+    index = second._agents[AGENT].index
+    assert index is not None and len(index) == 20 + 13  # from disk: the logs are blank now
 
 
 def test_results_after_restarts_and_appends_are_the_in_memory_index_s(
@@ -360,10 +409,13 @@ def test_agentctl_status_shows_the_index_state_and_its_size(daemon: DaemonRunner
     daemon.start()
     daemon.result("chat", {"text": "apple banana"})
 
-    (agent,) = daemon.result("status")["agents"]
+    def recall_state() -> dict[str, Any]:
+        (agent,) = daemon.result("status")["agents"]
+        return agent["recall"]
 
-    assert agent["recall"]["state"] == "ready"
-    assert agent["recall"]["bytes_on_disk"] >= 0
+    assert recall_state()["state"] in ("opening", "ready")  # a snapshot: it may still open
+    ready = wait_for(lambda: (s := recall_state())["state"] == "ready" and s, "a ready index")
+    assert ready["bytes_on_disk"] >= 0
 
 
 def test_an_orderly_stop_commits_everything_so_a_restart_reads_no_tail(

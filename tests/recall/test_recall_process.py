@@ -8,14 +8,16 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentd.recall.client import RecallClient
+from agentd.recall.client import RecallClient, RecallProcess, spawn_recall_process
 from shared.errors import RecallUnavailable
+from shared.settings import Settings
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import AgentdProcess, run_agentctl
 from tests.support.waiting import ceiling, wait_for
@@ -133,3 +135,35 @@ def test_a_call_that_cannot_be_sent_fails_alone_and_recall_serves_on(
     with pytest.raises(RecallUnavailable):
         asyncio.run_coroutine_threadsafe(unsendable(), daemon.loop).result(30)
     assert _texts(daemon, "deploy key").count("the deploy key is in vault") == 1
+
+
+def test_a_status_asked_while_the_process_is_being_started_is_answered_by_it(
+    tmp_path: Path,
+) -> None:
+    """The sender thread starts the process at the first ``open`` (here held until the
+    status has been asked): the status waits for that process rather than saying the
+    index is not open, and a stop meanwhile ends it."""
+    release = threading.Event()
+
+    def held(sock: socket.socket, args: list[str]) -> RecallProcess:
+        release.wait(ceiling(10))
+        return spawn_recall_process(sock, args)
+
+    recall = RecallClient(Settings(home=tmp_path), spawn=held)
+    recall.open(["agent-a"])
+
+    async def asked_then_released() -> dict[str, object]:
+        status = asyncio.create_task(recall.status("agent-a"))
+        await asyncio.sleep(0)  # the status has been asked: it waits for an answer now
+        release.set()
+        return await status
+
+    async def stopped() -> None:
+        await recall.close()
+
+    assert asyncio.run(asked_then_released())["state"] in ("opening", "ready")
+    pid = recall.pid
+    assert pid is not None
+    assert os.getpgid(pid) == pid != os.getpgid(0)  # as the forked ones of the tests' daemons
+    asyncio.run(stopped())
+    wait_for(lambda: not _running(pid), "the recall process to end")

@@ -9,10 +9,12 @@ from typing import Any
 
 from agentd.client.connection import Connection
 from agentd.daemon.server import Daemon
+from agentd.recall.client import RecallClient
 from shared.clock import Clock, utc_now
 from shared.providers.base import Provider
 from shared.providers.factory import ProviderFactory
 from shared.settings import Settings
+from tests.support.forked_recall import spawn_forked
 from tests.support.waiting import ceiling
 
 
@@ -49,7 +51,8 @@ class DaemonRunner:
         factory = FixedProviders(config, provider) if provider else None
         if providers is not None:
             factory = providers(config)
-        self.daemon = Daemon(config, providers=factory, clock=clock)
+        recall = RecallClient(config, spawn=spawn_forked)
+        self.daemon = Daemon(config, providers=factory, clock=clock, recall=recall)
         ready = threading.Event()
 
         def run() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import agentd.recall.service
-from agentd.recall.process import main
+from agentd.recall.process import main as serve
 from shared.recall.documents import Document, read_documents
 from tests.support.waiting import wait_for
 
@@ -27,6 +27,10 @@ def _held(*args: Any, **kwargs: Any) -> Iterator[Document]:
     yield from read_documents(*args, **kwargs)
 
 
-if __name__ == "__main__":
+def main(argv: list[str]) -> None:
     agentd.recall.service.read_documents = _held  # type: ignore[assignment]
+    serve(argv)
+
+
+if __name__ == "__main__":
     main(sys.argv[1:])
