@@ -163,11 +163,6 @@ def _another_up(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_second_up_on_the_same_home_says_it_is_running(up: Up, agentd_home: Path) -> None:
-    second = _another_up(up.env)
-    assert (second.returncode, second.stderr) == (1, _already_running(agentd_home))
-
-
 def test_up_on_a_home_a_standalone_serve_serves_refuses_like_a_second_up_starting_nothing(
     agentd_home: Path,
 ) -> None:
@@ -198,19 +193,36 @@ def test_a_kill_9_of_up_takes_every_child_with_it_and_a_new_up_starts(
     assert again.stop() == 0
 
 
-def test_agentctl_shutdown_stops_every_process_of_the_stack(up: Up) -> None:
+def test_a_stack_reports_itself_refuses_a_second_up_and_shutdown_stops_all_it_piped(
+    up: Up, agentd_home: Path
+) -> None:
+    """One stack's life on a pipe: ``status --json`` describes it, a second ``up`` on the
+    same home is refused, ``agentctl shutdown`` stops every process of it, and what it
+    printed was JSON lines naming their process, without Celery's banner."""
+    run_agentctl("chat", "-p", "hi")
+
+    def with_a_worker() -> dict[str, Any] | None:
+        status: dict[str, Any] = json.loads(run_agentctl("status", "--json").stdout)
+        return status if status["redis"]["workers"] else None
+
+    status = wait_for(with_a_worker, "status to list the worker", poll_s=0.5)
+    assert status["ready"] is True and status["uptime_s"] >= 0
+    assert status["redis"]["embedded"] is True and status["redis"]["reachable"] is True
+    assert status["redis"]["queue_depth"] == 0
+    assert [w["name"].split("@")[0] for w in status["redis"]["workers"]] == ["reflector-1"]
+    (agent,) = status["agents"]
+    assert agent["reflection"] == {"trigger": "compaction-event", "stepCount": 25, "merge": "auto"}
+    assert agent["steps_since_last_reflection"] == 1
+    assert agent["last_reflection"] is None and agent["backoff_until"] is None
+
+    second = _another_up(up.env)
+    assert (second.returncode, second.stderr) == (1, _already_running(agentd_home))
+
     assert up.proc is not None
     stack = _stack_of(up.proc.pid)
-
     assert run_agentctl("shutdown").returncode == 0
-
     assert up.proc.wait(ceiling(60)) == 0
     assert not _living(stack)
-
-
-def test_piped_output_is_json_lines_naming_their_process_without_celerys_banner(up: Up) -> None:
-    assert run_agentctl("shutdown").returncode == 0
-    assert up.stop() == 0
 
     output = up.output.read_text()
     events = [json.loads(line) for line in output.splitlines()]  # every line is JSON
@@ -300,24 +312,6 @@ def test_a_killed_worker_is_reported_and_restarted(up: Up) -> None:
 
     wait_for(restarted, "the worker to be restarted", poll_s=0.2)
     assert run_agentctl("chat", "-p", "still here").returncode == 0
-
-
-def test_status_json_reports_the_stack(up: Up) -> None:
-    run_agentctl("chat", "-p", "hi")
-
-    def with_a_worker() -> dict[str, Any] | None:
-        status: dict[str, Any] = json.loads(run_agentctl("status", "--json").stdout)
-        return status if status["redis"]["workers"] else None
-
-    status = wait_for(with_a_worker, "status to list the worker", poll_s=0.5)
-    assert status["ready"] is True and status["uptime_s"] >= 0
-    assert status["redis"]["embedded"] is True and status["redis"]["reachable"] is True
-    assert status["redis"]["queue_depth"] == 0
-    assert [w["name"].split("@")[0] for w in status["redis"]["workers"]] == ["reflector-1"]
-    (agent,) = status["agents"]
-    assert agent["reflection"] == {"trigger": "compaction-event", "stepCount": 25, "merge": "auto"}
-    assert agent["steps_since_last_reflection"] == 1
-    assert agent["last_reflection"] is None and agent["backoff_until"] is None
 
 
 def test_a_valkey_killed_with_9_comes_back_with_its_data_status_says_so_and_reflection_goes_on(
