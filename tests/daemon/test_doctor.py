@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from agentd import cli
 from shared.providers.credentials import ProviderKeys
 from shared.providers.factory import ProviderFactory
 from shared.settings import Settings
@@ -200,29 +201,33 @@ def test_doctor_checks_the_running_daemons_settings_not_its_own_and_asks_its_api
         assert secret not in written and secret not in str(config)
 
 
+@pytest.mark.sdk  # imports litellm
 def test_an_unreachable_redis_a_missing_key_and_a_corrupt_record_are_named(
-    agentd_home: Path,
+    agentd_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Doctor run in this worker (litellm is loaded there already), as ``agentd doctor``
+    runs off a terminal: its settings from the environment, which holds no key."""
     broken = agentd_home / "agents" / "agent-x"
     broken.mkdir(parents=True)
     (agentd_home / "agents").chmod(0o755)  # as made by hand under the login umask
     (broken / "agent.json").write_text("{not json")
-    env = {
-        "AGENTD_REDIS_URL": "redis://127.0.0.1:1/0",
-        "AGENTD_MODEL": "openai/gpt-4o",
-        "AGENTD_API_BASE": "http://127.0.0.1:1/v1",
-    }
-    result = _doctor(**env)
-    lines = result.stdout.splitlines()
-    assert result.returncode == 1
+    for name in [name for name in os.environ if name.endswith("_API_KEY")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AGENTD_REDIS_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.setenv("AGENTD_MODEL", "openai/gpt-4o")
+    monkeypatch.setenv("AGENTD_API_BASE", "http://127.0.0.1:1/v1")
+    returncode = cli.main(["doctor"])
+    result = capsys.readouterr()
+    lines = result.out.splitlines()
+    assert returncode == 1
     assert any(line.startswith("✗ redis: redis://127.0.0.1:1/0 is not reachable") for line in lines)
     assert any(line.startswith("✗ model: openai/gpt-4o: missing OPENAI_API_KEY") for line in lines)
     assert "✗ api base: http://127.0.0.1:1/v1 refuses connections" in lines
-    assert "… model: importing litellm" in result.stderr  # not a terminal: one line says so
+    assert "… model: importing litellm" in result.err  # not a terminal: one line says so
     assert any(
         line.startswith("✗ state files: damaged: ") and "agent.json" in line for line in lines
     )
-    assert "    → export OPENAI_API_KEY=" in result.stdout
+    assert "    → export OPENAI_API_KEY=" in result.out
     assert any(line.startswith("✗ permissions: ") and "agents (0755)" in line for line in lines)
     assert DAEMON_DOWN in lines
     assert lines[-1] == "11 ok, 6 to fix"

@@ -6,6 +6,7 @@ turn loses no complete message, and a process started without a key says what to
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -144,18 +145,19 @@ def test_a_rate_limit_shows_one_retry_line_and_the_answer_and_context_names_the_
     assert "32,000 tokens (setting: AGENTD_CONTEXT_WINDOW)" in context.stdout
 
 
+@pytest.mark.sdk  # imports litellm
 def test_no_api_key_and_an_unknown_window_say_what_to_set_without_calling_the_server(
-    server: FakeOpenAIServer,
+    daemon: DaemonRunner, server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    process = AgentdProcess(AGENTD_MODEL="openai/test-model", AGENTD_API_BASE=server.url)
-    process.env = {k: v for k, v in process.env.items() if not k.endswith("_API_KEY")}
-    process.start()
-    try:
-        first = run_agentctl("chat", "-p", "hello", env=process.env)
-        second = run_agentctl("chat", "-p", "hello again", env=process.env)
-        context = run_agentctl("context", env=process.env)
-    finally:
-        process.stop()
+    """The daemon in this worker, where litellm is loaded already: no key anywhere (litellm
+    looks in the environment when the daemon was handed none)."""
+    for name in [name for name in os.environ if name.endswith("_API_KEY")]:
+        monkeypatch.delenv(name)
+    daemon.start(model="openai/test-model", api_base=server.url)
+
+    first = run_agentctl("chat", "-p", "hello")
+    second = run_agentctl("chat", "-p", "hello again")
+    context = run_agentctl("context")
 
     assert first.returncode == 1
     warning, error = first.stderr.splitlines()

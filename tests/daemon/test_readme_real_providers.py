@@ -4,12 +4,14 @@ without a key the refusal says a dummy one does for a server of one's own."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.daemon import DaemonRunner
 from tests.support.openai_server import FakeOpenAIServer, chat_completion
 from tests.support.processes import AgentdProcess, run_agentctl
 
@@ -56,11 +58,21 @@ def test_the_readme_line_for_an_openai_compatible_server_works_as_written(
     assert (status, out) == (0, "Hello from your own server.\n"), err
 
 
+@pytest.mark.sdk  # imports litellm
 def test_without_a_key_the_refusal_says_a_dummy_one_does_for_ones_own_server(
-    server: FakeOpenAIServer,
+    server: FakeOpenAIServer, daemon: DaemonRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The daemon in this worker (litellm is loaded there already), its settings read from
+    the README line's variables as ``agentd serve`` reads them, the key left out."""
+    for name in [name for name in os.environ if name.endswith("_API_KEY")]:
+        monkeypatch.delenv(name)
     env = {k: v for k, v in readme_line().items() if k != "AGENTD_API_KEY"}
-    status, _, err = chat_with(env, server)
+    for name, value in {**env, "AGENTD_API_BASE": server.url}.items():
+        monkeypatch.setenv(name, value)
+    daemon.start()
+
+    result = run_agentctl("chat", "-p", "hello")
+    status, err = result.returncode, result.stderr
     assert status == 1
     assert "\nprovider_auth: " in err
     assert f"a server of your own at {server.url} that checks no key" in err
