@@ -4,8 +4,8 @@ Every daemon starts a recall process. ``agentd serve`` spawns ``python -m
 agentd.recall.process``, which spends about 0.1 s of CPU on Python's start and its imports
 before it serves. The ~250 daemons a suite run starts inside the xdist workers
 (:class:`tests.support.daemon.DaemonRunner`) fork theirs instead, from a multiprocessing
-forkserver that imported :data:`~agentd.recall.client.RECALL_MODULE` once per worker (about
-0.01 s a start): the same ``main`` on the same arguments, in a process of its own and a
+forkserver that imported the recall process's module once per worker (4 ms of CPU a
+start): the same ``main`` on the same arguments, in a process of its own and a
 process group of its own, with the daemon's environment and working directory. The spawned
 way is what every test of ``agentd serve`` and ``agentd up`` runs.
 """
