@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from shared.providers.credentials import is_key_name
 from tests.support.clock import FakeClock
 from tests.support.daemon import DaemonRunner
 from tests.support.homes import HOMES
@@ -79,6 +80,14 @@ def no_console_log_on_a_closed_stream() -> Iterator[None]:
     for handler in root.handlers[:]:
         if getattr(getattr(handler, "stream", None), "closed", False):
             root.removeHandler(handler)
+
+
+@pytest.fixture
+def no_provider_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No key in this process's environment, by the daemon's own rule of what a key is
+    (litellm looks there when a daemon run in the worker was handed none)."""
+    for name in [name for name in os.environ if is_key_name(name)]:
+        monkeypatch.delenv(name)
 
 
 @pytest.fixture(autouse=True)

@@ -202,6 +202,7 @@ def test_doctor_checks_the_running_daemons_settings_not_its_own_and_asks_its_api
 
 
 @pytest.mark.sdk  # imports litellm
+@pytest.mark.usefixtures("no_provider_keys")
 def test_an_unreachable_redis_a_missing_key_and_a_corrupt_record_are_named(
     agentd_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -211,8 +212,6 @@ def test_an_unreachable_redis_a_missing_key_and_a_corrupt_record_are_named(
     broken.mkdir(parents=True)
     (agentd_home / "agents").chmod(0o755)  # as made by hand under the login umask
     (broken / "agent.json").write_text("{not json")
-    for name in [name for name in os.environ if name.endswith("_API_KEY")]:
-        monkeypatch.delenv(name)
     monkeypatch.setenv("AGENTD_REDIS_URL", "redis://127.0.0.1:1/0")
     monkeypatch.setenv("AGENTD_MODEL", "openai/gpt-4o")
     monkeypatch.setenv("AGENTD_API_BASE", "http://127.0.0.1:1/v1")

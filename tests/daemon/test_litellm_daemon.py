@@ -6,7 +6,6 @@ turn loses no complete message, and a process started without a key says what to
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -146,13 +145,12 @@ def test_a_rate_limit_shows_one_retry_line_and_the_answer_and_context_names_the_
 
 
 @pytest.mark.sdk  # imports litellm
+@pytest.mark.usefixtures("no_provider_keys")
 def test_no_api_key_and_an_unknown_window_say_what_to_set_without_calling_the_server(
-    daemon: DaemonRunner, server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+    daemon: DaemonRunner, server: FakeOpenAIServer
 ) -> None:
     """The daemon in this worker, where litellm is loaded already: no key anywhere (litellm
     looks in the environment when the daemon was handed none)."""
-    for name in [name for name in os.environ if name.endswith("_API_KEY")]:
-        monkeypatch.delenv(name)
     daemon.start(model="openai/test-model", api_base=server.url)
 
     first = run_agentctl("chat", "-p", "hello")

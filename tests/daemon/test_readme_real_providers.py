@@ -4,7 +4,6 @@ without a key the refusal says a dummy one does for a server of one's own."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,13 +58,12 @@ def test_the_readme_line_for_an_openai_compatible_server_works_as_written(
 
 
 @pytest.mark.sdk  # imports litellm
+@pytest.mark.usefixtures("no_provider_keys")
 def test_without_a_key_the_refusal_says_a_dummy_one_does_for_ones_own_server(
     server: FakeOpenAIServer, daemon: DaemonRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The daemon in this worker (litellm is loaded there already), its settings read from
     the README line's variables as ``agentd serve`` reads them, the key left out."""
-    for name in [name for name in os.environ if name.endswith("_API_KEY")]:
-        monkeypatch.delenv(name)
     env = {k: v for k, v in readme_line().items() if k != "AGENTD_API_KEY"}
     for name, value in {**env, "AGENTD_API_BASE": server.url}.items():
         monkeypatch.setenv(name, value)
