@@ -20,6 +20,7 @@ from shared.errors import RecallUnavailable
 from shared.settings import Settings
 from tests.support.daemon import DaemonRunner
 from tests.support.processes import AgentdProcess, run_agentctl
+from tests.support.reporting_recall import REPORT_ENV
 from tests.support.waiting import ceiling, wait_for
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux /proc")
@@ -167,3 +168,28 @@ def test_a_status_asked_while_the_process_is_being_started_is_answered_by_it(
     assert os.getpgid(pid) == pid != os.getpgid(0)  # as the forked ones of the tests' daemons
     asyncio.run(stopped())
     wait_for(lambda: not _running(pid), "the recall process to end")
+
+
+def test_a_forked_recall_process_has_the_daemons_environment_and_directory_and_no_more_imports(
+    daemon: DaemonRunner, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The tests' daemons fork their recall process from a forkserver started earlier, with
+    another environment and directory (``tests/support/forked_recall.py``). A new one
+    started after a kill has what the daemon has now, runs in a group of its own, and
+    loads neither the recall client nor the settings (what made each start cost 0.1 s)."""
+    recall, first = _started_with(daemon, "apple pie recipe")
+    report = tmp_path / "report.json"
+    monkeypatch.setattr("agentd.recall.client.RECALL_MODULE", "tests.support.reporting_recall")
+    monkeypatch.setenv(REPORT_ENV, str(report))
+    monkeypatch.chdir(tmp_path)
+
+    os.kill(first, signal.SIGKILL)
+
+    wait_for(report.exists, "the new recall process's report")
+    started = json.loads(report.read_text())
+    wait_for(lambda: recall.pid == started["pid"], "the daemon to hold the new process")
+    assert started["pgid"] == started["pid"] != os.getpgid(0)
+    assert (started["cwd"], started["report"]) == (str(tmp_path), str(report))
+    assert "agentd.recall.client" not in started["modules"]
+    assert "shared.settings" not in started["modules"]
+    wait_for(lambda: "apple pie recipe" in _texts(daemon, "apple"), "the new process to serve")
