@@ -17,8 +17,8 @@ up: $(STAMP)  ## install, then run the whole stack in the foreground (Ctrl-C sto
 # waits; each more collects every test (~2 s of CPU). On 2 cores, idle, two runs each:
 # 4 workers 3 min 47 s, 6 workers 3 min 32 s and 3 min 36 s, 8 workers 3 min 35 s.
 # Tests marked sdk run first, on one worker: only it imports litellm (tests/conftest.py).
-# Measured on the 2-core VM, idle: `make test` 3 min 2 s to 3 min 13 s (1,412 tests;
-# 5 min 42 s to 6 min 15 s of CPU, user and system, as the VM's host was quiet or busy:
+# Measured on the 2-core VM, idle: `make test` 2 min 49 s to 3 min 13 s (1,413 tests;
+# 5 min 19 s to 6 min 15 s of CPU, user and system, as the VM's host was quiet or busy:
 # docs/performance.md says where it goes), `make test-fast` 38 s (the 1,075 not
 # marked slow, none of which imports litellm). A busy machine makes them slower, not
 # red: every wait is a ceiling that AGENTD_TEST_TIMEOUT_SCALE scales (default 4;
